@@ -1,0 +1,43 @@
+# duck-unlearn: `make demo` and `make test` work on a fresh machine.
+PY ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch / torchvision are installed first at the versions that lie on this machine's disk
+# (CUDA build, runs on CPU too); everything else comes from the package registry.
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+FMNIST_DIR ?= /usr/share/datasets/fashion-mnist
+PYTEST_ARGS ?=
+
+.PHONY: venv install demo test test-all lint fashion-mnist clean
+
+$(BIN)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $@
+
+venv install: $(BIN)/.installed
+
+# Fashion-MNIST comes from Debian's dataset-fashion-mnist package (IDX .gz files); optional.
+fashion-mnist:
+	@if [ -d "$(FMNIST_DIR)" ]; then echo "Fashion-MNIST present at $(FMNIST_DIR)"; \
+	else echo "Fashion-MNIST missing: installing Debian package dataset-fashion-mnist (apt-get)"; \
+	  (apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1)) || \
+	  echo "could not install dataset-fashion-mnist; Fashion-MNIST tests will be skipped"; fi
+
+demo: install
+	$(BIN)/duck-run
+
+test: install fashion-mnist
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: install fashion-mnist
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check duck baselines attacks scripts tests
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -1,0 +1,69 @@
+"""Shared plumbing for the Hydra console scripts: config location and clean error exits."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from duck.errors import DuckInputError
+
+
+def conf_dir() -> Path:
+    """The Hydra config tree: ``$DUCK_CONF_DIR`` or the repository's top-level ``conf/``."""
+    env = os.environ.get("DUCK_CONF_DIR")
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
+    if not path.is_dir():
+        raise SystemExit(
+            f"error: config directory {path} not found; set DUCK_CONF_DIR to the repository's conf/ folder"
+        )
+    return path
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one clear error line and exit non-zero."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def check_group_choices(args: list[str], root: Path) -> None:
+    """Fail with one line for ``group=choice`` overrides naming a config that does not exist
+    (e.g. ``method=foo``), listing the available choices (Hydra's own message is a page long)."""
+    for arg in args:
+        if "=" not in arg or arg.startswith(("+", "~", "-")):
+            continue
+        key, value = arg.split("=", 1)
+        group = root / key
+        if "." in key or not group.is_dir() or value in ("", "null"):
+            continue
+        choices = sorted(p.stem for p in group.glob("*.yaml"))
+        for v in value.split(","):
+            if v not in choices:
+                fail(f"unknown {key} {v!r}; choose one of: {', '.join(choices)}")
+
+
+def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], None]:
+    """Build a console-script ``main`` that runs ``task(cfg)`` under Hydra.
+
+    A :class:`DuckInputError` raised anywhere in ``task`` becomes one ``error: ...`` line on stderr and
+    exit status 2 (Hydra's own logs are the only thing left in the run directory).
+    """
+
+    def main() -> None:
+        import hydra
+
+        check_group_choices(sys.argv[1:], conf_dir())
+        from omegaconf import DictConfig
+
+        @hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
+        def _run(cfg: DictConfig) -> None:
+            try:
+                task(cfg)
+            except DuckInputError as e:
+                fail(str(e))
+
+        _run()
+
+    return main

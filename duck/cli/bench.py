@@ -1,0 +1,59 @@
+"""``duck-bench SUITE [overrides...]``: run a benchmark suite, print its table, write ``bench.json``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+
+from duck.cli._app import conf_dir, fail, hydra_entry
+
+
+def available_suites() -> list[str]:
+    return sorted(p.stem for p in (conf_dir() / "bench").glob("*.yaml"))
+
+
+def _task(cfg) -> dict:
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from duck.bench.common import machine_info
+    from duck.io import atomic_save_json
+
+    suite = cfg.bench.name
+    module = importlib.import_module(f"duck.bench.{suite}")
+    t0 = time.perf_counter()
+    result = module.run(cfg.bench)
+    out = {
+        "suite": suite,
+        "machine": machine_info(),
+        "config": OmegaConf.to_container(cfg.bench, resolve=True),
+        "wall_time_s": time.perf_counter() - t0,
+        **result,
+    }
+    path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"
+    atomic_save_json(path, out)
+    print(result.get("table", ""))
+    print(f"\nbench.json written to {path}")
+    return out
+
+
+_hydra_main = hydra_entry("bench_main", _task)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    suites = available_suites()
+    if not args or args[0] in ("-h", "--help") or "=" in args[0] or args[0].startswith("-"):
+        print("usage: duck-bench SUITE [key=value ...]\nsuites: " + ", ".join(suites))
+        raise SystemExit(0 if args and args[0] in ("-h", "--help") else 2)
+    suite, rest = args[0], args[1:]
+    if suite not in suites:
+        fail(f"unknown benchmark suite {suite!r}; choose one of: {', '.join(suites)}")
+    sys.argv = [sys.argv[0], f"bench={suite}", *rest]
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

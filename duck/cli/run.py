@@ -1,0 +1,135 @@
+"""``duck-run``: the main job — original (trained or reused from the cache) → unlearn → retrained oracle →
+evaluate all three → ``metrics.json`` for each and a summary table (``summary.md``, ``summary.json``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from duck.checkpoint import build_manifest, save_checkpoint
+from duck.cli._app import hydra_entry
+from duck.cli.setup import build_data, build_scenario_cfg, container, device_of, load_model, output_dir
+from duck.cli.train import fit_model, save_model
+from duck.cli.unlearn import method_cfg, run_unlearning
+from duck.data.base import DatasetSplits
+from duck.data.scenarios import Scenario
+from duck.errors import DuckInputError
+from duck.io import atomic_save_json, atomic_write_text
+from duck.metrics import aus_inputs, metrics_record
+from duck.models import Classifier
+from duck.bench.common import markdown_table
+
+
+def cache_key(cfg: DictConfig, scenario: Scenario | None) -> str:
+    """Identifies a trained model: data, model, recipe, seed, precision (and the forget ids for an oracle)."""
+    from duck import __version__
+
+    spec = {"data": container(cfg.data), "model": container(cfg.model), "recipe": container(cfg.recipe),
+            "seed": int(cfg.seed), "precision": str(cfg.trainer.get("precision")), "version": __version__,
+            "forget": scenario.forget_hash if scenario is not None else None}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def train_or_reuse(cfg: DictConfig, data: DatasetSplits, scenario: Scenario, role: str, out: Path,
+                   original_acc: dict[str, float] | None = None) -> tuple[Classifier, dict[str, Any], bool]:
+    """The original (``role="original"``) or the oracle (``"retrained"``), from the cache when it holds one
+    for the same config; the checkpoint and metrics.json also go to ``out/role``."""
+    retrain = role == "retrained"
+    cached = Path(cfg.cache_dir).expanduser() / "models" / cache_key(cfg, scenario if retrain else None)
+    ckpt, mfile = cached / "model.ckpt", cached / "metrics.json"
+    if cfg.reuse_cached and ckpt.is_file() and mfile.is_file():
+        try:
+            model, _ = load_model(ckpt, cfg, data)
+            metrics = json.loads(mfile.read_text())
+            model.to(device_of(cfg))
+            reused = True
+        except (DuckInputError, json.JSONDecodeError) as e:
+            warnings.warn(f"ignoring unusable cached model {ckpt} ({e}); training again", stacklevel=1)
+            reused = False
+    else:
+        reused = False
+    if not reused:
+        # the original's metrics are computed against the scenario so that its A_f / AUS can be reported
+        model, metrics = fit_model(cfg, data, scenario, retrain, original_acc=original_acc)
+        save_model(cached, "model.ckpt", model, metrics, cfg, data, scenario)
+    if retrain and original_acc is not None:  # AUS of the oracle against this run's original
+        metrics = metrics_record(**{**_record_args(metrics), "original_acc": original_acc, "scenario": scenario})
+    _link_or_copy(ckpt, out / role / "model.ckpt")
+    atomic_save_json(out / role / "metrics.json", {**metrics, "reused_from_cache": reused})
+    return model, metrics, reused
+
+
+def _record_args(m: dict[str, Any]) -> dict[str, Any]:
+    return {"method": m["method"], "data_name": m["dataset"], "model_name": m["model"], "seed": m["seed"],
+            "acc": m["acc"], "time_s": m["time_s"], "epochs": m["epochs"]}
+
+
+def summary_table(rows: list[tuple[str, dict[str, Any]]], scenario: Scenario) -> tuple[str, list[dict[str, Any]]]:
+    """Markdown table of A_t, A_f, AUS, time for the original, the unlearned and the retrained model."""
+    cr = scenario.is_class_removal
+    out, records = [], []
+    for label, m in rows:
+        a_or, a_t, a_f = aus_inputs(m["acc"], m.get("original_acc") or m["acc"], scenario)
+        rec = {"model": label, "method": m["method"], "A_t": a_t, "A_f": a_f, "AUS": m.get("aus"),
+               "train_forget": m["acc"].get("train_forget"), "time_s": m["time_s"], "epochs": m["epochs"]}
+        records.append(rec)
+        out.append([label, f"{a_t:.4f}", f"{a_f:.4f}", "" if m.get("aus") is None else f"{m['aus']:.4f}",
+                    f"{m['acc'].get('train_forget', float('nan')):.4f}", f"{m['time_s']:.2f}", m["epochs"]])
+    a_t_name = "A_t (test, retained classes)" if cr else "A_t (test)"
+    a_f_name = "A_f (test, forgotten classes)" if cr else "A_f (forget set)"
+    return markdown_table(["model", a_t_name, a_f_name, "AUS", "train-forget acc", "time (s)", "epochs"], out), records
+
+
+def run(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    data = build_data(cfg)
+    scenario = build_scenario_cfg(cfg, data)
+    if scenario is None:
+        raise DuckInputError("duck-run needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
+    name, _ = method_cfg(cfg)
+    if cfg.audit:
+        raise DuckInputError("audit=true needs the LiRA audit, which is not implemented yet (issue 4); use audit=false")
+    out = output_dir()
+    print(f"[1/3] original {cfg.model.name} on {data.describe()}")
+    original, orig_metrics, reused = train_or_reuse(cfg, data, scenario, "original", out)
+    print(f"      {'reused from cache' if reused else 'trained'}: test accuracy {orig_metrics['acc']['test']:.4f}")
+    original_acc = orig_metrics["acc"]
+    print(f"[2/3] unlearning with {name}: {scenario.kind}, {len(scenario.forget_idx)} forget samples")
+    metrics, result = run_unlearning(cfg, original, data, scenario, original_acc)
+    manifest = build_manifest(result.model.spec(), data.name, method=name, scenario=scenario.summary(),
+                              config=container(cfg), seed=cfg.seed)
+    save_checkpoint(out / "unlearned" / "unlearned.ckpt", result.model.state_dict(), manifest)
+    atomic_save_json(out / "unlearned" / "metrics.json", metrics)
+    print(f"      done in {metrics['time_s']:.2f} s ({metrics['epochs']} epochs)")
+    print("[3/3] retrained oracle on the retain set")
+    _, retr_metrics, reused = train_or_reuse(cfg, data, scenario, "retrained", out, original_acc=original_acc)
+    print(f"      {'reused from cache' if reused else 'trained'} ({retr_metrics['time_s']:.1f} s)")
+    table, records = summary_table([("original", orig_metrics), (f"unlearned ({name})", metrics),
+                                    ("retrained", retr_metrics)], scenario)
+    header = (f"# duck-run: {name} on {data.name} / {cfg.model.name}, {scenario.kind}"
+              + (f" of classes {scenario.forget_classes}" if scenario.forget_classes else "")
+              + f", {len(scenario.forget_idx)} forget samples, seed {cfg.seed}\n\n")
+    atomic_write_text(out / "summary.md", header + table + "\n")
+    atomic_save_json(out / "summary.json", {"scenario": scenario.summary(), "rows": records})
+    print("\n" + header + table + f"\n\nresults in {out}")
+    return metrics, {"original": orig_metrics, "unlearned": metrics, "retrained": retr_metrics, "out": out}
+
+
+main = hydra_entry("run", run)
+
+if __name__ == "__main__":
+    main()

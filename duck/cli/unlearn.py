@@ -1,0 +1,78 @@
+"""``duck-unlearn ckpt=PATH method=NAME scenario=...``: load, unlearn, evaluate, write the unlearned checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from duck.checkpoint import build_manifest, save_checkpoint
+from duck.cli._app import hydra_entry
+from duck.cli.setup import build_data, build_scenario_cfg, container, device_of, load_model, output_dir
+from duck.data.base import DatasetSplits
+from duck.data.scenarios import Scenario
+from duck.errors import DuckInputError
+from duck.io import atomic_save_json
+from duck.metrics import metrics_record, split_accuracies
+from duck.models import Classifier
+from duck.unlearn import UnlearnData, create_unlearner, get_unlearner_class
+
+
+def method_cfg(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
+    m = container(cfg.method)
+    name = m.pop("name")
+    get_unlearner_class(name)  # unknown names fail before any work
+    return name, m
+
+
+def run_unlearning(cfg: DictConfig, model: Classifier, data: DatasetSplits, scenario: Scenario,
+                   original_acc: dict[str, float]) -> tuple[dict[str, Any], Any]:
+    """Unlearn ``model`` with ``cfg.method`` and evaluate it; returns ``(metrics record, UnlearnResult)``."""
+    name, hp = method_cfg(cfg)
+    device = device_of(cfg)
+    udata = UnlearnData(train=data.train, scenario=scenario, num_classes=data.num_classes, dataset_name=data.name,
+                        original_acc=original_acc, augment=data.augment)
+    unlearner = create_unlearner(name, model, udata, hp, seed=cfg.seed, trainer_cfg=container(cfg.trainer),
+                                 progress=cfg.progress)
+    result = unlearner.unlearn()
+    result.model.to(device)
+    acc = split_accuracies(result.model, data, scenario, device=device, batch_size=cfg.eval_batch_size)
+    metrics = metrics_record(method=name, data_name=data.name, model_name=cfg.model.name, seed=cfg.seed, acc=acc,
+                             original_acc=original_acc, scenario=scenario, time_s=result.time_s,
+                             epochs=round(result.epochs, 4), reached_target=result.reached_target,
+                             forget_target=unlearner.forget_target(float(unlearner.hp.get("tolerance", 0.01))))
+    return metrics, result
+
+
+def unlearn(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    data = build_data(cfg)
+    scenario = build_scenario_cfg(cfg, data)
+    if scenario is None:
+        raise DuckInputError("duck-unlearn needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
+    method_cfg(cfg)
+    if cfg.audit:
+        raise DuckInputError("audit=true needs the LiRA audit, which is not implemented yet (issue 4); use audit=false")
+    model, _ = load_model(cfg.ckpt, cfg, data)
+    device = device_of(cfg)
+    model.to(device)
+    original_acc = split_accuracies(model, data, scenario, device=device, batch_size=cfg.eval_batch_size)
+    metrics, result = run_unlearning(cfg, model, data, scenario, original_acc)
+    out = output_dir()
+    manifest = build_manifest(result.model.spec(), data.name, method=metrics["method"], scenario=scenario.summary(),
+                              config=container(cfg), seed=cfg.seed, source_checkpoint=str(cfg.ckpt))
+    save_checkpoint(out / "unlearned.ckpt", result.model.state_dict(), manifest)
+    atomic_save_json(out / "metrics.json", metrics)
+    print(format_metrics_line(metrics))
+    print(f"wrote {out / 'unlearned.ckpt'} and {out / 'metrics.json'}")
+    return metrics, {"model": result.model, "data": data, "scenario": scenario, "result": result}
+
+
+def format_metrics_line(m: dict[str, Any]) -> str:
+    accs = ", ".join(f"{k}={v:.4f}" for k, v in m["acc"].items())
+    return f"{m['method']} ({m['scenario']}): {accs}, AUS={m.get('aus', float('nan')):.4f}, {m['time_s']:.2f} s"
+
+
+main = hydra_entry("unlearn", unlearn)
+
+if __name__ == "__main__":
+    main()

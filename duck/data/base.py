@@ -1,0 +1,79 @@
+"""Dataset containers shared by every loader: indexed samples ``(x, y, idx)`` and train/test splits.
+
+Every dataset yields ``(image, label, index)`` where ``index`` is the sample's stable position in its
+split (0..N-1 in the order the loader defines). Scenarios, forget ids, LiRA keep matrices and reports
+all refer to samples by this index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+
+class IndexedDataset(Dataset):
+    """Base class: ``__getitem__(i) -> (x (C,H,W) float, y int64 scalar, i)``; ``labels`` is an int64 array."""
+
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+class TensorImageDataset(IndexedDataset):
+    """In-memory images ``(N, C, H, W)`` (uint8 or float) normalised on the fly with ``mean``/``std`` per channel.
+
+    Supports batched fetching (``__getitems__``) so a ``DataLoader`` over it costs one tensor gather per batch;
+    use :func:`duck.data.loaders.make_loader`, which pairs it with the matching collate function.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: np.ndarray | torch.Tensor,
+                 mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+        if images.ndim != 4:
+            raise ValueError(f"images must be (N, C, H, W), got shape {tuple(images.shape)}")
+        self.images = images
+        self.labels = np.asarray(labels, dtype=np.int64)
+        if len(self.labels) != len(images):
+            raise ValueError(f"{len(images)} images but {len(self.labels)} labels")
+        self._labels_t = torch.from_numpy(self.labels)
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+        self._scale = 255.0 if images.dtype == torch.uint8 else 1.0
+
+    def _normalise(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.float() / self._scale - self.mean) / self.std
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        return self._normalise(self.images[i : i + 1])[0], self._labels_t[i], int(i)
+
+    def __getitems__(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids = torch.as_tensor(idx, dtype=torch.long)
+        return self._normalise(self.images[ids]), self._labels_t[ids], ids
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """All samples at once: ``(x (N,C,H,W) normalised float, y (N,))``."""
+        return self._normalise(self.images), self._labels_t.clone()
+
+
+@dataclass
+class DatasetSplits:
+    """A data set as the rest of the framework sees it."""
+
+    name: str
+    train: IndexedDataset
+    test: IndexedDataset
+    num_classes: int
+    in_chans: int
+    img_size: int
+    class_names: list[str] = field(default_factory=list)
+    # batched train-time augmentations applied on device (see duck.data.augment); e.g. ["crop", "flip"]
+    augment: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return (f"{self.name}: {len(self.train)} train / {len(self.test)} test, {self.num_classes} classes, "
+                f"{self.in_chans}x{self.img_size}x{self.img_size}")

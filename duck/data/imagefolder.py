@@ -1,0 +1,130 @@
+"""ImageFolder layouts (``root/<split>/<class>/*.png``) and TinyImageNet (``tiny-imagenet-200``).
+
+Images are decoded lazily with PIL, resized to ``img_size`` and normalised; the sample index is the
+position in the sorted file list, so it is stable across runs and machines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from duck.data.base import DatasetSplits, IndexedDataset
+from duck.data.registry import register_dataset
+from duck.errors import DuckInputError
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+TINY_MEAN, TINY_STD = (0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821)
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
+
+
+class FileImageDataset(IndexedDataset):
+    """Images on disk: ``(path, label)`` pairs decoded on access into ``(C, img_size, img_size)`` tensors."""
+
+    def __init__(self, files: list[Path], labels: np.ndarray, img_size: int, in_chans: int,
+                 mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+        self.files = files
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.img_size, self.in_chans = img_size, in_chans
+        self.mean = torch.tensor(mean[:in_chans]).view(-1, 1, 1)
+        self.std = torch.tensor(std[:in_chans]).view(-1, 1, 1)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        path = self.files[i]
+        try:
+            with Image.open(path) as im:
+                im = im.convert("L" if self.in_chans == 1 else "RGB")
+                if im.size != (self.img_size, self.img_size):
+                    im = im.resize((self.img_size, self.img_size), Image.BILINEAR)
+                arr = np.asarray(im, dtype=np.uint8)
+        except (OSError, UnidentifiedImageError) as e:
+            raise DuckInputError(f"cannot decode image {path}: {e}; remove or replace the file") from None
+        x = torch.from_numpy(arr.copy()).float().div_(255.0)
+        x = x.unsqueeze(0) if x.ndim == 2 else x.permute(2, 0, 1)
+        return (x - self.mean) / self.std, torch.tensor(self.labels[i]), int(i)
+
+
+def _is_image(p: Path) -> bool:
+    return p.is_file() and p.suffix.lower() in IMG_EXTENSIONS
+
+
+def _scan_class_folders(split_dir: Path, classes: list[str] | None = None) -> tuple[list[Path], np.ndarray, list[str]]:
+    if not split_dir.is_dir():
+        raise DuckInputError(f"folder {split_dir} not found; expected an ImageFolder layout <root>/<split>/<class>/")
+    found = sorted(d.name for d in split_dir.iterdir() if d.is_dir())
+    classes = classes or found
+    if not classes:
+        raise DuckInputError(f"no class folders under {split_dir}; expected <split>/<class>/<image files>")
+    unknown = sorted(set(found) - set(classes))
+    if unknown:
+        raise DuckInputError(f"{split_dir} has class folders {unknown[:5]} absent from the training split")
+    files, labels = [], []
+    for c, name in enumerate(classes):
+        for p in sorted((split_dir / name).rglob("*")):
+            if _is_image(p):
+                files.append(p)
+                labels.append(c)
+    if not files:
+        raise DuckInputError(f"no image files ({', '.join(IMG_EXTENSIONS)}) under {split_dir}")
+    return files, np.asarray(labels, dtype=np.int64), classes
+
+
+@register_dataset("imagefolder")
+def imagefolder(root: str | None = None, train_split: str = "train", test_split: str = "test",
+                img_size: int = 32, in_chans: int = 3, mean: list[float] | None = None,
+                std: list[float] | None = None, augment: list[str] | None = None, **_: object) -> DatasetSplits:
+    """Any ``root/{train,test}/<class>/<image>`` tree (class ids = sorted training folder names)."""
+    if not root:
+        raise DuckInputError("data.root is not set for imagefolder; pass data.root=DIR with DIR/train/<class>/...")
+    root_p = Path(root).expanduser()
+    mean_t = tuple(mean or IMAGENET_MEAN)
+    std_t = tuple(std or IMAGENET_STD)
+    tr_files, tr_y, classes = _scan_class_folders(root_p / train_split)
+    te_files, te_y, _ = _scan_class_folders(root_p / test_split, classes)
+    return DatasetSplits(
+        name="imagefolder",
+        train=FileImageDataset(tr_files, tr_y, img_size, in_chans, mean_t, std_t),
+        test=FileImageDataset(te_files, te_y, img_size, in_chans, mean_t, std_t),
+        num_classes=len(classes), in_chans=in_chans, img_size=img_size, class_names=classes,
+        augment=list(augment or []),
+    )
+
+
+@register_dataset("tinyimagenet")
+def tinyimagenet(root: str | None = None, img_size: int = 64, augment: list[str] | None = None,
+                 **_: object) -> DatasetSplits:
+    """TinyImageNet-200: ``root/tiny-imagenet-200/train/<wnid>/images/*.JPEG`` and the validation split
+    (``val/images`` + ``val/val_annotations.txt``) used as the test set, as in the DUCK paper."""
+    if not root:
+        raise DuckInputError(
+            "data.root is not set for tinyimagenet; download http://cs231n.stanford.edu/tiny-imagenet-200.zip, "
+            "unzip it and pass data.root=DIR (the folder containing tiny-imagenet-200/)"
+        )
+    base = Path(root).expanduser() / "tiny-imagenet-200"
+    ann = base / "val" / "val_annotations.txt"
+    if not (base / "train").is_dir() or not ann.is_file():
+        raise DuckInputError(
+            f"TinyImageNet not found under {base} (need train/ and val/val_annotations.txt); "
+            "unzip tiny-imagenet-200.zip into data.root"
+        )
+    tr_files, tr_y, classes = _scan_class_folders(base / "train")
+    cls_id = {c: i for i, c in enumerate(classes)}
+    te_files, te_y = [], []
+    for line in sorted(ann.read_text().splitlines()):
+        parts = line.split("\t")
+        if len(parts) < 2:
+            continue
+        if parts[1] not in cls_id:
+            raise DuckInputError(f"{ann}: class {parts[1]!r} of {parts[0]} is not a training class")
+        te_files.append(base / "val" / "images" / parts[0])
+        te_y.append(cls_id[parts[1]])
+    return DatasetSplits(
+        name="tinyimagenet",
+        train=FileImageDataset(tr_files, tr_y, img_size, 3, TINY_MEAN, TINY_STD),
+        test=FileImageDataset(te_files, np.asarray(te_y), img_size, 3, TINY_MEAN, TINY_STD),
+        num_classes=len(classes), in_chans=3, img_size=img_size, class_names=classes,
+        augment=list(["crop", "flip"] if augment is None else augment),
+    )

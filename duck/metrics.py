@@ -1,0 +1,96 @@
+"""Split accuracies and the Adaptive Unlearning Score (AUS, seeds/003 Eq. 6; ALGORITHMS.md §2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+import torch
+
+from duck.data.base import DatasetSplits
+from duck.data.loaders import make_loader
+from duck.data.scenarios import Scenario
+
+
+@torch.no_grad()
+def predict_logits(model: torch.nn.Module, dataset: Any, *, indices: Any = None, batch_size: int = 1024,
+                   device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eval-mode logits ``(N, C)`` on CPU, labels ``(N,)`` and stable sample indices ``(N,)``."""
+    was_training = model.training
+    model.eval()
+    out, ys, ids = [], [], []
+    for x, y, i in make_loader(dataset, batch_size, indices=indices):
+        out.append(model(x.to(device, non_blocking=True)).float().cpu())
+        ys.append(y), ids.append(torch.as_tensor(i))
+    model.train(was_training)
+    return torch.cat(out), torch.cat(ys), torch.cat(ids)
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    return float((logits.argmax(1) == labels).float().mean()) if len(labels) else float("nan")
+
+
+def split_accuracies(model: torch.nn.Module, data: DatasetSplits, scenario: Scenario | None, *,
+                     device: torch.device | str = "cpu", batch_size: int = 1024) -> dict[str, float]:
+    """Accuracy (fraction) on every split: ``test`` always; with a scenario ``train_retain``/``train_forget``;
+    in class removal also ``test_retain``/``test_forget``."""
+    test_logits, test_y, _ = predict_logits(model, data.test, batch_size=batch_size, device=device)
+    acc = {"test": accuracy(test_logits, test_y)}
+    if scenario is None:
+        tr_logits, tr_y, _ = predict_logits(model, data.train, batch_size=batch_size, device=device)
+        acc["train"] = accuracy(tr_logits, tr_y)
+        return acc
+    tr_logits, tr_y, _ = predict_logits(model, data.train, batch_size=batch_size, device=device)
+    r, f = torch.as_tensor(scenario.retain_idx), torch.as_tensor(scenario.forget_idx)
+    acc["train_retain"] = accuracy(tr_logits[r], tr_y[r])
+    acc["train_forget"] = accuracy(tr_logits[f], tr_y[f])
+    if scenario.test_forget_idx is not None:
+        tr_, tf_ = torch.as_tensor(scenario.test_retain_idx), torch.as_tensor(scenario.test_forget_idx)
+        acc["test_retain"] = accuracy(test_logits[tr_], test_y[tr_])
+        acc["test_forget"] = accuracy(test_logits[tf_], test_y[tf_])
+    return acc
+
+
+def aus(a_or: float, a_t: float, a_f: float, *, class_removal: bool) -> float:
+    """AUS (seeds/003 Eq. 6). Class removal: ``(1 − (A_or − A_t)) / (1 + |A_f|)``;
+    homogeneous removal: ``(1 − (A_or − A_t)) / (1 + |A_f − A_t|)``. Accuracies are fractions."""
+    denom = 1.0 + (abs(a_f) if class_removal else abs(a_f - a_t))
+    return (1.0 - (a_or - a_t)) / denom
+
+
+def aus_inputs(acc: dict[str, float], original_acc: dict[str, float], scenario: Scenario) -> tuple[float, float, float]:
+    """``(A_or, A_t, A_f)`` for a scenario (ALGORITHMS.md §2). Class removal uses the test split by class;
+    homogeneous/custom use test accuracy and the forget (training) set; targeted uses the forget set with
+    the class-removal form (its forget accuracy should go to zero)."""
+    if scenario.is_class_removal:
+        return original_acc["test_retain"], acc["test_retain"], acc["test_forget"]
+    return original_acc["test"], acc["test"], acc["train_forget"]
+
+
+def scenario_aus(acc: dict[str, float], original_acc: dict[str, float], scenario: Scenario) -> float:
+    a_or, a_t, a_f = aus_inputs(acc, original_acc, scenario)
+    return aus(a_or, a_t, a_f, class_removal=scenario.forget_target_rule == "zero")
+
+
+def metrics_record(*, method: str, data_name: str, model_name: str, seed: int, acc: dict[str, float],
+                   original_acc: dict[str, float] | None = None, scenario: Scenario | None = None,
+                   time_s: float | None = None, epochs: float | None = None, **extra: Any) -> dict[str, Any]:
+    """The ``metrics.json`` record of DESIGN.md §3."""
+    rec: dict[str, Any] = {"method": method, "scenario": scenario.kind if scenario else None,
+                           "dataset": data_name, "model": model_name, "seed": int(seed)}
+    if scenario is not None:
+        rec["forget_classes"] = scenario.forget_classes
+        rec["n_forget"] = int(len(scenario.forget_idx))
+        if scenario.target_class is not None:
+            rec["target_class"] = scenario.target_class
+    rec["acc"] = {k: round(float(v), 6) for k, v in acc.items()}
+    if original_acc is not None:
+        rec["original_acc"] = {k: round(float(original_acc[k]), 6) for k in ("test", "test_retain") if k in original_acc}
+        if scenario is not None:
+            rec["aus"] = round(scenario_aus(acc, original_acc, scenario), 6)
+    rec["time_s"] = None if time_s is None else round(float(time_s), 3)
+    rec["epochs"] = epochs
+    rec.update(extra)
+    return rec
+
+

@@ -1,0 +1,130 @@
+"""Training the original classifier and the retrained oracle (retain set only) with Lightning.
+
+``train_classifier`` is the one training recipe used for originals, retrained oracles and (batched)
+shadow models' reference runs: cross-entropy, optimiser and scheduler from config (``_partial_``
+callables), batched on-device augmentation, seeded and deterministic on CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from duck.data.augment import apply_augment, check_augment
+from duck.data.loaders import make_loader
+from duck.models import Classifier
+
+
+def quiet_lightning() -> None:
+    """Silence Lightning's start-up banners and the single-process DataLoader hints."""
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*Checkpoint directory.*")
+
+
+def build_trainer(trainer_cfg: Mapping[str, Any] | None = None, **overrides: Any) -> L.Trainer:
+    """A ``lightning.Trainer`` from a ``conf/trainer/*.yaml`` mapping (``_target_`` ignored) plus overrides."""
+    quiet_lightning()
+    kw = {k: v for k, v in dict(trainer_cfg or {}).items() if not str(k).startswith("_")}
+    kw.setdefault("logger", False)
+    kw.setdefault("enable_checkpointing", False)
+    kw.setdefault("enable_model_summary", False)
+    kw.update(overrides)
+    return L.Trainer(**kw)
+
+
+def make_optimizer(spec: Any, params: Any) -> torch.optim.Optimizer:
+    """``spec`` is a partial (Hydra ``_partial_``) or a mapping ``{_target_, ...}``."""
+    if callable(spec):
+        return spec(params)
+    from hydra.utils import instantiate
+
+    return instantiate(dict(spec), _partial_=True)(params)
+
+
+def make_scheduler(spec: Any, optimizer: torch.optim.Optimizer) -> Any:
+    if spec is None:
+        return None
+    if callable(spec):
+        return spec(optimizer)
+    from hydra.utils import instantiate
+
+    return instantiate(dict(spec), _partial_=True)(optimizer)
+
+
+class ClassifierModule(L.LightningModule):
+    """Cross-entropy training of a :class:`Classifier` (batches are ``(x, y, idx)``)."""
+
+    def __init__(self, model: Classifier, optimizer: Any, scheduler: Any = None,
+                 augment: Sequence[str] = (), label_smoothing: float = 0.0) -> None:
+        super().__init__()
+        self.model = model
+        self.optimizer_spec, self.scheduler_spec = optimizer, scheduler
+        self.augment = check_augment(list(augment))
+        self.label_smoothing = float(label_smoothing)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y, _ = batch
+        if self.augment:
+            x = apply_augment(x, self.augment)
+        loss = F.cross_entropy(self.model(x), y, label_smoothing=self.label_smoothing)
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=len(y))
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        opt = make_optimizer(self.optimizer_spec, self.parameters())
+        sched = make_scheduler(self.scheduler_spec, opt)
+        if sched is None:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
+
+
+@dataclass
+class Recipe:
+    """A training recipe (``conf/recipe/*.yaml``)."""
+
+    epochs: int
+    batch_size: int
+    optimizer: Any
+    scheduler: Any = None
+    label_smoothing: float = 0.0
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any]) -> Recipe:
+        return cls(epochs=int(cfg["epochs"]), batch_size=int(cfg["batch_size"]), optimizer=cfg["optimizer"],
+                   scheduler=cfg.get("scheduler"), label_smoothing=float(cfg.get("label_smoothing", 0.0)))
+
+
+def train_classifier(model: Classifier, dataset: Any, recipe: Recipe, *, indices: Sequence[int] | np.ndarray | None = None,
+                     augment: Sequence[str] = (), seed: int = 0, trainer_cfg: Mapping[str, Any] | None = None,
+                     progress: bool = False, callbacks: list[Any] | None = None,
+                     epochs: int | None = None) -> tuple[Classifier, float]:
+    """Train ``model`` on ``dataset`` (restricted to ``indices``, e.g. the retain set for the oracle).
+
+    Returns ``(model, wall seconds)``. Same seed, same data, same machine -> same weights on CPU.
+    """
+    L.seed_everything(seed, workers=True, verbose=False)
+    n = len(dataset) if indices is None else len(indices)
+    # drop the ragged last batch (a batch of 3 makes BatchNorm statistics noisy) unless that is all there is
+    loader = make_loader(dataset, recipe.batch_size, shuffle=True, seed=seed, indices=indices,
+                         drop_last=n > recipe.batch_size)
+    module = ClassifierModule(model, recipe.optimizer, recipe.scheduler, augment, recipe.label_smoothing)
+    trainer = build_trainer(trainer_cfg, max_epochs=epochs or recipe.epochs, enable_progress_bar=progress,
+                            callbacks=callbacks or [])
+    t0 = time.perf_counter()
+    trainer.fit(module, loader)
+    return model, time.perf_counter() - t0

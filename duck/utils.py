@@ -1,0 +1,33 @@
+"""Small shared helpers used by every layer (no deep-learning imports beyond torch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``"auto"``/``None`` -> CUDA when available else CPU; otherwise ``torch.device(device)``.
+
+    Asking for CUDA on a machine without it raises instead of silently falling back.
+    """
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device={device!r} requested but CUDA is not available; use device=cpu or auto")
+    return dev
+
+
+def as_tensor(
+    X: Any, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32, name: str = "X"
+) -> torch.Tensor:
+    """Convert numpy/torch/list input to a tensor on ``device``; reject NaN/inf with a clear error."""
+    t = X if isinstance(X, torch.Tensor) else torch.as_tensor(np.asarray(X))
+    t = t.to(device=device if device is not None else t.device, dtype=dtype)
+    if t.is_floating_point() and not torch.isfinite(t).all():
+        bad = (~torch.isfinite(t)).reshape(t.shape[0], -1).any(1).nonzero().flatten()[:5].tolist() if t.ndim else []
+        raise ValueError(f"{name} contains NaN or inf values (first bad rows: {bad}); clean or drop those rows")
+    return t
