@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from duck.bench.common import markdown_table
 from duck.checkpoint import build_manifest, save_checkpoint
 from duck.cli._app import hydra_entry
 from duck.cli.setup import build_data, build_scenario_cfg, container, device_of, load_model, output_dir
@@ -24,7 +25,6 @@ from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_write_text
 from duck.metrics import aus_inputs, metrics_record
 from duck.models import Classifier
-from duck.bench.common import markdown_table
 
 
 def cache_key(cfg: DictConfig, scenario: Scenario | None) -> str:

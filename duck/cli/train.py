@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from omegaconf import DictConfig
 
 from duck.checkpoint import build_manifest, save_checkpoint
 from duck.cli._app import hydra_entry
-from duck.cli.setup import (build_data, build_model, build_scenario_cfg, container, device_of, output_dir,
-                            recipe)
+from duck.cli.setup import build_data, build_model, build_scenario_cfg, container, device_of, output_dir, recipe
 from duck.data.base import DatasetSplits
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
@@ -25,6 +25,7 @@ def fit_model(cfg: DictConfig, data: DatasetSplits, scenario: Scenario | None, r
     """Train the original (``retrain=False``) or the oracle on the retain set, and evaluate it.
 
     Returns ``(model on the job's device, metrics record)``."""
+    L.seed_everything(cfg.seed, workers=True, verbose=False)  # the initial weights depend on the seed too
     model = build_model(cfg, data)
     rec = recipe(cfg)
     device = device_of(cfg)
@@ -33,9 +34,10 @@ def fit_model(cfg: DictConfig, data: DatasetSplits, scenario: Scenario | None, r
                                       trainer_cfg=container(cfg.trainer), progress=cfg.progress)
     model.to(device)
     acc = split_accuracies(model, data, scenario, device=device, batch_size=cfg.eval_batch_size)
+    if original_acc is None and scenario is not None and not retrain:
+        original_acc = acc  # the original is its own reference
     metrics = metrics_record(method="retrain" if retrain else "original", data_name=data.name,
-                             model_name=cfg.model.name, seed=cfg.seed, acc=acc,
-                             original_acc=original_acc if original_acc is not None else (acc if scenario and not retrain else None),
+                             model_name=cfg.model.name, seed=cfg.seed, acc=acc, original_acc=original_acc,
                              scenario=scenario, time_s=seconds, epochs=rec.epochs)
     return model, metrics
 

@@ -8,7 +8,16 @@ from omegaconf import DictConfig
 
 from duck.checkpoint import build_manifest, save_checkpoint
 from duck.cli._app import hydra_entry
-from duck.cli.setup import build_data, build_scenario_cfg, container, device_of, load_model, output_dir
+from duck.cli.setup import (
+    build_data,
+    build_model,
+    build_scenario_cfg,
+    container,
+    device_of,
+    load_model,
+    output_dir,
+    recipe,
+)
 from duck.data.base import DatasetSplits
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
@@ -31,7 +40,8 @@ def run_unlearning(cfg: DictConfig, model: Classifier, data: DatasetSplits, scen
     name, hp = method_cfg(cfg)
     device = device_of(cfg)
     udata = UnlearnData(train=data.train, scenario=scenario, num_classes=data.num_classes, dataset_name=data.name,
-                        original_acc=original_acc, augment=data.augment)
+                        original_acc=original_acc, augment=data.augment, recipe=recipe(cfg),
+                        model_factory=lambda: build_model(cfg, data))
     unlearner = create_unlearner(name, model, udata, hp, seed=cfg.seed, trainer_cfg=container(cfg.trainer),
                                  progress=cfg.progress)
     result = unlearner.unlearn()

@@ -52,7 +52,7 @@ def _load_batch(path: Path) -> dict[str, Any]:
             raw = _SafeUnpickler(f, encoding="latin1").load()
     except FileNotFoundError:
         raise
-    except Exception as e:  # noqa: BLE001 - any parse failure is a corrupt file for the user
+    except Exception as e:
         raise DuckInputError(f"cannot read CIFAR batch {path}: {e}; re-extract the archive") from None
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
 

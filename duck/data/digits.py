@@ -26,7 +26,7 @@ def digits(test_fraction: float = 0.25, split_seed: int = 0, **_: object) -> Dat
     idx = np.arange(len(labels))
     tr, te = train_test_split(idx, test_size=test_fraction, stratify=labels, random_state=split_seed)
     tr, te = np.sort(tr), np.sort(te)
-    as_t = lambda ids: torch.from_numpy(images[ids]).unsqueeze(1)  # (N, 1, 8, 8)  # noqa: E731
+    as_t = lambda ids: torch.from_numpy(images[ids]).unsqueeze(1)  # (N, 1, 8, 8)
     return DatasetSplits(
         name="digits",
         train=TensorImageDataset(as_t(tr), labels[tr], DIGITS_MEAN, DIGITS_STD),

@@ -18,7 +18,7 @@ def fashion_mnist(root: str | None = None, augment: list[str] | None = None, **_
     """60,000 train / 10,000 test 28x28 grey images; ``root`` defaults to ``/usr/share/datasets/fashion-mnist``."""
     root = root or FASHION_MNIST_DEFAULT_ROOT
     (xtr, ytr), (xte, yte) = fashion_mnist_arrays(root, "train"), fashion_mnist_arrays(root, "test")
-    to_t = lambda a: torch.from_numpy(a.copy()).unsqueeze(1)  # (N, 1, 28, 28) uint8  # noqa: E731
+    to_t = lambda a: torch.from_numpy(a.copy()).unsqueeze(1)  # (N, 1, 28, 28) uint8
     return DatasetSplits(
         name="fashion_mnist",
         train=TensorImageDataset(to_t(xtr), ytr, FMNIST_MEAN, FMNIST_STD),

@@ -13,7 +13,7 @@ oracles and shadow banks.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -28,7 +28,7 @@ from duck.data.loaders import cycle, make_loader
 from duck.data.scenarios import SCENARIOS, Scenario
 from duck.errors import DuckInputError
 from duck.models import Classifier
-from duck.training import build_trainer
+from duck.training import Recipe, build_trainer
 from duck.unlearn.config import resolve_method_cfg
 
 
@@ -42,6 +42,8 @@ class UnlearnData:
     dataset_name: str
     original_acc: Mapping[str, float]  # the original model's accuracies ("test", "test_retain")
     augment: Sequence[str] = ()
+    recipe: Recipe | None = None  # the original's training recipe (retrain oracle, epoch fractions)
+    model_factory: Callable[[], Classifier] | None = None  # a freshly initialised model of the same architecture
 
     @property
     def retain_idx(self) -> np.ndarray:
@@ -128,6 +130,7 @@ class Unlearner(L.LightningModule):
         self.progress = progress
         self.phase = "init"
         self.history: list[dict[str, Any]] = []
+        self.phase_log: dict[str, dict[str, int]] = {}  # phase -> epochs run and optimiser steps taken
         self._retain_iter: Iterator[Any] | None = None
 
     # ----------------------------------------------------------------- data
@@ -179,9 +182,11 @@ class Unlearner(L.LightningModule):
                   **trainer_overrides: Any) -> L.Trainer:
         """Run one phase (``trainer.fit``) over ``loader`` for at most ``max_epochs`` epochs."""
         self.phase = phase
+        self.model.train()  # BatchNorm in train mode while unlearning (Lightning keeps submodules' modes)
         trainer = build_trainer(self.trainer_cfg, max_epochs=int(max_epochs), enable_progress_bar=self.progress,
                                 callbacks=list(callbacks), num_sanity_val_steps=0, **trainer_overrides)
         trainer.fit(self, loader)
+        self.phase_log[phase] = {"epochs": int(trainer.current_epoch), "steps": int(trainer.global_step)}
         return trainer
 
     def run(self) -> dict[str, Any]:
@@ -201,6 +206,7 @@ class Unlearner(L.LightningModule):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
         self.model.eval()
+        info.setdefault("phases", self.phase_log)
         return UnlearnResult(model=self.model, time_s=seconds, epochs=float(info.pop("epochs", 0.0)),
                              reached_target=info.pop("reached_target", None), history=self.history, info=info)
 

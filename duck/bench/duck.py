@@ -1,0 +1,82 @@
+"""``duck-bench duck``: DUCK against the retrained oracle (seeds/003 Tables I/II protocol) on Fashion-MNIST.
+
+Runs the comparison protocol of :mod:`duck.bench.compare` with DUCK only, training every original and oracle
+in this run (a fresh cache in the run directory), so unlearning and retraining times come from the same run.
+The protocol runs once per recipe length of the original (= oracle) recipe: DUCK's cost is its two phases,
+so the retrain/DUCK time ratio grows with the recipe's length. Reports mean (std) of A_t, A_f, AUS and wall
+time for original, retrained and DUCK, the per-run time ratio, and the issue's targets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from duck.bench import compare
+from duck.bench.common import fmt_mean_std, markdown_table, mean_std
+
+
+def _targets(records: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
+    """The issue's DUCK targets, checked on one recipe length's runs."""
+    by = lambda m, s: [r for r in records if r["method"] == m and r["scenario"] == s and "error" not in r]
+    out = []
+    duck_cr, retr_cr = by("duck", "class_removal"), by("retrain", "class_removal")
+    if duck_cr:
+        worst = max(r["A_f"] for r in duck_cr)
+        out.append(("CR: DUCK forget-test accuracy <= 0.01 for every class", worst <= 0.01, f"max {worst:.4f}"))
+        d_aus = float(np.mean([r["AUS"] for r in duck_cr]))
+        out.append(("CR: DUCK mean AUS >= 0.97", d_aus >= 0.97, f"{d_aus:.4f}"))
+        if retr_cr:
+            r_aus = float(np.mean([r["AUS"] for r in retr_cr]))
+            out.append(("CR: DUCK AUS within 0.02 of the oracle's", abs(d_aus - r_aus) <= 0.02,
+                        f"{d_aus:.4f} vs {r_aus:.4f}"))
+    duck_hr = by("duck", "homogeneous_removal")
+    if duck_hr:
+        h_aus = float(np.mean([r["AUS"] for r in duck_hr]))
+        gap = float(np.mean([abs(r["A_f"] - r["A_t"]) for r in duck_hr]))
+        out.append(("HR: DUCK mean AUS >= 0.95", h_aus >= 0.95, f"{h_aus:.4f}"))
+        out.append(("HR: |A_f - A_t| <= 0.03", gap <= 0.03, f"{gap:.4f}"))
+    return out
+
+
+def _ratios(records: list[dict[str, Any]]) -> list[float]:
+    """retrain time / DUCK time, per protocol run."""
+    out = []
+    for r in records:
+        if r["method"] != "duck" or "error" in r:
+            continue
+        retr = [q for q in records if q["method"] == "retrain" and q["run"] == r["run"] and q["scenario"] == r["scenario"]]
+        if retr and r["time_s"]:
+            out.append(float(retr[0]["time_s"]) / float(r["time_s"]))
+    return out
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    from duck.cli.setup import output_dir
+
+    out = output_dir()
+    results, sections, rows = {}, [], []
+    for k, epochs in enumerate(cfg.recipe_epochs):
+        sub = OmegaConf.create({
+            "name": "compare", "data": cfg.data, "model": cfg.model, "trainer": cfg.trainer,
+            "scenarios": ["class_removal", "homogeneous_removal"], "fraction": cfg.fraction,
+            "classes": list(cfg.classes) if cfg.classes is not None else None,
+            "seeds": list(cfg.seeds), "original_seed": 0, "methods": ["duck"],
+            "quick": bool(cfg.quick) or (k > 0 and int(cfg.second_recipe_runs) == 1),
+            "torch_threads": cfg.torch_threads, "cache_dir": str(out / f"cache_recipe{epochs}"),
+            "overrides": [f"recipe.epochs={int(epochs)}"], "fail_fast": True,
+            "out_dir": str(out / f"recipe{epochs}"), "progress": cfg.progress})
+        res = compare.run(sub)
+        records = res["runs"]
+        ratios = _ratios(records)
+        results[f"recipe_{epochs}"] = {"runs": records, "summary": res["summary"], "time_ratio": mean_std(ratios),
+                                       "targets": [{"target": t, "met": ok, "measured": v} for t, ok, v in _targets(records)]}
+        sections.append(f"## Original/oracle recipe: {epochs} epochs\n\n" + res["table"].split("\n\nprotocol wall")[0])
+        rows.append([epochs, len(ratios), fmt_mean_std(ratios, 1)])
+        sections.append(markdown_table(["target", "met", "measured"],
+                                       [[t, "yes" if ok else "NO", v] for t, ok, v in _targets(records)]))
+    sections.append("## retrain time / DUCK time (per run, same run)\n\n"
+                    + markdown_table(["recipe epochs", "runs", "ratio mean (std)"], rows))
+    return {"table": "\n\n".join(sections), "results": results}

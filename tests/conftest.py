@@ -1,0 +1,101 @@
+"""Shared fixtures: an isolated cache, in-process CLI runs, small trained models."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+# every test run gets its own model / shadow-bank cache (never the user's ~/.cache)
+_SESSION_CACHE = Path(os.environ.get("PYTEST_DUCK_CACHE", "")) if os.environ.get("PYTEST_DUCK_CACHE") else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = _SESSION_CACHE or tmp_path_factory.mktemp("duck-cache")
+    os.environ["DUCK_CACHE_DIR"] = str(cache)
+    return cache
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture) -> Callable[..., tuple[int, str, str, Path]]:
+    """Run a console script's ``main`` in-process: ``run_cli("train", "data=synthetic", ...)``.
+
+    Returns ``(exit code, stdout, stderr, run directory)``; the run directory is ``tmp_path/run``.
+    """
+
+    def _run(command: str, *args: str) -> tuple[int, str, str, Path]:
+        import importlib
+
+        module = importlib.import_module(f"duck.cli.{command}")
+        run_dir = tmp_path / "run"
+        argv = [f"duck-{command}", *args]
+        if command != "bench" or len(args) > 0:
+            argv.append(f"hydra.run.dir={run_dir}")
+        old = sys.argv
+        sys.argv = argv
+        code = 0
+        try:
+            module.main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        finally:
+            sys.argv = old
+        out, err = capsys.readouterr()
+        return code, out, err, run_dir
+
+    return _run
+
+
+def written_files(run_dir: Path) -> set[str]:
+    """Files a job wrote into its run directory, ignoring Hydra's own (.hydra/, *.log)."""
+    if not run_dir.exists():
+        return set()
+    return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
+            if p.is_file() and ".hydra" not in p.parts and p.suffix != ".log"}
+
+
+@pytest.fixture(scope="session")
+def digits():
+    from duck.data.registry import build_datasets
+
+    return build_datasets("digits")
+
+
+@pytest.fixture(scope="session")
+def synthetic():
+    from duck.data.registry import build_datasets
+
+    return build_datasets("synthetic", n_train=240, n_test=120, num_classes=4)
+
+
+@pytest.fixture(scope="session")
+def synthetic_model(synthetic):
+    """A small CNN trained for 3 epochs on the synthetic data (a few seconds)."""
+    import torch
+
+    from duck.models import create_model
+    from duck.training import Recipe, train_classifier
+
+    torch.manual_seed(0)
+    model = create_model("smallcnn", synthetic.num_classes, 1, 8, width=8)
+    rec = Recipe(epochs=3, batch_size=32, optimizer=lambda p: torch.optim.Adam(p, lr=3e-3))
+    model, _ = train_classifier(model, synthetic.train, rec, seed=0)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def synthetic_ckpt(tmp_path_factory: pytest.TempPathFactory, synthetic, synthetic_model) -> Path:
+    """``synthetic_model`` saved as a duck checkpoint matching ``data=synthetic model=smallcnn model.width=8``."""
+    from duck.checkpoint import build_manifest, save_checkpoint
+
+    path = tmp_path_factory.mktemp("ckpt") / "model.ckpt"
+    save_checkpoint(path, synthetic_model.state_dict(), build_manifest(synthetic_model.spec(), "synthetic"))
+    return path
+
+
+SYNTH_ARGS = ("data=synthetic", "data.n_train=240", "data.n_test=120", "model=smallcnn", "model.width=8",
+              "progress=false", "trainer=cpu")

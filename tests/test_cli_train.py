@@ -1,0 +1,70 @@
+"""``duck-train``: outputs, determinism, and every bad input exits non-zero with one clear line and no output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import SYNTH_ARGS, written_files
+
+from duck.checkpoint import load_checkpoint
+
+
+def test_train_writes_checkpoint_and_metrics_deterministically(run_cli, tmp_path):
+    code, out, err, run_dir = run_cli("train", *SYNTH_ARGS, "recipe.epochs=2")
+    assert code == 0, err
+    assert written_files(run_dir) == {"model.ckpt", "metrics.json"}
+    m1 = json.loads((run_dir / "metrics.json").read_text())
+    assert m1["method"] == "original" and 0.0 <= m1["acc"]["test"] <= 1.0 and m1["epochs"] == 2
+    sd1, manifest = load_checkpoint(run_dir / "model.ckpt")
+    assert manifest["model"] == "smallcnn" and manifest["dataset"] == "synthetic" and manifest["num_classes"] == 4
+    first = {k: v.clone() for k, v in sd1.items()}
+    code, _, err, run_dir = run_cli("train", *SYNTH_ARGS, "recipe.epochs=2")
+    assert code == 0, err
+    m2 = json.loads((run_dir / "metrics.json").read_text())
+    m1.pop("time_s"), m2.pop("time_s")
+    assert m1 == m2  # same seed, same metrics (wall time aside)
+    sd2, _ = load_checkpoint(run_dir / "model.ckpt")
+    assert all(torch.equal(first[k], sd2[k]) for k in first)
+
+
+def test_retrain_oracle_uses_retain_set_only(run_cli):
+    code, _, err, run_dir = run_cli("train", *SYNTH_ARGS, "recipe.epochs=2", "scenario=class_removal",
+                                    "scenario.forget_classes=[2]", "retrain=true")
+    assert code == 0, err
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["method"] == "retrain" and m["n_forget"] == 60 and m["acc"]["test_forget"] == 0.0
+
+
+@pytest.mark.parametrize("args,match", [
+    (("data=mnist2",), "unknown data 'mnist2'; choose one of"),
+    (("model=resnet1800",), "unknown model 'resnet1800'"),
+    (("scenario=forget_everything",), "unknown scenario 'forget_everything'"),
+    (("model.name=resnet1800",), "unknown model 'resnet1800'"),
+    (("scenario=class_removal", "scenario.forget_classes=[9]"), "forget class 9 is not a class"),
+    (("scenario=custom", "scenario.forget_ids=/nonexistent/ids.txt", "retrain=true"), "forget-id file"),
+    (("retrain=true",), "retrain=true needs a scenario"),
+])
+def test_bad_input_exits_cleanly(run_cli, args, match):
+    code, out, err, run_dir = run_cli("train", *SYNTH_ARGS, *args)
+    assert code != 0 and match in err, err
+    assert err.strip().count("\n") == 0  # one line
+    assert written_files(run_dir) == set()
+
+
+def test_cifar_without_files_says_where_to_put_them(run_cli, tmp_path):
+    code, _, err, run_dir = run_cli("train", "data=cifar10", f"data.root={tmp_path}", "model=resnet18", "progress=false")
+    assert code == 2 and "cifar-10-python.tar.gz" in err and str(tmp_path) in err
+    assert written_files(run_dir) == set()
+
+
+def test_forget_ids_file_errors_through_cli(run_cli, tmp_path):
+    for content, match in (("3 3", "duplicated forget ids"), ("1 99999", "out of range"), ("", "empty"),
+                           ("-4", "out of range: [-4]")):
+        ids = tmp_path / "ids.txt"
+        ids.write_text(content)
+        code, _, err, run_dir = run_cli("train", *SYNTH_ARGS, "scenario=custom", f"scenario.forget_ids={ids}",
+                                        "retrain=true")
+        assert code == 2 and match in err, err
+        assert written_files(run_dir) == set()

@@ -1,0 +1,197 @@
+"""Data loaders: the bundled digits, Fashion-MNIST IDX files, CIFAR pickles, ImageFolder and TinyImageNet
+layouts (built in a temp dir in the real formats and read through the real loaders)."""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from duck.data.augment import apply_augment, random_crop
+from duck.data.idx import fashion_mnist_arrays, read_idx
+from duck.data.loaders import make_loader, stack_dataset
+from duck.data.registry import build_datasets, list_datasets
+from duck.errors import DuckInputError
+
+
+def test_registry_lists_every_dataset():
+    assert set(list_datasets()) >= {"digits", "fashion_mnist", "cifar10", "cifar100", "tinyimagenet",
+                                    "imagefolder", "synthetic"}
+    with pytest.raises(DuckInputError, match="unknown data set 'mnist2'"):
+        build_datasets("mnist2")
+
+
+def test_digits_split_is_stratified_deterministic_and_indexed(digits):
+    assert (len(digits.train), len(digits.test)) == (1347, 450)
+    assert np.bincount(digits.test.labels).tolist() == [45, 45, 45, 46, 45, 46, 45, 45, 43, 45] or \
+        np.abs(np.bincount(digits.test.labels) - 45).max() <= 2
+    again = build_datasets("digits")
+    assert np.array_equal(again.train.labels, digits.train.labels)
+    x, y, idx = digits.train[17]
+    assert x.shape == (1, 8, 8) and int(y) == digits.train.labels[17] and idx == 17
+    # the same pixels as sklearn's image, normalised
+    from sklearn.datasets import load_digits
+
+    src = digits.extra["source_index_train"][17]
+    raw = load_digits().images[src] / 16.0
+    np.testing.assert_allclose((x[0].numpy() * 0.3760 + 0.3053), raw, atol=1e-4)
+
+
+def test_loader_keeps_stable_indices_and_shuffles_reproducibly(digits):
+    ids = np.array([5, 9, 100, 7, 42])
+    x, y, i = stack_dataset(digits.train, ids)
+    assert i.tolist() == ids.tolist() and y.tolist() == digits.train.labels[ids].tolist()
+    a = [b[2].tolist() for b in make_loader(digits.train, 64, shuffle=True, seed=3)]
+    b = [b[2].tolist() for b in make_loader(digits.train, 64, shuffle=True, seed=3)]
+    c = [b[2].tolist() for b in make_loader(digits.train, 64, shuffle=True, seed=4)]
+    assert a == b and a != c and sorted(sum(a, [])) == list(range(len(digits.train)))
+
+
+def _write_idx(path: Path, arr: np.ndarray) -> None:
+    header = bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in arr.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + arr.astype(np.uint8).tobytes())
+
+
+def _fake_fashion_mnist(root: Path, n_train: int = 20, n_test: int = 10) -> None:
+    rng = np.random.default_rng(0)
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        _write_idx(root / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
+        _write_idx(root / f"{split}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+
+
+def test_fashion_mnist_reads_idx_gz_files(tmp_path):
+    _fake_fashion_mnist(tmp_path)
+    data = build_datasets("fashion_mnist", root=str(tmp_path))
+    assert (len(data.train), len(data.test), data.num_classes, data.img_size) == (20, 10, 10, 28)
+    imgs, labels = fashion_mnist_arrays(tmp_path, "train")
+    x, y, i = data.train[3]
+    np.testing.assert_allclose(x[0].numpy() * 0.3530 + 0.2860, imgs[3] / 255.0, atol=1e-4)
+    assert int(y) == 3 and labels.dtype == np.int64
+
+
+def test_idx_reader_rejects_truncated_and_foreign_files(tmp_path):
+    _fake_fashion_mnist(tmp_path)
+    p = tmp_path / "train-images-idx3-ubyte.gz"
+    raw = gzip.decompress(p.read_bytes())
+    (tmp_path / "trunc.idx").write_bytes(raw[:-100])
+    with pytest.raises(DuckInputError, match="truncated or corrupt"):
+        read_idx(tmp_path / "trunc.idx")
+    (tmp_path / "foreign.idx").write_bytes(b"PK\x03\x04garbage")
+    with pytest.raises(DuckInputError, match="not an IDX file"):
+        read_idx(tmp_path / "foreign.idx")
+    with pytest.raises(DuckInputError, match="dataset-fashion-mnist"):
+        build_datasets("fashion_mnist", root=str(tmp_path / "nowhere"))
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(), reason="dataset-fashion-mnist not installed")
+def test_real_fashion_mnist_shapes():
+    imgs, labels = fashion_mnist_arrays(split="test")
+    assert imgs.shape == (10000, 28, 28) and np.bincount(labels).tolist() == [1000] * 10
+
+
+def _fake_cifar(root: Path, kind: str = "cifar10", per_batch: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    if kind == "cifar10":
+        folder, files, key, ncls = root / "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)] + [
+            "test_batch"], b"labels", 10
+        meta = ("batches.meta", {b"label_names": [f"c{i}".encode() for i in range(10)]})
+    else:
+        folder, files, key, ncls = root / "cifar-100-python", ["train", "test"], b"fine_labels", 100
+        meta = ("meta", {b"fine_label_names": [f"f{i}".encode() for i in range(100)]})
+    folder.mkdir(parents=True)
+    first = None
+    for name in files:
+        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
+        labels = [int(v) for v in rng.integers(0, ncls, per_batch)]
+        with open(folder / name, "wb") as f:
+            pickle.dump({b"batch_label": name.encode(), key: labels, b"data": data}, f, protocol=2)
+        first = first if first is not None else (data, np.array(labels))
+    with open(folder / meta[0], "wb") as f:
+        pickle.dump(meta[1], f, protocol=2)
+    return first
+
+
+@pytest.mark.parametrize("kind", ["cifar10", "cifar100"])
+def test_cifar_loader_reads_torchvision_layout(tmp_path, kind):
+    data0, labels0 = _fake_cifar(tmp_path, kind)
+    ds = build_datasets(kind, root=str(tmp_path))
+    n_train = 30 if kind == "cifar10" else 6
+    assert len(ds.train) == n_train and len(ds.test) == 6 and ds.in_chans == 3 and ds.img_size == 32
+    assert ds.train.labels[:6].tolist() == labels0.tolist()
+    x, _, _ = ds.train[0]
+    mean, std = ds.train.mean.view(-1, 1, 1), ds.train.std.view(-1, 1, 1)
+    np.testing.assert_allclose((x * std + mean).numpy(), data0[0].reshape(3, 32, 32) / 255.0, atol=1e-4)
+    assert ds.class_names[0] in ("c0", "f0") and ds.augment == ["crop", "flip"]
+
+
+def test_cifar_missing_root_says_where_to_put_files(tmp_path):
+    with pytest.raises(DuckInputError, match="data.root is not set"):
+        build_datasets("cifar10", root=None)
+    with pytest.raises(DuckInputError, match=r"not found under .*cifar-10-batches-py.*cifar-10-python.tar.gz"):
+        build_datasets("cifar10", root=str(tmp_path))
+
+
+def test_cifar_pickle_cannot_execute_code(tmp_path):
+    _fake_cifar(tmp_path)
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            import os
+
+            return (os.system, (f"touch {marker}",))
+
+    with open(tmp_path / "cifar-10-batches-py" / "data_batch_1", "wb") as f:
+        pickle.dump({b"data": Evil(), b"labels": [0]}, f)
+    with pytest.raises(DuckInputError, match="forbidden global"):
+        build_datasets("cifar10", root=str(tmp_path))
+    assert not marker.exists()
+
+
+def _png(path: Path, value: int, size: int = 12) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((size, size, 3), value, dtype=np.uint8)).save(path)
+
+
+def test_imagefolder_layout(tmp_path):
+    for split, n in (("train", 3), ("test", 2)):
+        for c, name in enumerate(["cat", "dog"]):
+            for k in range(n):
+                _png(tmp_path / split / name / f"{k}.png", 40 * c + k)
+    ds = build_datasets("imagefolder", root=str(tmp_path), img_size=8)
+    assert ds.class_names == ["cat", "dog"] and len(ds.train) == 6 and len(ds.test) == 4
+    x, y, i = ds.train[4]
+    assert x.shape == (3, 8, 8) and int(y) == 1 and i == 4
+    with pytest.raises(DuckInputError, match="not found"):
+        build_datasets("imagefolder", root=str(tmp_path / "missing"))
+
+
+def test_tinyimagenet_layout(tmp_path):
+    base = tmp_path / "tiny-imagenet-200"
+    wnids = ["n01443537", "n01629819"]
+    for c, w in enumerate(wnids):
+        for k in range(2):
+            _png(base / "train" / w / "images" / f"{w}_{k}.JPEG", 10 * c + k, 64)
+    lines = []
+    for k, w in enumerate([wnids[1], wnids[0], wnids[1]]):
+        _png(base / "val" / "images" / f"val_{k}.JPEG", k, 64)
+        lines.append(f"val_{k}.JPEG\t{w}\t0\t0\t63\t63")
+    (base / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+    ds = build_datasets("tinyimagenet", root=str(tmp_path))
+    assert ds.num_classes == 2 and len(ds.train) == 4 and ds.test.labels.tolist() == [1, 0, 1]
+    assert ds.train[0][0].shape == (3, 64, 64)
+
+
+def test_augmentations_keep_shape_and_content():
+    torch.manual_seed(0)
+    x = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).view(2, 3, 8, 8)
+    y = apply_augment(x, ["crop", "flip"])
+    assert y.shape == x.shape
+    c = random_crop(x, pad=0)
+    assert torch.equal(c, x)  # no padding: the only crop is the identity
