@@ -68,3 +68,39 @@ def test_forget_ids_file_errors_through_cli(run_cli, tmp_path):
                                         "retrain=true")
         assert code == 2 and match in err, err
         assert written_files(run_dir) == set()
+
+
+def test_multirun_sweep_over_seeds(run_cli, tmp_path):
+    sweep = tmp_path / "sweep"
+    code, _, err, _ = run_cli("train", "-m", *SYNTH_ARGS, "recipe.epochs=1", "seed=0,1", f"hydra.sweep.dir={sweep}")
+    assert code == 0, err
+    metrics = sorted(sweep.rglob("metrics.json"))
+    assert len(metrics) == 2
+    assert {json.loads(p.read_text())["seed"] for p in metrics} == {0, 1}
+
+
+def test_experiment_configs_compose():
+    from hydra import compose, initialize_config_dir
+
+    from duck.cli._app import conf_dir
+
+    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+        for name in ("digits_cr", "digits_hr", "fmnist_cr", "fmnist_hr", "cifar10_cr"):
+            cfg = compose("run", overrides=[f"+experiment={name}"])
+            assert cfg.recipe.epochs >= 1 and cfg.method.name == "duck"
+        assert compose("run", overrides=["+experiment=cifar10_cr"]).recipe.epochs == 200
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes(tmp_path):
+    """trainer=ddp_sim: Lightning DDP with 2 CPU processes (the multi-GPU code path, simulated)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).parent / "duck-train"
+    proc = subprocess.run([str(exe), *SYNTH_ARGS, "trainer=ddp_sim", "recipe.epochs=2", f"hydra.run.dir={tmp_path}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    assert m["acc"]["test"] > 0.5

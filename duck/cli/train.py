@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from duck.checkpoint import build_manifest, save_checkpoint
@@ -59,6 +60,8 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         raise DuckInputError("retrain=true needs a scenario (e.g. scenario=class_removal) to define the retain set")
     device_of(cfg)
     model, metrics = fit_model(cfg, data, scenario, bool(cfg.retrain))
+    if rank_zero_only.rank != 0:  # DDP: only the first process writes
+        return metrics, {"model": model, "data": data, "scenario": scenario}
     out = output_dir()
     save_model(out, "model.ckpt", model, metrics, cfg, data, scenario)
     print(f"{metrics['method']} {cfg.model.name} on {data.describe()}: "

@@ -1,0 +1,212 @@
+"""``duck-bench lsh``: the fairness experiment of Har-Peled & Mahabadi (NeurIPS 2019, seeds/002 §5).
+
+Protocol per data set (digits: 1,797 x 64, 100 of them held out as queries; Fashion-MNIST: a 10,000-image
+training subset, pixels / 255, and 100 test images as queries):
+
+* radius ``r``: the ``frac_queries`` quantile over the queries of the distance to their
+  ``min_neighbours``-th nearest point, so that that fraction of queries has >= min_neighbours r-neighbours;
+* LSH parameters as the paper (following Datar et al. 2004 and the E2LSH manual): ``w = w_over_r * r``,
+  ``L = ceil(sqrt(n))`` ("L should be roughly the square root of the number of points"), and the largest
+  ``k`` whose predicted false-negative rate on separate tuning queries is below ``fn_target`` (10 %) --
+  larger k means smaller buckets, i.e. less scanning. The prediction uses the p-stable collision
+  probability ``p(c)``: a neighbour at distance c is missed with probability ``(1 - p(c)^k)^L``. The measured
+  recall on the evaluation queries is reported too;
+* for each query, ``M(q)`` = the r-neighbours found in its L buckets; each sampler draws
+  ``samples_per_neighbour * |M(q)|`` samples; the total variation distance of the empirical distribution to
+  uniform on M(q), averaged over queries, then mean (std) over ``repeats`` repetitions;
+* time per sample: one batched ``sample`` call for all queries (bucket scan included) divided by the number
+  of samples, and the drawing alone (the call's own timing of its phases, ``SampleStats``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from scipy.stats import norm
+from tqdm.auto import tqdm
+
+from duck.bench.common import markdown_table, mean_std, timed
+from duck.deletion import LSHIndex
+from duck.errors import DuckInputError
+from duck.utils import resolve_device
+
+DATASETS = ("digits", "fashion_mnist")
+# Authors' code on MNIST, k = 15, L = 100 (ALGORITHMS.md §8; paper §5, Figure 5.1)
+PAPER_TVD = {"uniform": 0.368, "weighted": 0.247, "approx_degree": 0.084, "exact_degree": 0.038}
+
+
+def load_dataset(name: str, cfg: DictConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(indexed points (n, d), evaluation queries (Q, d), tuning queries (T, d), description), float64."""
+    rng = np.random.default_rng(int(cfg.seed))
+    n_q, n_tune = int(cfg.n_queries), int(cfg.n_tuning_queries)
+    if name == "digits":
+        from sklearn.datasets import load_digits
+
+        X = load_digits().data.astype(np.float64)
+        perm = rng.permutation(len(X))
+        base = X[perm[n_q:]]
+        tune = base[rng.choice(len(base), n_tune, replace=False)]
+        return base, X[perm[:n_q]], tune, f"sklearn digits: {len(base)} indexed, {n_q} held-out queries"
+    if name == "fashion_mnist":
+        from duck.data.idx import fashion_mnist_arrays
+
+        train, _ = fashion_mnist_arrays(split="train")
+        test, _ = fashion_mnist_arrays(split="test")
+        base = train.reshape(len(train), -1)[rng.choice(len(train), int(cfg.fmnist_subset), replace=False)] / 255.0
+        picks = rng.choice(len(test), n_q + n_tune, replace=False)
+        test = test.reshape(len(test), -1)[picks] / 255.0
+        desc = f"Fashion-MNIST: {len(base)} train images indexed, {n_q} test queries, pixels / 255"
+        return base.astype(np.float64), test[:n_q].astype(np.float64), test[n_q:].astype(np.float64), desc
+    raise DuckInputError(f"unknown data set {name!r}; choose from {', '.join(DATASETS)}")
+
+
+def pairwise_distances(queries: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """(Q, n) Euclidean distances (exact differences, row blocks)."""
+    q, p = torch.as_tensor(queries), torch.as_tensor(points)
+    return torch.cat([torch.cdist(q[s : s + 16], p, compute_mode="donot_use_mm_for_euclid_dist")
+                      for s in range(0, len(q), 16)]).numpy()
+
+
+def collision_probability(c: np.ndarray, w: float) -> np.ndarray:
+    """P[h(x) = h(y)] for one p-stable unit hash at distance c = |x - y| (Datar et al. 2004, §3.2)."""
+    t = w / np.maximum(c, 1e-300)
+    return 1 - 2 * norm.cdf(-t) - 2 / (math.sqrt(2 * math.pi) * t) * (1 - np.exp(-(t**2) / 2))
+
+
+def tune_k(neighbour_dists: np.ndarray, w: float, L: int, k_max: int, fn_target: float) -> tuple[int, float]:
+    """Largest k <= k_max with predicted false-negative rate < fn_target: ``(k, predicted FN rate)``."""
+    p = collision_probability(neighbour_dists, w)
+    best = (1, float(np.mean((1 - p) ** L)))
+    for k in range(1, k_max + 1):
+        fn = float(np.mean((1 - p**k) ** L))
+        if fn < fn_target:
+            best = (k, fn)
+    return best
+
+
+def total_variation(samples: torch.Tensor, members: torch.Tensor) -> float:
+    """TV distance between the empirical distribution of ``samples`` (all in ``members``) and uniform."""
+    counts = torch.bincount(torch.searchsorted(members, samples), minlength=members.numel()).double()
+    return 0.5 * float((counts / samples.numel() - 1.0 / members.numel()).abs().sum())
+
+
+def sampler_variants(cfg: DictConfig) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, method, keyword arguments) for every sampler row of the table."""
+    variants: list[tuple[str, str, dict[str, Any]]] = [("uniform", "uniform", {}), ("weighted", "weighted", {})]
+    for delta in cfg.approx_deltas:
+        label = "approx_degree" if int(delta) == 1 else f"approx_degree (Delta={int(delta)})"
+        variants.append((label, "approx_degree", {"approx_delta": int(delta)}))
+    if cfg.lemma37_gamma is not None:
+        variants.append((f"approx_degree (Lemma 3.7, gamma={cfg.lemma37_gamma})", "approx_degree",
+                         {"gamma": float(cfg.lemma37_gamma)}))
+    variants.append(("exact_degree", "exact_degree", {}))
+    return variants
+
+
+def run_dataset(name: str, cfg: DictConfig, device: torch.device) -> dict[str, Any]:
+    base, queries, tune, description = load_dataset(name, cfg)
+    n, dim = base.shape
+    dist = pairwise_distances(queries, base)  # (Q, n)
+    kth = np.sort(dist, 1)[:, int(cfg.min_neighbours) - 1]
+    r = float(np.quantile(kth, float(cfg.frac_queries)))
+    true_counts = (dist <= r).sum(1)
+    tune_dist = pairwise_distances(tune, base)
+    neighbour_dists = tune_dist[(tune_dist <= r) & (tune_dist > 0)]  # tuning queries' true neighbours
+    w = float(cfg.w_over_r) * r
+    L = math.ceil(math.sqrt(n)) if str(cfg.L) == "auto" else int(cfg.L)
+    k, predicted_fn = tune_k(neighbour_dists, w, L, int(cfg.k_max), float(cfg.fn_target))
+
+    index = LSHIndex(dim, k, L, w, seed=int(cfg.seed), device=device)
+    _, build_s = timed(lambda: index.add(base), device)
+    q = torch.as_tensor(queries, device=device)
+    members, scan_s = timed(lambda: index.query(q, r), device)
+    sizes = torch.tensor([m.numel() for m in members])
+    valid = (sizes > 0).nonzero().flatten()
+    recall = float(sizes.sum()) / max(1, int(true_counts.sum()))
+    query_keys = index.hash(q)
+    degrees = torch.cat([(index.hash(torch.as_tensor(base[m.cpu().numpy()], device=device)) == query_keys[i]).sum(1)
+                         for i, m in enumerate(members) if m.numel()])
+    n_samples = int(cfg.samples_per_neighbour) * sizes[valid]
+    total_samples = int(n_samples.sum())
+    q_valid = q[valid.to(device)]
+
+    results: dict[str, Any] = {}
+    for label, method, kwargs in sampler_variants(cfg):
+        tvds, times, draw_times = [], [], []
+        for rep in tqdm(range(int(cfg.repeats)), desc=f"{name} {label}", leave=False):
+            samples, seconds = timed(
+                lambda: index.sample(q_valid, r, method, n_samples.to(device), seed=int(cfg.seed) + rep, **kwargs),
+                device,
+            )
+            stats = index.last_sample_stats
+            per_query = [total_variation(samples[j, : n_samples[j]], members[int(i)])
+                         for j, i in enumerate(valid.tolist())]
+            tvds.append(float(np.mean(per_query)))
+            times.append(seconds)
+            draw_times.append(stats.draw_seconds)
+        results[label] = {
+            "tvd": mean_std(tvds),
+            "seconds": mean_std(times),
+            "us_per_sample": 1e6 * float(np.mean(times)) / total_samples,
+            "draw_us_per_sample": 1e6 * float(np.mean(draw_times)) / total_samples,
+            "proposals_per_sample": stats.proposals / total_samples,
+            "probes_per_sample": stats.probes / total_samples,
+        }
+    return {
+        "description": description,
+        "n_points": n,
+        "dim": dim,
+        "n_queries": len(queries),
+        "r": r,
+        "frac_queries_with_min_neighbours": float(np.mean(true_counts >= int(cfg.min_neighbours))),
+        "k": k,
+        "L": L,
+        "w": w,
+        "predicted_fn_rate": predicted_fn,
+        "measured_recall": recall,
+        "queries_with_empty_M": int((sizes == 0).sum()),
+        "M_size": {"median": float(sizes[valid].median()), "max": int(sizes.max())},
+        "degree": {"min": int(degrees.min()), "max": int(degrees.max()), "mean": float(degrees.double().mean())},
+        "build_s": build_s,
+        "scan_s": scan_s,
+        "total_samples_per_sampler": total_samples,
+        "samplers": results,
+    }
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    device = resolve_device(cfg.device)
+    out: dict[str, Any] = {"datasets": {}}
+    rows = []
+    params = []
+    for name in cfg.datasets:
+        res = run_dataset(str(name), cfg, device)
+        out["datasets"][str(name)] = res
+        weighted_us = res["samplers"]["weighted"]["us_per_sample"]
+        weighted_draw = res["samplers"]["weighted"]["draw_us_per_sample"]
+        exact_tvd = res["samplers"]["exact_degree"]["tvd"]["mean"]
+        for label, s in res["samplers"].items():
+            rows.append([
+                name, label, f"{s['tvd']['mean']:.3f} ({s['tvd']['std']:.3f})",
+                f"{s['tvd']['mean'] / exact_tvd:.2f}", PAPER_TVD.get(label, "-"),
+                f"{s['us_per_sample']:.2f}", f"{s['us_per_sample'] / weighted_us:.2f}",
+                f"{s['draw_us_per_sample'] / weighted_draw:.2f}", f"{s['proposals_per_sample']:.1f}",
+            ])
+        params.append([
+            name, res["n_points"], res["dim"], f"{res['r']:.3f}", f"{res['frac_queries_with_min_neighbours']:.2f}",
+            res["k"], res["L"], f"{res['w']:.3f}", f"{res['predicted_fn_rate']:.3f}",
+            f"{res['measured_recall']:.3f}", res["M_size"]["median"],
+            f"{res['degree']['min']}-{res['degree']['max']} (mean {res['degree']['mean']:.1f})",
+        ])
+    table = markdown_table(
+        ["data", "sampler", "TVD to uniform, mean (std)", "TVD / exact", "paper (MNIST)", "us/sample",
+         "time / weighted", "draw time / weighted", "proposals/sample"], rows)
+    table += "\n\n" + markdown_table(
+        ["data", "n", "d", "r", "frac q >= min nbrs", "k", "L", "w", "pred. FN", "recall", "median |M(q)|",
+         "degree range"], params)
+    out["table"] = table
+    return out

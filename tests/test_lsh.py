@@ -1,0 +1,216 @@
+"""LSH index: buckets and queries against a brute-force numpy reference, exact deletion (bucket contents equal
+a fresh build), sampler distributions against their closed forms, batching, seeding and bad input."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from duck.deletion import LSHIndex
+from duck.errors import DuckInputError
+
+
+def clustered_points(seed: int, n: int = 400, dim: int = 8) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 3, size=(6, dim))
+    return centres[rng.integers(0, 6, n)] + rng.normal(0, 1, size=(n, dim))
+
+
+def reference_buckets(index: LSHIndex, X: np.ndarray) -> np.ndarray:
+    """k-tuples of every point in every table, (n, L, k), computed in numpy from the index's hash functions."""
+    A, b = index.projections.cpu().numpy(), index.offsets.cpu().numpy()
+    return np.floor((X @ A.T + b) / index.w).astype(np.int64).reshape(len(X), index.L, index.k)
+
+
+def reference_neighbourhood(index: LSHIndex, X: np.ndarray, q: np.ndarray, r: float) -> tuple[list, list]:
+    """Brute force: M(q) and each member's degree (number of tables where it shares q's k-tuple)."""
+    codes, qcodes = reference_buckets(index, X), reference_buckets(index, q)
+    members, degrees = [], []
+    for j in range(len(q)):
+        same = (codes == qcodes[j][None]).all(-1)  # (n, L)
+        near = np.linalg.norm(X - q[j], axis=1) <= r
+        ids = np.nonzero(same.any(1) & near)[0]
+        members.append(ids)
+        degrees.append(same[ids].sum(1))
+    return members, degrees
+
+
+def test_keys_encode_the_k_tuples_exactly():
+    X = clustered_points(0)
+    index = LSHIndex(8, k=3, L=6, w=2.0, seed=1, device="cpu")
+    index.add(X)
+    codes = reference_buckets(index, X)
+    keys = index.hash(torch.as_tensor(X)).numpy()
+    for table in range(index.L):
+        by_tuple, by_key = defaultdict(set), defaultdict(set)
+        for i in range(len(X)):
+            by_tuple[tuple(codes[i, table])].add(i)
+            by_key[keys[i, table]].add(i)
+        assert sorted(map(sorted, by_tuple.values())) == sorted(map(sorted, by_key.values()))
+        tkeys, tids = index.table(table)
+        assert (tkeys[1:] >= tkeys[:-1]).all() and sorted(tids.tolist()) == list(range(len(X)))
+
+
+def test_query_matches_brute_force_neighbourhood():
+    X = clustered_points(1)
+    rng = np.random.default_rng(1)
+    q = X[rng.choice(len(X), 20, replace=False)] + rng.normal(0, 0.3, size=(20, 8))
+    index = LSHIndex(8, k=4, L=10, w=3.0, seed=2, device="cpu")
+    index.add(X)
+    expected, _ = reference_neighbourhood(index, X, q, 2.5)
+    found = index.query(q, 2.5)
+    assert [f.tolist() for f in found] == [e.tolist() for e in expected]
+    assert sum(len(e) for e in expected) > 40
+
+
+def test_remove_is_exact_bucket_contents_equal_a_fresh_build():
+    X = clustered_points(2, n=300)
+    index = LSHIndex(8, k=3, L=7, w=2.5, seed=3, device="cpu")
+    index.add(X[:200])
+    index.add(X[200:])
+    rng = np.random.default_rng(0)
+    removed = rng.choice(300, 90, replace=False)
+    index.remove(removed[:40])
+    index.remove(torch.as_tensor(removed[40:]))
+    keep = np.setdiff1d(np.arange(300), removed)
+    fresh = LSHIndex(8, k=3, L=7, w=2.5, seed=3, device="cpu")
+    fresh.add(X[keep])
+    assert len(index) == len(fresh) == 210 and index.ids.tolist() == keep.tolist()
+    for table in range(7):
+        keys, ids = index.table(table)
+        fkeys, fids = fresh.table(table)
+        assert torch.equal(keys, fkeys)
+        assert torch.equal(ids, torch.as_tensor(keep)[fids])  # same buckets, same order
+    assert (index._points[removed] == 0).all()  # the deleted vectors are erased
+    q = X[:5] + 0.1
+    assert [a.tolist() for a in index.query(q, 3.0)] == [keep[b.numpy()].tolist() for b in fresh.query(q, 3.0)]
+
+
+def test_bad_ids_raise_and_leave_the_index_unchanged():
+    X = clustered_points(3, n=50)
+    index = LSHIndex(8, k=2, L=3, w=2.0, seed=0, device="cpu")
+    index.add(X)
+    index.remove([4])
+    before = [t.clone() for t in index.table(0)]
+    for bad in ([4], [50], [-1], [1, 1], [0.5], [2, 4]):
+        with pytest.raises(DuckInputError):
+            index.remove(bad)
+        assert all(torch.equal(a, b) for a, b in zip(before, index.table(0), strict=True))
+    with pytest.raises(DuckInputError, match="removed"):
+        index.query(np.array([4]), 1.0)
+    with pytest.raises(DuckInputError, match="removed"):
+        index.sample([3, 4], 1.0)
+    assert index.query(np.array([3]), 1.0)[0].tolist().count(3) == 1  # a stored point finds itself
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: LSHIndex(8, k=0, L=3, w=1.0),
+        lambda: LSHIndex(8, k=2, L=0, w=1.0),
+        lambda: LSHIndex(8, k=2, L=3, w=0.0),
+        lambda: LSHIndex(0, k=2, L=3, w=1.0),
+        lambda: LSHIndex(8, k=2, L=3, w=1.0, seed=1.5),
+    ],
+)
+def test_bad_construction_raises(call):
+    with pytest.raises(DuckInputError):
+        call()
+
+
+def test_bad_query_arguments_raise():
+    index = LSHIndex(8, k=2, L=3, w=2.0, seed=0, device="cpu")
+    index.add(clustered_points(4, n=30))
+    q = np.zeros((2, 8))
+    for call in (
+        lambda: index.query(q, 0.0),
+        lambda: index.query(q, -1.0),
+        lambda: index.query(np.zeros((2, 7)), 1.0),
+        lambda: index.query(np.zeros(8), 1.0),
+        lambda: index.add(np.zeros((2, 7))),
+        lambda: index.add(np.full((2, 8), np.nan)),
+        lambda: index.sample(q, 1.0, method="nearest"),
+        lambda: index.sample(q, 1.0, n_samples=-1),
+        lambda: index.sample(q, 1.0, n_samples=[1, 2, 3]),
+        lambda: index.sample(q, 1.0, method="approx_degree", approx_delta=2, gamma=0.1),
+        lambda: index.sample(q, 1.0, method="approx_degree", gamma=1.5),
+    ):
+        with pytest.raises(DuckInputError):
+            call()
+
+
+def acceptance_heuristic(degree: np.ndarray, L: int, delta: int) -> np.ndarray:
+    """E[min(1, i/(L Delta))] for i ~ Geometric(d/L) (the paper's §5 degree approximation, capped)."""
+    m = np.arange(L * delta)
+    return ((1 - degree[:, None] / L) ** m[None]).sum(1) / (L * delta)
+
+
+def acceptance_lemma37(degree: np.ndarray, L: int, delta: int) -> np.ndarray:
+    """E[Z] of Lemma 3.7: Z = min(1, i/(L Delta)) if the first hit i <= L Delta + 1, else 0."""
+    p = degree[:, None] / L
+    m = np.arange(L * delta)[None]
+    return ((1 - p) ** m * (1 - (1 - p) ** (L * delta + 1 - m))).sum(1) / (L * delta)
+
+
+@pytest.mark.parametrize("method", ["uniform", "weighted", "exact_degree", "approx_degree", "lemma37"])
+def test_sampler_distributions_match_closed_forms(method):
+    X = clustered_points(5, n=300, dim=4)
+    index = LSHIndex(4, k=2, L=8, w=3.0, seed=4, device="cpu")
+    index.add(X)
+    q = X[:1] + 0.05
+    r = 2.5
+    members, degrees = reference_neighbourhood(index, X, q, r)
+    ids, deg = members[0], degrees[0].astype(float)
+    assert len(ids) >= 10 and deg.min() < deg.max()  # a neighbourhood with varied degrees
+    if method == "uniform":
+        codes, qcodes = reference_buckets(index, X), reference_buckets(index, q)[0]
+        same = (codes == qcodes[None]).all(-1)  # (n, L)
+        sizes = same.sum(0)
+        weights = (same[ids] / np.maximum(sizes, 1)[None]).sum(1)  # sum over q's buckets holding p of 1/|B|
+    elif method == "weighted":
+        weights = deg
+    elif method == "exact_degree":
+        weights = np.ones_like(deg)
+    elif method == "approx_degree":
+        weights = deg * acceptance_heuristic(deg, index.L, 1)
+    else:
+        weights = deg * acceptance_lemma37(deg, index.L, 5)
+    expected = weights / weights.sum()
+    n = 50_000 if method == "lemma37" else 100_000
+    kwargs = {"gamma": 0.3} if method == "lemma37" else {}  # Delta = ceil(ln 1/0.3) + 4 = 6 - 1 = 5
+    samples = index.sample(q, r, "approx_degree" if method == "lemma37" else method, n, seed=0, **kwargs)[0]
+    freq = np.bincount(np.searchsorted(ids, samples.numpy()), minlength=len(ids)) / n
+    assert np.isin(samples.numpy(), ids).all()
+    assert np.abs(freq - expected).max() < 5 * np.sqrt(expected * (1 - expected) / n).max()
+
+
+def test_sampling_is_batched_seeded_and_pads_empty_neighbourhoods():
+    X = clustered_points(6, n=200)
+    index = LSHIndex(8, k=3, L=6, w=3.0, seed=0, device="cpu")
+    index.add(X)
+    q = np.vstack([X[:3] + 0.01, np.full((1, 8), 100.0)])  # the last query has no neighbour
+    counts = torch.tensor([5, 0, 7, 4])
+    out = index.sample(q, 2.5, "approx_degree", counts, seed=11)
+    assert out.shape == (4, 7)
+    assert (out[0, :5] >= 0).all() and (out[0, 5:] == -1).all() and (out[1] == -1).all()
+    assert (out[2] >= 0).all() and (out[3] == -1).all()
+    assert torch.equal(out, index.sample(q, 2.5, "approx_degree", counts, seed=11))
+    by_id = index.sample(np.array([0, 1]), 2.5, "uniform", 3, seed=0)
+    assert by_id.shape == (2, 3) and (by_id >= 0).all()
+    members = index.query(q, 2.5)
+    for row, m in zip(out[:3], members[:3], strict=True):
+        assert torch.isin(row[row >= 0], m).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_index_matches_cpu():
+    X = clustered_points(7)
+    cpu, gpu = (LSHIndex(8, k=3, L=6, w=2.0, seed=5, device=d) for d in ("cpu", "cuda"))
+    cpu.add(X)
+    gpu.add(X)
+    assert [a.tolist() for a in cpu.query(X[:10], 2.0)] == [a.cpu().tolist() for a in gpu.query(X[:10], 2.0)]
+    gpu.remove([1, 2, 3])
+    assert gpu.sample(X[:2], 2.0, "exact_degree", 10, seed=0).shape == (2, 10)

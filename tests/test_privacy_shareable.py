@@ -1,0 +1,138 @@
+"""Shareable DP statistics for the audit report: released content, sensitivity 1 w.r.t. one forget sample,
+PCA fitted on retain only, accuracy at large eps, empirical DP check, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from duck.errors import DuckInputError
+from duck.privacy import dp_histogram_test, gaussian_mechanism, make_generator, shareable_outlier_statistics
+from duck.privacy.outliers import all_subspaces
+from duck.privacy.shareable import forget_outlier_counts, retain_pca
+
+
+def embeddings(seed: int, n_forget: int = 40, n_retain: int = 400, dim: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """Retain: a Gaussian blob in a 16-d space with decaying variances; forget: half inside the blob, half
+    pushed far out along the first principal direction."""
+    rng = np.random.default_rng(seed)
+    scales = np.linspace(3.0, 0.5, dim)
+    retain = rng.normal(size=(n_retain, dim)) * scales
+    forget = rng.normal(size=(n_forget, dim)) * scales
+    forget[: n_forget // 2, 0] += 25.0
+    return forget, retain
+
+
+def true_counts(forget, retain, k=5, r=0.5, c=4, subspace_dim=1):
+    f, rt = (torch.as_tensor(a, dtype=torch.float64) for a in (forget, retain))
+    return forget_outlier_counts(f, rt, k=k, r=r, n_components=c, subspaces=all_subspaces(c, subspace_dim))
+
+
+def brute_force_full_count(forget, retain, k, r, c):
+    mean = retain.mean(0)
+    _, s, vt = np.linalg.svd(retain - mean, full_matrices=False)
+    std = s[:c] / np.sqrt(len(retain) - 1)
+    zr, zf = (retain - mean) @ vt[:c].T / std, (forget - mean) @ vt[:c].T / std
+    d = np.sqrt(((zf[:, None] - zr[None]) ** 2).sum(-1) / c)
+    return int(((d <= r).sum(1) < k).sum())
+
+
+def test_counts_match_brute_force_pca_and_definition():
+    forget, retain = embeddings(0)
+    full, per_axis, explained = true_counts(forget, retain)
+    assert full == brute_force_full_count(forget, retain, 5, 0.5, 4)
+    assert full >= 20 and per_axis[0] >= 20  # the pushed-out half stands out along PC1
+    assert explained[0] > explained[1] > explained[3]
+
+
+def test_released_dict_is_json_and_holds_no_true_count():
+    forget, retain = embeddings(1)
+    out = shareable_outlier_statistics(forget, retain, eps=1.0, delta=1e-5, k=5, r=0.5, n_components=4, h=2,
+                                       seed=3, device="cpu")
+    json.dumps(out)
+    full, _, _ = true_counts(forget, retain)
+    assert out["count"]["value"] != full
+    assert set(out) == {"count", "top_subspaces", "params", "n_forget", "n_retain", "pca", "privacy"}
+    assert out["count"]["sensitivity"] == 1 and out["count"]["eps"] == 0.5
+    assert len(out["top_subspaces"]["subspaces"]) == 2
+    again = shareable_outlier_statistics(forget, retain, eps=1.0, delta=1e-5, k=5, r=0.5, n_components=4, h=2,
+                                         seed=3, device="cpu")
+    assert again == out
+
+
+def test_large_eps_release_is_accurate_and_finds_pc1():
+    forget, retain = embeddings(2)
+    full, _, _ = true_counts(forget, retain)
+    out = shareable_outlier_statistics(forget, retain, eps=200.0, delta=1e-5, k=5, r=0.5, n_components=4, h=1,
+                                       seed=0, device="cpu")
+    assert abs(out["count"]["value"] - full) < 0.2
+    assert out["top_subspaces"]["subspaces"] == [[0]] and out["top_subspaces"]["names"] == ["PC1"]
+
+
+def test_one_forget_sample_changes_every_count_by_at_most_one():
+    """Sensitivity 1 (replace-one neighbouring, retain fixed): the premise of the calibration."""
+    forget, retain = embeddings(3)
+    base_full, base_sub, base_expl = true_counts(forget, retain, subspace_dim=2)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        moved = forget.copy()
+        moved[rng.integers(len(forget))] = rng.normal(size=forget.shape[1]) * rng.choice([0.1, 3.0, 40.0])
+        full, sub, expl = true_counts(moved, retain, subspace_dim=2)
+        assert abs(full - base_full) <= 1 and (sub - base_sub).abs().max() <= 1
+        assert torch.equal(expl, base_expl)  # the PCA never sees the forget samples
+
+
+def test_pca_is_fitted_on_retain_only():
+    _, retain = embeddings(4)
+    mean, comps, std, _ = retain_pca(torch.as_tensor(retain), 3)
+    z = (torch.as_tensor(retain) - mean) @ comps / std
+    assert torch.allclose(z.std(0), torch.ones(3, dtype=torch.float64), atol=1e-10)
+
+
+def test_released_count_passes_histogram_dp_check():
+    """Draws of the count mechanism exactly as the function releases it, on neighbouring forget sets."""
+    forget, retain = embeddings(5)
+    moved = forget.copy()
+    moved[0, 0] -= 25.0  # one pushed-out forget sample moved back into the blob: count changes by one
+    counts = [true_counts(f, retain)[0] for f in (forget, moved)]
+    assert abs(counts[0] - counts[1]) == 1
+    eps, delta = 0.5, 1e-3
+    draws = []
+    for seed, c in enumerate(counts):
+        gen = make_generator(seed)
+        draws.append([gaussian_mechanism(c, 1.0, eps, delta, calibration="analytic", seed=gen).value
+                      for _ in range(100_000)])
+    assert dp_histogram_test(draws[0], draws[1], eps, delta)["passed"]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"eps": 0.0},
+        {"delta": 1.0},
+        {"k": 0},
+        {"r": -1.0},
+        {"n_components": 17},
+        {"h": 5},
+        {"h": 0},
+        {"subspace_dim": 5},
+        {"count_share": 1.0},
+        {"k": 10_000},
+    ],
+)
+def test_bad_input_raises(kwargs):
+    forget, retain = embeddings(6)
+    params = {"eps": 1.0, "delta": 1e-5, "k": 5, "r": 0.5, "n_components": 4, "h": 2, "device": "cpu"} | kwargs
+    with pytest.raises(DuckInputError):
+        shareable_outlier_statistics(forget, retain, **params)
+
+
+def test_mismatched_embeddings_raise():
+    forget, retain = embeddings(7)
+    with pytest.raises(DuckInputError):
+        shareable_outlier_statistics(forget[:, :8], retain, eps=1.0, delta=1e-5, k=5, r=0.5, n_components=4, h=2)
+    with pytest.raises(DuckInputError):
+        shareable_outlier_statistics(forget[:0], retain, eps=1.0, delta=1e-5, k=5, r=0.5, n_components=4, h=2)

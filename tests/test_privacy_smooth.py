@@ -1,0 +1,240 @@
+"""Smooth upper bound of the outlier count's local sensitivity: upper-bound property against exhaustive
+enumeration and brute-force moves, beta-smoothness on random neighbouring data sets, Algorithm 2's early
+stop, and an empirical (eps, delta) check of the released count on neighbouring data sets."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from duck.privacy import (
+    LSHNeighbours,
+    ball_count_upper_bound,
+    dp_histogram_test,
+    global_sensitivity_bounds,
+    kissing_configuration,
+    local_sensitivity_bound,
+    make_generator,
+    max_ball_count_exact,
+    outlier_count,
+    smooth_gaussian_mechanism,
+    smooth_gaussian_params,
+    smooth_sensitivity_bound,
+)
+from duck.privacy.mechanisms import gaussian_mechanism
+from duck.privacy.smooth_sensitivity import degeneracy, smallest_enclosing_ball
+
+
+def count_np(X: np.ndarray, k: int, r: float) -> int:
+    d = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1) / X.shape[1])
+    return int(((d <= r).sum(1) - 1 < k).sum())
+
+
+def test_degeneracy_matches_definition_on_small_graphs():
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        n = int(rng.integers(1, 9))
+        upper = np.triu(rng.random((n, n)) < rng.random(), 1)
+        adj = upper | upper.T
+        brute = max(
+            int(adj[np.ix_(s, s)].sum(1).min())
+            for m in range(1, n + 1)
+            for s in map(list, itertools.combinations(range(n), m))
+        )
+        assert degeneracy(torch.from_numpy(adj)) == brute
+
+
+def brute_force_seb_radius(P: np.ndarray) -> float:
+    """Smallest ball over all supports of <= d+1 points (circumcentre in their affine hull) enclosing P."""
+    best = np.inf
+    for m in range(1, P.shape[1] + 2):
+        for idx in itertools.combinations(range(len(P)), m):
+            S = P[list(idx)]
+            # centre c = S[0] + B^T lam with |c - S_i| equal for all i: B B^T lam = |B_i|^2 / 2
+            B = S[1:] - S[0]
+            lam = np.linalg.pinv(B @ B.T) @ ((B**2).sum(1) / 2) if m > 1 else np.zeros(0)
+            c = S[0] + lam @ B if m > 1 else S[0]
+            radius = np.linalg.norm(P - c, axis=1).max()
+            if np.allclose(np.linalg.norm(S - c, axis=1), np.linalg.norm(S[0] - c)):
+                best = min(best, radius)
+    return float(best)
+
+
+def test_smallest_enclosing_ball_matches_support_enumeration():
+    rng = np.random.default_rng(1)
+    for dim in (1, 2, 3):
+        for _ in range(5):
+            P = rng.normal(size=(8, dim))
+            centre, radius = smallest_enclosing_ball(P)
+            assert np.linalg.norm(P - centre, axis=1).max() <= radius * (1 + 1e-9)
+            assert radius == pytest.approx(brute_force_seb_radius(P), rel=1e-9)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_clique_bound_is_at_least_exact_ball_count(dim):
+    rng = np.random.default_rng(dim)
+    for _ in range(25):
+        P = rng.uniform(0, 2, size=(int(rng.integers(1, 11)), dim))
+        r = float(rng.uniform(0.2, 0.8))
+        exact = max_ball_count_exact(P, r)
+        bound = ball_count_upper_bound(P, r)
+        assert bound >= exact
+        if dim == 1:
+            assert bound == exact  # interval graphs are chordal: degeneracy + 1 = clique number
+
+
+def brute_force_local_sensitivity(X: np.ndarray, k: int, r: float, rng: np.random.Generator) -> int:
+    """max |q(X) - q(X')| over moves of one record to many candidate positions (a lower estimate of LS)."""
+    scale = r * math.sqrt(X.shape[1])
+    cands = [X, (X[:, None] + X[None]).reshape(-1, X.shape[1]) / 2, rng.uniform(X.min() - 1, X.max() + 1, (200, X.shape[1]))]
+    for direction in np.eye(X.shape[1]):
+        cands += [X + 0.999 * scale * direction, X - 0.999 * scale * direction]
+    cands = np.vstack(cands)
+    base = count_np(X, k, r)
+    best = 0
+    for i in range(len(X)):
+        for y in cands:
+            moved = X.copy()
+            moved[i] = y
+            best = max(best, abs(count_np(moved, k, r) - base))
+    return best
+
+
+def clustered(rng: np.random.Generator, n: int, dim: int, k: int) -> np.ndarray:
+    """Small data sets with many degrees close to k (small clusters and loners)."""
+    centres = rng.uniform(0, 3 * math.sqrt(dim), size=(max(1, n // (k + 1)), dim))
+    return centres[rng.integers(0, len(centres), n)] + rng.normal(0, 0.25, size=(n, dim))
+
+
+def test_bounds_dominate_brute_force_local_sensitivity_and_exact_enumeration():
+    rng = np.random.default_rng(2)
+    for _ in range(6):
+        dim, k, r = 2, int(rng.integers(1, 4)), 0.5
+        X = clustered(rng, 10, dim, k)
+        ls_brute = brute_force_local_sensitivity(X, k, r, rng)
+        ls_bound = local_sensitivity_bound(X, k, r, device="cpu")
+        assert ls_brute <= ls_bound
+        for beta in (0.05, 0.5):
+            clique = smooth_sensitivity_bound(X, k, r, beta, device="cpu")
+            exact = smooth_sensitivity_bound(X, k, r, beta, ball_count="exact", device="cpu")
+            assert clique >= exact - 1e-12 and exact >= ls_brute
+
+
+def full_evaluation(X: np.ndarray, k: int, r: float, beta: float) -> float:
+    """max_t e^{-beta t} A_t(X) over every t up to where N e^{-beta t} is negligible (no early stopping)."""
+    Z = torch.from_numpy(X / math.sqrt(X.shape[1]))
+    N = len(X)
+    deg = (((Z[:, None] - Z[None]) ** 2).sum(-1) <= r * r).sum(1) - 1
+    best = 0.0
+    for t in range(N + int(math.log(N * 1e6) / beta) + 2):
+        f = [ball_count_upper_bound(Z[(deg - j).abs() <= t], r) for j in (k, k - 1)]
+        best = max(best, math.exp(-beta * t) * min(N, max(f) + t + 1))
+    return best
+
+
+def test_early_stopping_returns_the_full_maximum():
+    rng = np.random.default_rng(4)
+    for beta in (0.3, 1.0, 3.0):
+        X = clustered(rng, 25, 2, 3)
+        fast = smooth_sensitivity_bound(X, 3, 0.5, beta, device="cpu", return_details=True)
+        assert fast.bound == pytest.approx(full_evaluation(X, 3, 0.5, beta), rel=1e-12)
+        assert fast.n_evaluations <= fast.last_t
+
+
+def neighbour_of(X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Replace one record: by a random point, a copy of another record, or the middle of a cluster."""
+    Xp = X.copy()
+    i = int(rng.integers(len(X)))
+    kind = rng.integers(3)
+    if kind == 0:
+        Xp[i] = rng.uniform(X.min(0) - 1, X.max(0) + 1)
+    elif kind == 1:
+        Xp[i] = X[rng.integers(len(X))]
+    else:
+        Xp[i] = X[rng.choice(len(X), 3, replace=False)].mean(0)
+    return Xp
+
+
+@pytest.mark.parametrize("beta", [0.05, 0.4, 1.5])
+@pytest.mark.parametrize("lsh", [None, LSHNeighbours(k=2, L=3, w=1.0, seed=7)])
+def test_smooth_bound_is_beta_smooth_on_random_neighbours(beta, lsh):
+    rng = np.random.default_rng(int(beta * 100))
+    for _ in range(40 if lsh is None else 12):
+        dim, k = int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        X = clustered(rng, int(rng.integers(6, 30)), dim, k)
+        Xp = neighbour_of(X, rng)
+        s, sp = (smooth_sensitivity_bound(D, k, 0.5, beta, lsh=lsh, device="cpu") for D in (X, Xp))
+        assert s <= math.exp(beta) * sp * (1 + 1e-12)
+        assert sp <= math.exp(beta) * s * (1 + 1e-12)
+        if lsh is None:  # (the LSH count is a different query with its own local sensitivity)
+            assert s >= local_sensitivity_bound(X, k, 0.5, device="cpu")
+
+
+def test_ring_neighbour_stays_smooth():
+    """A record moved into the centre of a sparse ring: a centre-restricted bound (max over records p of
+    |B(p, 2r)|) jumps from 1 to the ring size + 1; the clique bound rises by one and S stays smooth."""
+    k, r, beta = 1, 1.0, 1.0
+    angles = 2 * np.pi * np.arange(5) / 5
+    ring = 1.9 * np.c_[np.cos(angles), np.sin(angles)]  # in dist_S units: ring points pairwise > 2r apart
+    X = math.sqrt(2) * np.vstack([ring, [[50.0, 50.0]]])  # dist_S divides by sqrt(2)
+    Xp = math.sqrt(2) * np.vstack([ring, [[0.0, 0.0]]])
+    s, sp = (smooth_sensitivity_bound(D, k, r, beta, device="cpu") for D in (X, Xp))
+    assert max(s / sp, sp / s) <= math.exp(beta) * (1 + 1e-12)
+
+    def centred(D: np.ndarray) -> int:
+        Z = D / math.sqrt(2)
+        return max(int((np.linalg.norm(Z - p, axis=1) <= 2 * r).sum()) for p in Z)
+
+    assert (centred(X), centred(Xp)) == (1, 6)
+    assert (ball_count_upper_bound(X / math.sqrt(2), r), ball_count_upper_bound(Xp / math.sqrt(2), r)) == (1, 2)
+
+
+def _released_counts(X: np.ndarray, k: int, r: float, eps: float, delta: float, n: int, seed: int, mech: str):
+    """n draws of dp_outlier_count's output distribution (bound computed once; same mechanism code)."""
+    count = outlier_count(X, k, r, device="cpu")
+    gen = make_generator(seed)
+    if mech == "smooth":
+        _, beta = smooth_gaussian_params(eps, delta)
+        bound = smooth_sensitivity_bound(X, k, r, beta, device="cpu")
+        return np.array([smooth_gaussian_mechanism(count, bound, eps, delta, seed=gen).value for _ in range(n)])
+    gs = global_sensitivity_bounds(len(X), X.shape[1], k)[1]
+    return np.array([gaussian_mechanism(count, gs, eps, delta, seed=gen).value for _ in range(n)])
+
+
+def _neighbouring_worst_case(k: int) -> tuple[np.ndarray, np.ndarray]:
+    X, X_moved = (D.numpy() for D in kissing_configuration(k, 1.0, 5, 2))  # counts differ by 5k + 1
+    rng = np.random.default_rng(0)
+    filler = rng.normal(10.0, 0.3, size=(30, 2))  # a dense inlier cluster far away
+    return np.vstack([X, filler]), np.vstack([X_moved, filler])
+
+
+def _dp_check(n: int, mech: str) -> None:
+    k, eps, delta = 2, 0.5, 0.01
+    X, Xp = _neighbouring_worst_case(k)
+    assert abs(outlier_count(X, k, 1.0) - outlier_count(Xp, k, 1.0)) == 5 * k + 1
+    a = _released_counts(X, k, 1.0, eps, delta, n, 0, mech)
+    b = _released_counts(Xp, k, 1.0, eps, delta, n, 1, mech)
+    assert dp_histogram_test(a, b, eps, delta)["passed"]
+
+
+def test_histogram_check_rejects_smooth_noise_without_alpha():
+    """Negative control: scaling the noise by S instead of S/alpha violates (eps, delta) here."""
+    k, eps, delta, n = 2, 0.5, 0.01, 20_000
+    X, Xp = _neighbouring_worst_case(k)
+    _, beta = smooth_gaussian_params(eps, delta)
+    draws = []
+    for seed, D in enumerate((X, Xp)):
+        gen = make_generator(seed)
+        bound, count = smooth_sensitivity_bound(D, k, 1.0, beta, device="cpu"), outlier_count(D, k, 1.0)
+        draws.append(count + bound * torch.randn(n, generator=gen, dtype=torch.float64).numpy())
+    assert not dp_histogram_test(draws[0], draws[1], eps, delta)["passed"]
+
+
+@pytest.mark.parametrize("mech", ["smooth", "global"])
+def test_released_count_passes_histogram_dp_check_100k(mech):
+    """The issue's target: 100,000 draws per neighbouring data set (the worst-case pair, counts 11 apart)."""
+    _dp_check(100_000, mech)
