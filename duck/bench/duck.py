@@ -37,7 +37,7 @@ def _targets(records: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
         h_aus = float(np.mean([r["AUS"] for r in duck_hr]))
         gap = float(np.mean([abs(r["A_f"] - r["A_t"]) for r in duck_hr]))
         out.append(("HR: DUCK mean AUS >= 0.95", h_aus >= 0.95, f"{h_aus:.4f}"))
-        out.append(("HR: |A_f - A_t| <= 0.03", gap <= 0.03, f"{gap:.4f}"))
+        out.append(("HR: mean abs(A_f - A_t) <= 0.03", gap <= 0.03, f"{gap:.4f}"))
     return out
 
 

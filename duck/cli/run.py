@@ -3,6 +3,7 @@ evaluate all three → ``metrics.json`` for each and a summary table (``summary.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -13,9 +14,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from attacks.audit import AuditSettings
 from duck.bench.common import markdown_table
 from duck.checkpoint import build_manifest, save_checkpoint
 from duck.cli._app import hydra_entry
+from duck.cli.audit import audit_and_report
 from duck.cli.setup import build_data, build_scenario_cfg, container, device_of, load_model, output_dir
 from duck.cli.train import fit_model, save_model
 from duck.cli.unlearn import method_cfg, run_unlearning
@@ -38,11 +41,14 @@ def cache_key(cfg: DictConfig, scenario: Scenario | None) -> str:
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
+    """Hard-link (else copy) ``src`` to ``dst`` through a temporary name, replacing ``dst`` atomically."""
     dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     try:
-        os.link(src, dst)
+        os.link(src, tmp)
     except OSError:
-        shutil.copy2(src, dst)
+        shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
 
 
 def train_or_reuse(cfg: DictConfig, data: DatasetSplits, scenario: Scenario, role: str, out: Path,
@@ -89,7 +95,8 @@ def summary_table(rows: list[tuple[str, dict[str, Any]]], scenario: Scenario) ->
                "train_forget": m["acc"].get("train_forget"), "time_s": m["time_s"], "epochs": m["epochs"]}
         records.append(rec)
         out.append([label, f"{a_t:.4f}", f"{a_f:.4f}", "" if m.get("aus") is None else f"{m['aus']:.4f}",
-                    f"{m['acc'].get('train_forget', float('nan')):.4f}", f"{m['time_s']:.2f}", m["epochs"]])
+                    f"{m['acc'].get('train_forget', float('nan')):.4f}",
+                    "" if m["time_s"] is None else f"{m['time_s']:.2f}", "" if m["epochs"] is None else m["epochs"]])
     a_t_name = "A_t (test, retained classes)" if cr else "A_t (test)"
     a_f_name = "A_f (test, forgotten classes)" if cr else "A_f (forget set)"
     return markdown_table(["model", a_t_name, a_f_name, "AUS", "train-forget acc", "time (s)", "epochs"], out), records
@@ -102,21 +109,23 @@ def run(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         raise DuckInputError("duck-run needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
     name, _ = method_cfg(cfg)
     if cfg.audit:
-        raise DuckInputError("audit=true needs the LiRA audit, which is not implemented yet (issue 4); use audit=false")
+        AuditSettings.from_cfg(container(cfg.attack))  # a bad attack option fails before any training
     out = output_dir()
-    print(f"[1/3] original {cfg.model.name} on {data.describe()}")
+    stages = 4 if cfg.audit else 3
+    print(f"[1/{stages}] original {cfg.model.name} on {data.describe()}")
     original, orig_metrics, reused = train_or_reuse(cfg, data, scenario, "original", out)
     print(f"      {'reused from cache' if reused else 'trained'}: test accuracy {orig_metrics['acc']['test']:.4f}")
     original_acc = orig_metrics["acc"]
-    print(f"[2/3] unlearning with {name}: {scenario.kind}, {len(scenario.forget_idx)} forget samples")
+    reference = copy.deepcopy(original) if cfg.audit else None  # unlearners modify their model in place
+    print(f"[2/{stages}] unlearning with {name}: {scenario.kind}, {len(scenario.forget_idx)} forget samples")
     metrics, result = run_unlearning(cfg, original, data, scenario, original_acc)
     manifest = build_manifest(result.model.spec(), data.name, method=name, scenario=scenario.summary(),
                               config=container(cfg), seed=cfg.seed)
     save_checkpoint(out / "unlearned" / "unlearned.ckpt", result.model.state_dict(), manifest)
     atomic_save_json(out / "unlearned" / "metrics.json", metrics)
     print(f"      done in {metrics['time_s']:.2f} s ({metrics['epochs']} epochs)")
-    print("[3/3] retrained oracle on the retain set")
-    _, retr_metrics, reused = train_or_reuse(cfg, data, scenario, "retrained", out, original_acc=original_acc)
+    print(f"[3/{stages}] retrained oracle on the retain set")
+    retrained, retr_metrics, reused = train_or_reuse(cfg, data, scenario, "retrained", out, original_acc=original_acc)
     print(f"      {'reused from cache' if reused else 'trained'} ({retr_metrics['time_s']:.1f} s)")
     table, records = summary_table([("original", orig_metrics), (f"unlearned ({name})", metrics),
                                     ("retrained", retr_metrics)], scenario)
@@ -125,8 +134,33 @@ def run(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
               + f", {len(scenario.forget_idx)} forget samples, seed {cfg.seed}\n\n")
     atomic_write_text(out / "summary.md", header + table + "\n")
     atomic_save_json(out / "summary.json", {"scenario": scenario.summary(), "rows": records})
-    print("\n" + header + table + f"\n\nresults in {out}")
-    return metrics, {"original": orig_metrics, "unlearned": metrics, "retrained": retr_metrics, "out": out}
+    print("\n" + header + table)
+    extra: dict[str, Any] = {}
+    if cfg.audit:
+        print(f"[4/{stages}] membership-inference audit of the three models ({cfg.attack.n_shadow} shadows, "
+              "trained once per setup and cached)")
+        models = {"original": reference, "unlearned": result.model, "retrained": retrained}
+        audits, paths = audit_and_report(
+            cfg, data, scenario, models, out, summary_rows=records,
+            run_times={"original training": orig_metrics["time_s"], "unlearning": metrics["time_s"],
+                       "retraining": retr_metrics["time_s"]},
+            title=header.strip("# \n"), out_dirs={n: out / n for n in models})
+        print(audit_lines(audits))
+        print(f"report: {paths['html']}")
+        extra = {"audits": audits, "report": paths}
+    print(f"results in {out}")
+    return metrics, {"original": orig_metrics, "unlearned": metrics, "retrained": retr_metrics, "out": out, **extra}
+
+
+def audit_lines(audits: dict[str, Any]) -> str:
+    """One line per audited model: LiRA AUC with its confidence interval and TPR at 1 % FPR."""
+    lines = []
+    for name, a in audits.items():
+        lira = a["lira"]
+        lo, hi = lira["auc_ci"]
+        lines.append(f"  LiRA {name:>10}: AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}], "
+                     f"TPR@1% FPR {lira['tpr_at_fpr'].get('0.01', float('nan')):.3f}")
+    return "\n".join(lines)
 
 
 main = hydra_entry("run", run)

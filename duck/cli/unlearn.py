@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from omegaconf import DictConfig
@@ -61,11 +62,14 @@ def unlearn(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         raise DuckInputError("duck-unlearn needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
     method_cfg(cfg)
     if cfg.audit:
-        raise DuckInputError("audit=true needs the LiRA audit, which is not implemented yet (issue 4); use audit=false")
+        from attacks.audit import AuditSettings
+
+        AuditSettings.from_cfg(container(cfg.attack))  # a bad attack option fails before any work
     model, _ = load_model(cfg.ckpt, cfg, data)
     device = device_of(cfg)
     model.to(device)
     original_acc = split_accuracies(model, data, scenario, device=device, batch_size=cfg.eval_batch_size)
+    reference = copy.deepcopy(model) if cfg.audit else None  # the unlearner modifies its model in place
     metrics, result = run_unlearning(cfg, model, data, scenario, original_acc)
     out = output_dir()
     manifest = build_manifest(result.model.spec(), data.name, method=metrics["method"], scenario=scenario.summary(),
@@ -74,7 +78,22 @@ def unlearn(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     atomic_save_json(out / "metrics.json", metrics)
     print(format_metrics_line(metrics))
     print(f"wrote {out / 'unlearned.ckpt'} and {out / 'metrics.json'}")
-    return metrics, {"model": result.model, "data": data, "scenario": scenario, "result": result}
+    extra: dict[str, Any] = {}
+    if cfg.audit:
+        from duck.cli.audit import audit_and_report
+        from duck.cli.run import audit_lines, summary_table
+
+        orig_rec = metrics_record(method="original", data_name=data.name, model_name=cfg.model.name, seed=cfg.seed,
+                                  acc=original_acc, original_acc=original_acc, scenario=scenario)
+        _, rows = summary_table([("original", orig_rec), (f"unlearned ({metrics['method']})", metrics)], scenario)
+        audits, paths = audit_and_report(
+            cfg, data, scenario, {"original": reference, "unlearned": result.model}, out, summary_rows=rows,
+            run_times={"unlearning": metrics["time_s"]}, title=f"duck-unlearn: {metrics['method']} on {data.name}",
+            out_dirs={"original": out / "original", "unlearned": out})
+        print(audit_lines(audits))
+        print(f"wrote {out / 'audit.json'}\nreport: {paths['html']}")
+        extra = {"audits": audits, "report": paths}
+    return metrics, {"model": result.model, "data": data, "scenario": scenario, "result": result, **extra}
 
 
 def format_metrics_line(m: dict[str, Any]) -> str:

@@ -1,0 +1,217 @@
+"""The unlearning audit: LiRA (+ SVM MIA) of every model of a run with one shadow bank
+(ALGORITHMS.md §4 "Unlearning audit"; seeds/003 §IV-D, Supp. V-E/V-F).
+
+Members are the forget samples (the original trained on them); non-members are the test samples
+(homogeneous / custom / targeted removal) or the test samples of the forgotten classes (class removal).
+The unlearned model is the target; the original (should be attackable) and the retrained oracle (should
+be at chance) are audited with the same bank for reference.
+
+Entry point for the CLIs: :func:`audit_models`. It returns ``{name: audit dict}`` in the ``audit.json``
+format of DESIGN.md §3 (plus confidence intervals, the ROC, bank and timing fields) and, given
+``out_dirs``, writes ``audit.json`` and ``lira_stats.npz`` (everything needed to recompute the attack)
+for each model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from attacks.lira import OFFLINE_TESTS, VARIANTS, lira_phi, lira_scores, resolve_views, view_logits
+from attacks.roc import roc_summary
+from attacks.shadow import ShadowBank
+from attacks.svm_mia import svm_mia
+from duck.data.base import DatasetSplits
+from duck.data.scenarios import Scenario
+from duck.errors import DuckInputError
+from duck.io import atomic_save_json, atomic_save_npz
+from duck.models import Classifier
+from duck.training import Recipe
+
+REFERENCE_NAMES = ("original", "retrained")
+SVM_OPTIONS = {"enabled", "member_ratio_cr", "member_ratio_hr", "runs", "C", "gamma", "cv", "test_size",
+               "max_per_side", "scoring"}
+SCORE_SETTINGS = ("variant", "offline_test", "fixed_variance", "truncate")  # lira_scores() keyword arguments
+
+
+@dataclass
+class AuditSettings:
+    """``conf/attack/lira.yaml`` as a typed object (validated on construction)."""
+
+    n_shadow: int = 16
+    seed: int = 0
+    variant: str = "offline"
+    offline_test: str = "one_sided"
+    fixed_variance: bool = False
+    truncate: bool = True
+    views: Any = "auto"
+    shadow_pool: str = "train"
+    mode: str = "auto"
+    chunk_size: int = 16
+    threads: Any = "auto"  # torch intra-op threads while training / running the bank (attacks.shadow)
+    fpr_levels: tuple[float, ...] = (0.001, 0.01, 0.05)
+    ci: dict[str, Any] = field(default_factory=lambda: {"method": "bootstrap", "level": 0.95, "n_boot": 2000})
+    svm_mia: dict[str, Any] = field(default_factory=lambda: {"enabled": True})
+    save_stats: bool = True
+    eval_batch_size: int = 1024
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any] | None) -> AuditSettings:
+        raw = dict(cfg or {})
+        raw.pop("name", None)
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise DuckInputError(f"unknown attack option(s) {unknown}; known: {sorted(known)}")
+        s = cls(**raw)
+        if int(s.n_shadow) < 4 or int(s.n_shadow) % 2:
+            raise DuckInputError(f"attack.n_shadow={s.n_shadow} must be an even number >= 4 (each forget "
+                                 f"sample is "
+                                 "OUT for half of the shadows and a Gaussian needs >= 2 of them); 16 or 64 "
+                                 "are usual")
+        if s.variant not in VARIANTS:
+            raise DuckInputError(f"attack.variant={s.variant!r}; choose one of {list(VARIANTS)}")
+        if s.offline_test not in OFFLINE_TESTS:
+            raise DuckInputError(f"attack.offline_test={s.offline_test!r}; choose one of "
+                                 f"{list(OFFLINE_TESTS)}")
+        bad = [f for f in s.fpr_levels if not 0.0 < float(f) < 1.0]
+        if bad:
+            raise DuckInputError(f"attack.fpr_levels {bad} must lie in (0, 1), e.g. [0.001, 0.01, 0.05]")
+        s.fpr_levels = tuple(float(f) for f in s.fpr_levels)
+        if s.variant == "online" and s.shadow_pool != "train+test":
+            raise DuckInputError(
+                "online LiRA needs IN shadows for the non-members (test samples); set "
+                "attack.shadow_pool=train+test "
+                "(shadows train on random halves of train and test; attack=lira_online does both) or use "
+                "attack.variant=offline")
+        if not isinstance(s.fixed_variance, bool):
+            raise DuckInputError(f"attack.fixed_variance={s.fixed_variance!r}; use true or false")
+        s.ci = {"method": "bootstrap", "level": 0.95, "n_boot": 2000, **dict(s.ci or {})}
+        s.svm_mia = {"enabled": True, **dict(s.svm_mia or {})}
+        bad_svm = sorted(set(s.svm_mia) - SVM_OPTIONS)
+        if bad_svm:
+            raise DuckInputError(f"unknown attack.svm_mia option(s) {bad_svm}; known: {sorted(SVM_OPTIONS)}")
+        if not isinstance(s.views, str):
+            s.views = list(s.views)
+        return s
+
+
+def query_indices(scenario: Scenario) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """``(member train ids, non-member test ids or None = all test, non-member set name)``."""
+    if scenario.is_class_removal:
+        if scenario.test_forget_idx is None or len(scenario.test_forget_idx) == 0:
+            raise DuckInputError("class-removal audit needs test samples of the forgotten classes; the test "
+                                 "split "
+                                 "has none")
+        return scenario.forget_idx, scenario.test_forget_idx, "test_forget"
+    return scenario.forget_idx, None, "test"
+
+
+def _svm_features(logits: torch.Tensor) -> np.ndarray:
+    return torch.softmax(logits.double(), dim=-1).numpy()
+
+
+def audit_models(cfg_attack: Mapping[str, Any] | None, data: DatasetSplits, scenario: Scenario,
+                 models: Mapping[str, Classifier], *, recipe: Recipe, model_factory: Callable[[], Classifier],
+                 augment: list[str] | tuple[str, ...] = (), cache_dir: str | Path,
+                 device: torch.device | str = "cpu",
+                 seed: int = 0, trainer_cfg: Mapping[str, Any] | None = None,
+                 out_dirs: Mapping[str, str | Path] | None = None,
+                 progress: bool = False) -> dict[str, dict[str, Any]]:
+    """Audit ``models`` (name -> model; ``"unlearned"`` is the target, ``"original"``/``"retrained"`` the
+    references; any may be missing, other names are audited like targets) with one shadow bank.
+
+    The bank (E = ``attack.n_shadow`` shadows of ``model_factory()`` trained with ``recipe`` and
+    ``augment``) is loaded from ``<cache_dir>/shadow_banks/<key>/`` or trained there first. ``seed``
+    drives the bootstrap and the SVM splits. ``out_dirs`` (name -> directory) says where to write each
+    model's ``audit.json`` and ``lira_stats.npz``. Returns ``{name: audit dict}``."""
+    if not models:
+        raise DuckInputError("nothing to audit: pass at least one model")
+    cfg = AuditSettings.from_cfg(cfg_attack)
+    device = torch.device(device)
+    t_start = time.perf_counter()
+    views = resolve_views(cfg.views, data.img_size, augment)
+    member_idx, test_idx, nonmember_name = query_indices(scenario)
+    test_ids = np.arange(len(data.test)) if test_idx is None else np.asarray(test_idx)
+
+    bank = ShadowBank(cache_dir, data, model_factory, recipe, n_shadow=cfg.n_shadow, seed=cfg.seed,
+                      pool=cfg.shadow_pool, augment=augment, device=device, mode=cfg.mode,
+                      chunk_size=cfg.chunk_size, trainer_cfg=trainer_cfg, threads=cfg.threads,
+                      progress=progress)
+    train_info = bank.train()
+    t_trained = time.perf_counter()
+    phi_train, phi_test, phi_reused = bank.shadow_phi(views, batch_size=cfg.eval_batch_size)
+    t_phi = time.perf_counter()
+    shadow_phi = np.concatenate([phi_train[:, member_idx], phi_test[:, test_ids]], axis=1)  # (E, Q, V)
+    shadow_in = bank.shadow_in(member_idx, test_ids)  # (E, Q)
+    is_member = np.r_[np.ones(len(member_idx), dtype=bool), np.zeros(len(test_ids), dtype=bool)]  # (Q,)
+    bank_info = {"key": bank.key, "dir": str(bank.dir), "n_shadow": bank.n_shadow, "pool": bank.pool,
+                 "seed": bank.seed, "trained_now": len(train_info["trained"]), "mode": train_info["mode"],
+                 "mode_info": train_info["mode_info"], "train_s": round(train_info["seconds"], 3),
+                 "phi_reused": phi_reused, "phi_s": round(t_phi - t_trained, 3)}
+
+    audits: dict[str, dict[str, Any]] = {}
+    svm_kwargs = dict(cfg.svm_mia)
+    svm_enabled = bool(svm_kwargs.pop("enabled", True))
+    ratio_cr, ratio_hr = svm_kwargs.pop("member_ratio_cr", 3), svm_kwargs.pop("member_ratio_hr", 1)
+    svm_ratio = float(ratio_cr if scenario.is_class_removal else ratio_hr)
+    for name, model in models.items():
+        t0 = time.perf_counter()
+        model.to(device)
+        bs = cfg.eval_batch_size
+        # (V, F, C) and (V, T, C) logits of the members (forget) and non-members (test)
+        logits_m, y_m = view_logits(model, data.train, member_idx, views, device=device, batch_size=bs)
+        logits_n, y_n = view_logits(model, data.test, test_ids, views, device=device, batch_size=bs)
+        target_phi = torch.cat([lira_phi(logits_m, y_m), lira_phi(logits_n, y_n)], dim=1).T.numpy()  # (Q, V)
+        scores, fit_info = lira_scores(target_phi, shadow_phi, shadow_in, variant=cfg.variant,
+                                       offline_test=cfg.offline_test, fixed_variance=cfg.fixed_variance,
+                                       truncate=cfg.truncate)
+        summary = roc_summary(scores, is_member, fpr_levels=cfg.fpr_levels, ci_method=cfg.ci["method"],
+                              ci_level=float(cfg.ci["level"]), n_boot=int(cfg.ci["n_boot"]), seed=seed)
+        lo, hi = summary["auc_ci"]
+        lira = {"variant": cfg.variant, "offline_test": cfg.offline_test,
+                "fixed_variance": cfg.fixed_variance, "truncate": cfg.truncate, "n_shadow": cfg.n_shadow,
+                "views": views, **fit_info, **summary,
+                "separated_from_chance": bool(lo > 0.5),
+                # forget samples look *less* like members than non-members do (over-forgetting): also a
+                # membership signal: an auditor can tell the forget samples from unseen data
+                "below_chance": bool(hi < 0.5),
+                "within_2se_of_chance": bool(abs(summary["auc"] - 0.5) <= 2 * summary["auc_se"])}
+        audit: dict[str, Any] = {"target": name, "members": "forget", "nonmembers": nonmember_name,
+                                 "scenario": scenario.kind, "n_members": int(len(member_idx)),
+                                 "n_nonmembers": int(len(test_ids)), "lira": lira}
+        if svm_enabled:
+            ident = views.index("identity") if "identity" in views else None
+            if ident is None:
+                logits_m, _ = view_logits(model, data.train, member_idx, ["identity"], device=device)
+                logits_n, _ = view_logits(model, data.test, test_ids, ["identity"], device=device)
+                ident = 0
+            audit["svm_mia"] = svm_mia(_svm_features(logits_m[ident]), _svm_features(logits_n[ident]),
+                                       member_ratio=svm_ratio, seed=seed, **svm_kwargs)
+        audit["bank"] = bank_info
+        audit["time_s"] = round(time.perf_counter() - t0, 3)
+        audits[name] = audit
+        if out_dirs and name in out_dirs:
+            out = Path(out_dirs[name])
+            if cfg.save_stats:
+                atomic_save_npz(out / "lira_stats.npz", keep=bank.keep, shadow_in=shadow_in,
+                                shadow_phi=shadow_phi,
+                                target_phi=target_phi, scores=scores, member=is_member,
+                                labels=np.r_[y_m.numpy(), y_n.numpy()], train_idx=np.asarray(member_idx),
+                                test_idx=test_ids, views=np.array(views),
+                                settings=np.array(json.dumps({k: lira[k] for k in SCORE_SETTINGS})))
+                audit["lira_stats"] = "lira_stats.npz"
+    for name, audit in audits.items():  # every audit carries the others' headline numbers
+        audit["reference"] = {other: {k: a["lira"][k] for k in ("auc", "auc_se", "auc_ci", "tpr_at_fpr")}
+                              for other, a in audits.items() if other != name}
+        audit["total_audit_s"] = round(time.perf_counter() - t_start, 3)
+        if out_dirs and name in out_dirs:
+            atomic_save_json(Path(out_dirs[name]) / "audit.json", audit)
+    return audits

@@ -1,0 +1,367 @@
+"""The shadow bank of the LiRA audit (ALGORITHMS.md §4 "Shadow bank"; Carlini et al. 2022 §IV).
+
+E shadow models with the target's architecture and training recipe. Keep matrix: a uniform ``E×N``
+matrix, and per column the ``E/2`` smallest entries are IN, so every example of the pool is in the
+training data of exactly half of the shadows. Shadow ``k`` trains on its IN examples with seed
+``shadow_seed(seed, k)`` (initialisation, shuffling, augmentation).
+
+The bank depends only on (data, model, recipe, E, seed, pool): it is stored under
+``<cache_dir>/shadow_banks/<key>/`` (``meta.json``, ``keep.npy``, ``shadows/shadow_KKKK.ckpt``, and the
+shadows' φ on every train/test sample per set of query views, ``phi_<views>.npz``), all written
+atomically. Training proceeds in chunks of ``chunk_size`` models (batched, or one after another) and
+saves each shadow as soon as its chunk is done, so a bank larger than memory trains chunk by chunk and an
+interrupted bank resumes from the shadows already saved. The next audit on the same setup only runs
+inference (or nothing, once the φ file exists).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from attacks.batched import calibrate, check_batchable, train_batched
+from attacks.lira import lira_phi, view_logits
+from duck.checkpoint import build_manifest, load_checkpoint, load_into, save_checkpoint
+from duck.data.base import DatasetSplits, IndexedDataset
+from duck.errors import DuckInputError
+from duck.io import atomic_save_json, atomic_save_npz
+from duck.models import Classifier
+from duck.training import Recipe, train_classifier
+
+BANK_FORMAT = 1
+POOLS = ("train", "train+test")
+MODES = ("auto", "batched", "sequential")
+
+
+# ``threads: auto`` uses one intra-op thread on machines with at most this many cores: small shadow models
+# gain nothing from intra-op parallelism there, and on this 2-core machine shared with other jobs torch's
+# default of 2 threads made the digits bank ~6x slower (708 s against 119 s for 16 shadows, docs/audit.md).
+AUTO_SINGLE_THREAD_MAX_CORES = 4
+
+
+def resolve_threads(threads: int | str | None) -> int | None:
+    """``None``: leave torch's setting; ``"auto"``: 1 on small machines, else leave it; an int: that many."""
+    if threads is None:
+        return None
+    if threads == "auto":
+        return 1 if (os.cpu_count() or 1) <= AUTO_SINGLE_THREAD_MAX_CORES else None
+    if not str(threads).isdigit() or int(threads) < 1:
+        raise DuckInputError(f"attack.threads={threads!r}; use auto, null or a positive integer")
+    return int(threads)
+
+
+@contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """``torch.set_num_threads(n)`` for the duration (nothing if ``n`` is None)."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def keep_matrix(n_shadow: int, n: int, seed: int) -> np.ndarray:
+    """``(E, N)`` bool: per column the ``E/2`` smallest entries of a uniform matrix are IN (ALGORITHMS.md §4),
+    so every example is IN for exactly ``E/2`` shadows."""
+    if n_shadow < 2 or n_shadow % 2:
+        raise DuckInputError(f"attack.n_shadow={n_shadow} must be an even number >= 2 (every example is IN "
+                             "for exactly half of the shadows); 16 or 64 are usual")
+    u = np.random.default_rng([int(seed), 0x5AD0]).uniform(size=(n_shadow, n))  # (E, N)
+    rank = u.argsort(axis=0, kind="stable").argsort(axis=0, kind="stable")  # rank of each entry in its column
+    return rank < n_shadow // 2
+
+
+def shadow_seed(seed: int, k: int) -> int:
+    """Seed of shadow ``k`` (initialisation, data order, augmentation): independent streams per shadow."""
+    return int(np.random.SeedSequence([int(seed), int(k)]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+class PoolDataset(IndexedDataset):
+    """Train and test splits as one pool (``attack.shadow_pool=train+test``): index ``i < N_train`` is
+    training sample ``i``, index ``N_train + j`` is test sample ``j``."""
+
+    def __init__(self, train: IndexedDataset, test: IndexedDataset) -> None:
+        self.train, self.test, self.n_train = train, test, len(train)
+        self.labels = np.concatenate([np.asarray(train.labels), np.asarray(test.labels)])
+
+    def _fetch(self, ds: IndexedDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        if hasattr(ds, "__getitems__"):
+            x, y, _ = ds.__getitems__(ids)
+            return x, y
+        items = [ds[i] for i in ids]
+        return torch.stack([it[0] for it in items]), torch.stack([torch.as_tensor(it[1]) for it in items])
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        x, y, _ = self.train[i] if i < self.n_train else self.test[i - self.n_train]
+        return x, y, int(i)
+
+    def __getitems__(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids = np.asarray(idx, dtype=np.int64)
+        in_train = ids < self.n_train
+        x = y = None
+        for mask, ds, offset in ((in_train, self.train, 0), (~in_train, self.test, self.n_train)):
+            if mask.any():
+                xs, ys = self._fetch(ds, (ids[mask] - offset).tolist())
+                if x is None:
+                    x = xs.new_empty((len(ids), *xs.shape[1:]))
+                    y = ys.new_empty((len(ids),))
+                pos = torch.from_numpy(np.flatnonzero(mask))
+                x[pos], y[pos] = xs, ys
+        return x, y, torch.from_numpy(ids)
+
+
+def _data_fingerprint(data: DatasetSplits) -> str:
+    """sha256 of the images and labels of both splits (falls back to labels + sizes for data sets that
+    do not hold their images in memory)."""
+    h = hashlib.sha256()
+    for ds in (data.train, data.test):
+        h.update(np.ascontiguousarray(np.asarray(ds.labels, dtype=np.int64)).tobytes())
+        images = getattr(ds, "images", None)
+        if isinstance(images, torch.Tensor):
+            h.update(images.contiguous().cpu().numpy().tobytes())
+        else:
+            h.update(str(len(ds)).encode())
+    return h.hexdigest()
+
+
+def _callable_spec(spec: Any) -> Any:
+    """A JSON-able description of an optimiser/scheduler spec (Hydra mapping or ``functools.partial``)."""
+    if spec is None:
+        return None
+    if isinstance(spec, functools.partial):
+        f = spec.func
+        return {"_target_": f"{f.__module__}.{getattr(f, '__qualname__', f)}", **spec.keywords}
+    if isinstance(spec, Mapping):
+        return {str(k): v for k, v in spec.items() if k != "_partial_"}
+    return repr(spec)
+
+
+def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shadow: int, seed: int, pool: str,
+              augment: Sequence[str], precision: Any = None) -> dict[str, Any]:
+    """What a bank depends on: data (content fingerprint), model (spec + parameter shapes), recipe, E, seed,
+    the training pool and the precision. The storage key is a hash of this."""
+    from duck import __version__
+
+    shapes = [[n, list(t.shape)] for n, t in model.state_dict().items()]
+    return json.loads(json.dumps({
+        "format": BANK_FORMAT, "duck_version": __version__,
+        "data": {"name": data.name, "n_train": len(data.train), "n_test": len(data.test),
+                 "fingerprint": _data_fingerprint(data)},
+        "augment": list(augment),
+        "model": {**model.spec(), "class": type(model.net).__name__,
+                  "shapes_sha256": hashlib.sha256(json.dumps(shapes).encode()).hexdigest()},
+        "recipe": {"epochs": recipe.epochs, "batch_size": recipe.batch_size,
+                   "optimizer": _callable_spec(recipe.optimizer),
+                   "scheduler": _callable_spec(recipe.scheduler),
+                   "label_smoothing": recipe.label_smoothing},
+        "n_shadow": int(n_shadow), "seed": int(seed), "pool": pool, "precision": str(precision),
+    }, sort_keys=True, default=str))
+
+
+class ShadowBank:
+    """E shadow models of one setup, trained once and cached (see the module docstring).
+
+    ``model_factory()`` returns a freshly initialised model of the target's architecture (it is called
+    after ``torch.manual_seed(shadow_seed(seed, k))``); ``recipe`` is the target's training recipe;
+    ``trainer_cfg`` is passed to :func:`duck.training.train_classifier` in sequential mode.
+    """
+
+    def __init__(self, cache_dir: str | Path, data: DatasetSplits, model_factory: Callable[[], Classifier],
+                 recipe: Recipe, *, n_shadow: int = 16, seed: int = 0, pool: str = "train",
+                 augment: Sequence[str] = (), device: torch.device | str = "cpu", mode: str = "auto",
+                 chunk_size: int = 16, trainer_cfg: Mapping[str, Any] | None = None,
+                 threads: int | str | None = "auto", progress: bool = False) -> None:
+        if pool not in POOLS:
+            raise DuckInputError(f"attack.shadow_pool={pool!r}; choose one of {list(POOLS)}")
+        if mode not in MODES:
+            raise DuckInputError(f"attack.mode={mode!r}; choose one of {list(MODES)}")
+        if int(chunk_size) < 1:
+            raise DuckInputError(f"attack.chunk_size={chunk_size} must be >= 1 (models trained at once)")
+        self.data, self.model_factory, self.recipe = data, model_factory, recipe
+        self.n_shadow, self.seed, self.pool = int(n_shadow), int(seed), pool
+        self.augment, self.device, self.mode = list(augment), torch.device(device), mode
+        self.chunk_size, self.trainer_cfg, self.progress = int(chunk_size), dict(trainer_cfg or {}), progress
+        self.precision = self.trainer_cfg.get("precision")
+        self.dataset = data.train if pool == "train" else PoolDataset(data.train, data.test)
+        self.n_pool = len(self.dataset)
+        self.threads = resolve_threads(threads)
+        self.spec = bank_spec(data, model_factory(), recipe, n_shadow=self.n_shadow, seed=self.seed,
+                              pool=pool, augment=self.augment, precision=self.precision)
+        self.key = hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest()[:20]
+        self.dir = Path(cache_dir).expanduser() / "shadow_banks" / self.key
+        self._keep: np.ndarray | None = None
+
+    # -- layout ---------------------------------------------------------------------------------------
+    def shadow_path(self, k: int) -> Path:
+        return self.dir / "shadows" / f"shadow_{k:04d}.ckpt"
+
+    def phi_path(self, views: Sequence[str]) -> Path:
+        tag = hashlib.sha256("|".join(views).encode()).hexdigest()[:10]
+        return self.dir / f"phi_{tag}.npz"
+
+    def _meta(self) -> dict[str, Any]:
+        path = self.dir / "meta.json"
+        if path.is_file():
+            meta = json.loads(path.read_text())
+            if meta.get("spec") != self.spec:
+                raise DuckInputError(f"shadow bank {self.dir} was written for another setup (key collision "
+                                     f"or "
+                                     "edited files); delete the directory to rebuild it")
+            return meta
+        meta = {"spec": self.spec, "key": self.key, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "train_seconds": 0.0, "trained": []}
+        atomic_save_json(path, meta)
+        return meta
+
+    @property
+    def keep(self) -> np.ndarray:
+        """``(E, N_pool)`` bool keep matrix, created once and stored in ``keep.npy``."""
+        if self._keep is None:
+            path = self.dir / "keep.npy"
+            self._meta()
+            if path.is_file():
+                keep = np.load(path, allow_pickle=False)
+            else:
+                keep = keep_matrix(self.n_shadow, self.n_pool, self.seed)
+                from duck.io import atomic_write
+
+                atomic_write(path, lambda f: np.save(f, keep))
+            if keep.shape != (self.n_shadow, self.n_pool) or keep.dtype != bool:
+                raise DuckInputError(f"{path} holds a {keep.shape} {keep.dtype} matrix, expected "
+                                     f"({self.n_shadow}, {self.n_pool}) bool; delete {self.dir} to rebuild")
+            self._keep = keep
+        return self._keep
+
+    def missing(self) -> list[int]:
+        """Shadows not saved yet (all of them for a new bank; the rest after an interruption)."""
+        return [k for k in range(self.n_shadow) if not self.shadow_path(k).is_file()]
+
+    # -- training -------------------------------------------------------------------------------------
+    def _fresh(self, k: int) -> Classifier:
+        torch.manual_seed(shadow_seed(self.seed, k))
+        return self.model_factory()
+
+    def resolve_mode(self) -> tuple[str, dict[str, Any]]:
+        """``batched`` or ``sequential`` for this device; ``auto`` calibrates (batched only if it is faster
+        and the recipe allows it; ALGORITHMS.md §4, issue: "never slower")."""
+        if self.mode == "sequential":
+            return "sequential", {"reason": "attack.mode=sequential"}
+        if self.mode == "batched":
+            check_batchable(self.recipe, self.precision)
+            return "batched", {"reason": "attack.mode=batched"}
+        try:
+            check_batchable(self.recipe, self.precision)
+        except DuckInputError as e:
+            return "sequential", {"reason": f"auto: batching unsupported ({e})"}
+        n = min(self.chunk_size, self.n_shadow)
+        if n < 2:
+            return "sequential", {"reason": "auto: chunk of one model"}
+        cal = calibrate(self.model_factory, self.dataset, self.recipe, n, device=self.device)
+        mode = "batched" if cal["speedup"] > 1.0 else "sequential"
+        reason = f"auto: calibrated speed-up {cal['speedup']:.2f}x on {self.device.type}"
+        return mode, {"reason": reason, **cal}
+
+    def _save(self, k: int, model: Classifier) -> None:
+        manifest = build_manifest(model.spec(), self.data.name, method="shadow",
+                                  seed=shadow_seed(self.seed, k),
+                                  shadow_id=k, bank_key=self.key, n_in=int(self.keep[k].sum()))
+        save_checkpoint(self.shadow_path(k), model.state_dict(), manifest)
+
+    def _train_chunk(self, chunk: Sequence[int], mode: str) -> None:
+        index_sets = [np.flatnonzero(self.keep[k]) for k in chunk]
+        seeds = [shadow_seed(self.seed, k) for k in chunk]
+        if mode == "batched":
+            fresh = [self._fresh(k) for k in chunk]
+            models = train_batched(fresh, self.dataset, self.recipe, index_sets, seeds,
+                                   augment=self.augment, device=self.device, progress=self.progress)
+            for k, m in zip(chunk, models, strict=True):
+                self._save(k, m)
+            return
+        for k, idx, s in zip(chunk, index_sets, seeds, strict=True):
+            model, _ = train_classifier(self._fresh(k), self.dataset, self.recipe, indices=idx,
+                                        augment=self.augment, seed=s, trainer_cfg=self.trainer_cfg)
+            self._save(k, model)
+
+    def train(self) -> dict[str, Any]:
+        """Train the missing shadows chunk by chunk, saving each chunk as it completes. Returns what was done
+        (``{"trained": [...], "seconds": ..., "mode": ..., "mode_info": ...}``)."""
+        _ = self.keep  # creates meta.json and keep.npy first
+        todo = self.missing()
+        if not todo:
+            return {"trained": [], "seconds": 0.0, "mode": None, "mode_info": {}}
+        from tqdm.auto import tqdm
+
+        t0 = time.perf_counter()
+        with intra_op_threads(self.threads):
+            mode, info = self.resolve_mode()
+            chunk = self.chunk_size if mode == "batched" else 1
+            bar = tqdm(total=len(todo), desc=f"shadow bank {self.key[:8]} ({mode})",
+                       disable=not self.progress)
+            for start in range(0, len(todo), chunk):
+                part = todo[start: start + chunk]
+                self._train_chunk(part, mode)
+                bar.update(len(part))
+            bar.close()
+        seconds = time.perf_counter() - t0
+        meta = self._meta()
+        meta["train_seconds"] = float(meta.get("train_seconds", 0.0)) + seconds
+        meta["trained"] = sorted(set(meta.get("trained", [])) | set(todo))
+        run = {"trained": todo, "seconds": seconds, "mode": mode, "mode_info": info}
+        meta.setdefault("runs", []).append(run)
+        atomic_save_json(self.dir / "meta.json", meta)
+        return {"trained": todo, "seconds": seconds, "mode": mode, "mode_info": info}
+
+    def load_shadow(self, k: int) -> Classifier:
+        sd, _ = load_checkpoint(self.shadow_path(k))
+        model = self.model_factory()
+        load_into(model, sd, self.shadow_path(k))
+        return model
+
+    # -- inference ------------------------------------------------------------------------------------
+    def shadow_phi(self, views: Sequence[str], *,
+                   batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray, bool]:
+        """φ of every shadow on every train and test sample for each view (eval mode):
+        ``(phi_train (E, N_train, V), phi_test (E, N_test, V), reused)``; cached in ``phi_<views>.npz``."""
+        path = self.phi_path(views)
+        if path.is_file():
+            with np.load(path, allow_pickle=False) as f:
+                if list(f["views"]) == list(views):
+                    return f["phi_train"], f["phi_test"], True
+        if self.missing():
+            raise DuckInputError(f"shadow bank {self.dir} is incomplete ({len(self.missing())} shadows "
+                                 "missing); train it first (ShadowBank.train)")
+        from tqdm.auto import tqdm
+
+        parts: dict[str, list[np.ndarray]] = {"train": [], "test": []}
+        with intra_op_threads(self.threads):
+            for k in tqdm(range(self.n_shadow), desc="shadow inference", disable=not self.progress,
+                          leave=False):
+                model = self.load_shadow(k).to(self.device)
+                for split, ds in (("train", self.data.train), ("test", self.data.test)):
+                    logits, labels = view_logits(model, ds, None, views, device=self.device,
+                                                 batch_size=batch_size)  # (V, N, C), (N,)
+                    parts[split].append(lira_phi(logits, labels).T.numpy())  # (N, V)
+        phi_train, phi_test = np.stack(parts["train"]), np.stack(parts["test"])  # (E, N, V)
+        atomic_save_npz(path, phi_train=phi_train, phi_test=phi_test, views=np.array(list(views)))
+        return phi_train, phi_test, False
+
+    def shadow_in(self, train_idx: np.ndarray, test_idx: np.ndarray) -> np.ndarray:
+        """``(E, Q)`` bool: did shadow e train on query sample q (train samples first, then test samples)?"""
+        keep, test_idx = self.keep, np.asarray(test_idx, dtype=np.int64)
+        test_in = (keep[:, len(self.data.train) + test_idx] if self.pool == "train+test"
+                   else np.zeros((self.n_shadow, len(test_idx)), dtype=bool))
+        return np.concatenate([keep[:, np.asarray(train_idx, dtype=np.int64)], test_in], axis=1)

@@ -1,0 +1,329 @@
+"""``duck-bench audit``: the LiRA audit's targets (issue 4), measured as ratios in one run.
+
+1. **Correctness** — per setup (digits; Fashion-MNIST on a stated training subset) and scenario: train the
+   original, unlearn with DUCK, retrain the oracle, audit all three with one shadow bank. Target: the
+   original is separated (lower end of its AUC's CI above 0.5 and TPR at 1 % FPR above 1 %), the oracle is
+   at chance (AUC within two standard errors of 0.5); DUCK's numbers are reported beside them.
+2. **Throughput** — ``n_models`` shadows trained one after another with the recipe
+   (``train_classifier``) versus batched (``attacks.batched.train_batched``), same epochs and data:
+   models per second and the ratio; also what ``attack.mode=auto`` would pick (calibration) and the
+   largest parameter difference between the two sets of models (they should be equal).
+3. **Reuse** — the first audit of a setup (trains the bank) versus a second identical audit (cache hit).
+
+Timings are wall-clock on the machine in ``bench.json``'s ``machine`` field (shared with other jobs when
+this suite was run for the README: see docs/audit.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from attacks.audit import audit_models
+from attacks.batched import calibrate, train_batched
+from attacks.shadow import keep_matrix, shadow_seed
+from duck.bench.common import markdown_table, timed
+from duck.data.base import DatasetSplits, TensorImageDataset
+from duck.data.registry import build_datasets
+from duck.data.scenarios import Scenario, build_scenario
+from duck.errors import DuckInputError
+from duck.metrics import scenario_aus, split_accuracies
+from duck.models import create_model
+from duck.training import Recipe, train_classifier
+from duck.utils import resolve_device
+
+
+def _conf_dir() -> Path:
+    from duck.cli._app import conf_dir
+
+    return conf_dir()
+
+
+def load_recipe(name: str, overrides: dict[str, Any] | None = None) -> Recipe:
+    """``conf/recipe/NAME.yaml`` (interpolations such as ``T_max: ${recipe.epochs}`` resolved)."""
+    node = OmegaConf.create({"recipe": OmegaConf.load(_conf_dir() / "recipe" / f"{name}.yaml")})
+    for k, v in (overrides or {}).items():
+        OmegaConf.update(node, f"recipe.{k}", v)
+    return Recipe.from_cfg(OmegaConf.to_container(node, resolve=True)["recipe"])
+
+
+def subset_splits(data: DatasetSplits, n_train: int | None, n_test: int | None, seed: int) -> DatasetSplits:
+    """A random subset of the training (and test) images, re-indexed 0..n-1 (stated in the results)."""
+    rng = np.random.default_rng(seed)
+
+    def cut(ds: TensorImageDataset, n: int | None) -> TensorImageDataset:
+        if n is None or n >= len(ds):
+            return ds
+        idx = np.sort(rng.choice(len(ds), size=int(n), replace=False))
+        mean, std = tuple(ds.mean.flatten().tolist()), tuple(ds.std.flatten().tolist())
+        return TensorImageDataset(ds.images[torch.from_numpy(idx)], ds.labels[idx], mean, std)
+
+    return DatasetSplits(name=data.name, train=cut(data.train, n_train), test=cut(data.test, n_test),
+                         num_classes=data.num_classes, in_chans=data.in_chans, img_size=data.img_size,
+                         class_names=data.class_names, augment=data.augment)
+
+
+def _trainer_cfg(device: torch.device) -> dict[str, Any]:
+    return {"accelerator": "gpu" if device.type == "cuda" else "cpu", "devices": 1}
+
+
+def _factory(model_cfg: dict[str, Any], data: DatasetSplits):
+    kw = dict(model_cfg)
+    name = kw.pop("name")
+    return lambda: create_model(name, data.num_classes, data.in_chans, data.img_size, **kw)
+
+
+def _duck_unlearn(original: torch.nn.Module, data: DatasetSplits, scenario: Scenario, recipe: Recipe,
+                  factory: Any, original_acc: dict[str, float], seed: int,
+                  trainer_cfg: dict[str, Any]) -> tuple[Any, float]:
+    """DUCK with conf/method/duck.yaml (its presets for this data set) on a copy of ``original``."""
+    from duck.unlearn import UnlearnData, create_unlearner
+
+    hp = OmegaConf.to_container(OmegaConf.load(_conf_dir() / "method" / "duck.yaml"), resolve=True)
+    hp.pop("name")
+    udata = UnlearnData(train=data.train, scenario=scenario, num_classes=data.num_classes,
+                        dataset_name=data.name, original_acc=original_acc, augment=data.augment,
+                        recipe=recipe, model_factory=factory)
+    unlearner = create_unlearner("duck", copy.deepcopy(original), udata, hp, seed=seed,
+                                 trainer_cfg=trainer_cfg)
+    result = unlearner.unlearn()
+    return result.model, result.time_s
+
+
+def _scenario(kind: str, data: DatasetSplits, spec: dict[str, Any], seed: int) -> Scenario:
+    kw = {k: v for k, v in spec.items() if k != "kind"}
+    return build_scenario(kind, data.train.labels, data.test.labels, data.num_classes, seed=seed, **kw)
+
+
+def _check(name: str, lira: dict[str, Any]) -> str:
+    from duck.report.report import verdict
+
+    if name == "original":
+        ok = lira["auc_ci"][0] > 0.5 and lira["tpr_at_fpr"]["0.01"] > 0.01
+        return f"{'met' if ok else 'NOT met'}: CI low > 0.5 and TPR@1% > 1%"
+    if name == "retrained":
+        ok = abs(lira["auc"] - 0.5) <= 2 * lira["auc_se"]
+        return f"{'met' if ok else 'NOT met'}: AUC within 2 SE of 0.5"
+    return f"reported: {verdict(lira)}"
+
+
+def correctness(cfg: DictConfig, cache: Path, out: Path,
+                device: torch.device) -> tuple[list[dict], list[dict]]:
+    """Audit original / DUCK / oracle per setup and scenario; returns (rows, reuse rows)."""
+    from duck.report import write_report
+
+    rows, reuse = [], []
+    attack = OmegaConf.to_container(cfg.correctness.attack, resolve=True)
+    trainer_cfg = _trainer_cfg(device)
+    seed = int(cfg.seed)
+    for setup in cfg.correctness.setups:
+        setup = OmegaConf.to_container(setup, resolve=True)
+        data_kw = dict(setup["data"])
+        data = build_datasets(data_kw.pop("name"), **data_kw)
+        data = subset_splits(data, setup.get("n_train"), setup.get("n_test"), seed)
+        recipe = load_recipe(setup["recipe"], setup.get("recipe_overrides"))
+        factory = _factory(setup["model"], data)
+        print(f"[audit bench] {setup['name']}: {data.describe()}, E={attack['n_shadow']}", flush=True)
+        torch.manual_seed(seed)
+        original, orig_s = train_classifier(factory(), data.train, recipe, augment=data.augment, seed=seed,
+                                            trainer_cfg=trainer_cfg)
+        original.to(device)
+        for s_i, spec in enumerate(setup["scenarios"]):
+            scenario = _scenario(spec["kind"], data, spec, seed)
+            original_acc = split_accuracies(original, data, scenario, device=device)
+            torch.manual_seed(seed)
+            retrained, retr_s = train_classifier(factory(), data.train, recipe, indices=scenario.retain_idx,
+                                                 augment=data.augment, seed=seed, trainer_cfg=trainer_cfg)
+            unlearned, duck_s = _duck_unlearn(original, data, scenario, recipe, factory, original_acc, seed,
+                                              trainer_cfg)
+            models = {"original": original, "unlearned": unlearned, "retrained": retrained.to(device)}
+            run = out / f"{setup['name']}_{spec['kind']}"
+
+            def audit(models: dict = models, scenario: Scenario = scenario, run: Path = run) -> dict:
+                return audit_models(attack, data, scenario, models, recipe=recipe, model_factory=factory,
+                                    augment=data.augment, cache_dir=cache, device=device, seed=seed,
+                                    trainer_cfg=trainer_cfg, out_dirs={n: run / n for n in models},
+                                    progress=bool(cfg.progress))
+
+            audits, first_s = timed(audit, device)
+            if s_i == 0:  # the bank was trained by this first audit of the setup: measure a cache hit
+                _, second_s = timed(audit, device)
+                bank = audits["original"]["bank"]
+                reuse.append({"setup": setup["name"], "first_s": first_s, "second_s": second_s,
+                              "ratio": second_s / first_s, "bank_train_s": bank["train_s"],
+                              "bank_mode": bank["mode"]})
+            summary = []
+            for name, model in models.items():
+                acc = split_accuracies(model, data, scenario, device=device)
+                lira, svm = audits[name]["lira"], audits[name].get("svm_mia") or {}
+                rows.append({"setup": setup["name"], "n_train": len(data.train), "scenario": spec["kind"],
+                             "model": name, "auc": lira["auc"], "auc_ci": lira["auc_ci"],
+                             "auc_se": lira["auc_se"],
+                             "tpr_at_fpr": lira["tpr_at_fpr"], "n_members": lira["n_members"],
+                             "n_nonmembers": lira["n_nonmembers"], "svm_f1": svm.get("f1"),
+                             "svm_chance": svm.get("chance"), "check": _check(name, lira),
+                             "aus": scenario_aus(acc, original_acc, scenario)})
+                summary.append({"model": name, "AUS": rows[-1]["aus"],
+                                "train_forget": acc.get("train_forget"), "test": acc["test"]})
+            times = {"original": orig_s, "retrained": retr_s, "duck": duck_s, "audit (first)": first_s}
+            write_report(run, summary_rows=summary, audits=audits, config={"bench": setup, "attack": attack},
+                         scenario=scenario, run_times=times,
+                         title=f"duck-bench audit: {setup['name']} {spec['kind']}")
+            for r in rows[-3:]:
+                print(f"  {r['scenario']:>20} {r['model']:>9}: AUC {r['auc']:.3f} "
+                      f"[{r['auc_ci'][0]:.3f}, {r['auc_ci'][1]:.3f}] TPR@1% {r['tpr_at_fpr']['0.01']:.3f} "
+                      f"-> {r['check']}", flush=True)
+    return rows, reuse
+
+
+def throughput(cfg: DictConfig, device: torch.device) -> list[dict]:
+    """Sequential (the recipe, ``train_classifier``) vs batched training of the same shadows."""
+    rows = []
+    trainer_cfg = _trainer_cfg(device)
+    for setup in cfg.throughput.setups:
+        setup = OmegaConf.to_container(setup, resolve=True)
+        data_kw = dict(setup["data"])
+        data = build_datasets(data_kw.pop("name"), **data_kw)
+        data = subset_splits(data, setup.get("n_train"), None, int(cfg.seed))
+        recipe = load_recipe(setup["recipe"], setup.get("recipe_overrides"))
+        factory = _factory(setup["model"], data)
+        n_models, chunk = int(setup["n_models"]), int(setup.get("chunk_size") or setup["n_models"])
+        keep = keep_matrix(max(2, n_models + n_models % 2), len(data.train), int(cfg.seed))
+        index_sets = [np.flatnonzero(keep[k]) for k in range(n_models)]
+        seeds = [shadow_seed(int(cfg.seed), k) for k in range(n_models)]
+
+        def fresh(k: int) -> Any:
+            torch.manual_seed(seeds[k])
+            return factory()
+
+        print(f"[audit bench] throughput {setup['name']}: {n_models} x {setup['model']['name']} "
+              f"({recipe.epochs} epochs, ~{len(index_sets[0])} samples each)", flush=True)
+
+        def sequential() -> list[Any]:
+            return [train_classifier(fresh(k), data.train, recipe, indices=index_sets[k],
+                                     augment=data.augment, seed=seeds[k], trainer_cfg=trainer_cfg)[0]
+                    for k in range(n_models)]
+
+        def batched() -> list[Any]:
+            out = []
+            for start in range(0, n_models, chunk):
+                ks = list(range(start, min(n_models, start + chunk)))
+                out += train_batched([fresh(k) for k in ks], data.train, recipe, [index_sets[k] for k in ks],
+                                     [seeds[k] for k in ks], augment=data.augment, device=device)
+            return out
+
+        seq_models, seq_s = timed(sequential, device)
+        bat_models, bat_s = timed(batched, device)
+        diff = max(_max_diff(a, b) for a, b in zip(seq_models, bat_models, strict=True))
+        # control: how far training carries a rounding-sized change (one bias + 1e-7), same seed and data
+        perturbed = fresh(0)
+        with torch.no_grad():
+            perturbed.net.get_classifier().bias[0] += 1e-7
+        perturbed, _ = train_classifier(perturbed, data.train, recipe, indices=index_sets[0],
+                                        augment=data.augment, seed=seeds[0], trainer_cfg=trainer_cfg)
+        control = _max_diff(seq_models[0], perturbed)
+        cal = calibrate(factory, data.train, recipe, min(chunk, n_models), device=device)
+        rows.append({"setup": setup["name"], "model": setup["model"]["name"], "n_models": n_models,
+                     "chunk_size": chunk, "epochs": recipe.epochs, "sequential_s": seq_s, "batched_s": bat_s,
+                     "sequential_models_per_s": n_models / seq_s, "batched_models_per_s": n_models / bat_s,
+                     "ratio": seq_s / bat_s, "auto_mode": "batched" if cal["speedup"] > 1 else "sequential",
+                     "calibrated_speedup": cal["speedup"], "max_param_diff": diff,
+                     "control_param_diff": control})
+        print(f"  sequential {seq_s:.1f} s, batched {bat_s:.1f} s: {seq_s / bat_s:.2f}x; auto picks "
+              f"{rows[-1]['auto_mode']} (calibration {cal['speedup']:.2f}x); max abs dtheta {diff:.2e} "
+              f"(control {control:.2e})", flush=True)
+    return rows
+
+
+def _max_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    sa, sb = a.state_dict(), b.state_dict()
+    return max(float((sa[n].detach().cpu().double() - sb[n].detach().cpu().double()).abs().max()) for n in sa)
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f} %"
+
+
+def _quick(cfg: DictConfig) -> DictConfig:
+    """``bench.quick=true``: one small digits setup, 4 shadows, 2 models for throughput (a smoke run)."""
+    cfg = copy.deepcopy(cfg)
+    cfg.correctness.setups = [cfg.quick_setup]
+    cfg.correctness.attack.n_shadow = 4
+    cfg.throughput.setups = [cfg.quick_throughput]
+    return cfg
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    if cfg.get("quick"):
+        cfg = _quick(cfg)
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
+    device = resolve_device(cfg.get("device", "auto"))
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        out = Path(HydraConfig.get().runtime.output_dir)
+    except ValueError:  # called outside Hydra (tests)
+        import tempfile
+
+        out = Path(tempfile.mkdtemp(prefix="duck-bench-audit-"))
+    cache = Path(cfg.cache_dir).expanduser() if cfg.get("cache_dir") else out / "cache"
+    if cfg.get("cache_dir") is None and any(cache.glob("shadow_banks/*")):
+        raise DuckInputError(f"{cache} already holds shadow banks; the reuse figure needs a cold cache")
+    result: dict[str, Any] = {"device": str(device), "torch_threads": torch.get_num_threads()}
+    tables = []
+    t0 = time.perf_counter()
+    if cfg.correctness.enabled:
+        rows, reuse = correctness(cfg, cache, out, device)
+        result["correctness"], result["reuse"] = rows, reuse
+        tables += [correctness_table(rows), reuse_table(reuse)]
+    if cfg.throughput.enabled:
+        rows = throughput(cfg, device)
+        result["throughput"] = rows
+        tables.append(throughput_table(rows, device))
+    result["suite_s"] = time.perf_counter() - t0
+    result["table"] = "\n\n".join(tables)
+    return result
+
+
+def correctness_table(rows: list[dict]) -> str:
+    headers = ["data (train size)", "scenario", "model", "AUC [95 % CI]", "SE", "TPR@0.1%", "TPR@1%",
+               "TPR@5%", "members / non-members", "SVM F1 (chance)", "AUS", "target"]
+    body = []
+    for r in rows:
+        lo, hi = r["auc_ci"]
+        svm = "" if r["svm_f1"] is None else f"{r['svm_f1']:.3f} ({r['svm_chance']:.2f})"
+        tprs = [_pct(r["tpr_at_fpr"][k]) for k in ("0.001", "0.01", "0.05")]
+        body.append([f"{r['setup']} ({r['n_train']})", r["scenario"], r["model"],
+                     f"{r['auc']:.3f} [{lo:.3f}, {hi:.3f}]", f"{r['auc_se']:.3f}", *tprs,
+                     f"{r['n_members']} / {r['n_nonmembers']}", svm, f"{r['aus']:.3f}", r["check"]])
+    return "### LiRA audit: original vs DUCK vs retrained oracle\n\n" + markdown_table(headers, body)
+
+
+def reuse_table(reuse: list[dict]) -> str:
+    headers = ["setup", "first audit (s)", "of which bank training (s)", "bank mode", "second audit (s)",
+               "ratio", "target <= 10 %"]
+    body = [[r["setup"], f"{r['first_s']:.1f}", f"{r['bank_train_s']:.1f}", r["bank_mode"],
+             f"{r['second_s']:.2f}", _pct(r["ratio"]), "met" if r["ratio"] <= 0.10 else "NOT met"]
+            for r in reuse]
+    title = "### Reuse: second audit of the same setup (cached bank) vs the first\n\n"
+    return title + markdown_table(headers, body)
+
+
+def throughput_table(rows: list[dict], device: torch.device) -> str:
+    headers = ["setup", "models", "chunk", "epochs", "sequential (s)", "batched (s)", "seq models/s",
+               "batched models/s", "ratio", "auto picks (calibration)", "max abs Δθ batched vs seq",
+               "max abs Δθ from a 1e-7 change (control)"]
+    body = [[r["setup"], r["n_models"], r["chunk_size"], r["epochs"], f"{r['sequential_s']:.1f}",
+             f"{r['batched_s']:.1f}", f"{r['sequential_models_per_s']:.3f}",
+             f"{r['batched_models_per_s']:.3f}",
+             f"{r['ratio']:.2f}x", f"{r['auto_mode']} ({r['calibrated_speedup']:.2f}x)",
+             f"{r['max_param_diff']:.1e}", f"{r['control_param_diff']:.1e}"] for r in rows]
+    title = f"### Shadow training throughput on {device.type} (batched vs one after another)\n\n"
+    return title + markdown_table(headers, body)

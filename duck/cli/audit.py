@@ -1,0 +1,162 @@
+"""``duck-audit ckpt=PATH scenario=...``: LiRA (+ SVM MIA) audit of any checkpoint with the cached shadow
+bank.
+
+Optional references (``original_ckpt=``, ``retrained_ckpt=``) are audited with the same bank. Writes, in the
+run directory: ``audit.json`` and ``lira_stats.npz`` of the checkpoint (references under ``<role>/``),
+``report.html``, ``report.md`` and ``plots/*.png``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from attacks.audit import REFERENCE_NAMES, AuditSettings, audit_models
+from duck.cli._app import hydra_entry
+from duck.cli.setup import build_data, build_model, build_scenario_cfg, container, device_of, load_model, output_dir, recipe
+from duck.errors import DuckInputError
+from duck.io import atomic_save_json
+from duck.metrics import aus_inputs, scenario_aus, split_accuracies
+from duck.report import write_report
+
+MANIFEST_ROLES = {"original": "original", "retrain": "retrained", "retrained": "retrained"}
+
+
+def resolve_role(role: str, manifest: dict[str, Any] | None) -> str:
+    """The audited checkpoint's name: ``role`` as given, or from its manifest's ``method``."""
+    if role != "auto":
+        return str(role)
+    method = (manifest or {}).get("method")
+    if method == "shadow":
+        raise DuckInputError("this checkpoint is a shadow model of a LiRA bank; audit a target model instead")
+    if method is None:
+        return "target"
+    return MANIFEST_ROLES.get(str(method), "unlearned")
+
+
+def accuracy_rows(models: dict[str, Any], methods: dict[str, str], data: Any, scenario: Any, device: Any,
+                  batch_size: int) -> list[dict[str, Any]]:
+    """Accuracy/AUS records of the audited models (AUS needs the original: given, or the target itself)."""
+    accs = {n: split_accuracies(m, data, scenario, device=device, batch_size=batch_size) for n,
+            m in models.items()}
+    original_acc = accs.get("original")
+    rows = []
+    for name, acc in accs.items():
+        _, a_t, a_f = aus_inputs(acc, acc, scenario)
+        rows.append({"model": name, "method": methods.get(name), "A_t": a_t, "A_f": a_f,
+                     "AUS": scenario_aus(acc, original_acc, scenario) if original_acc else None,
+                     "train_forget": acc.get("train_forget")})
+    return rows
+
+
+def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: Any, scenario: Any,
+                      device: Any) -> tuple[str, dict[str, Any]]:
+    """DP outlier statistics of the forget samples in each model's embedding space (issue 8 item 5):
+    ``(markdown section, {model: released dict})``. The budget ``(eps, delta)`` is split over the models."""
+    import numpy as np
+
+    from duck.privacy.shareable import shareable_outlier_statistics
+    from duck.unlearn.duck import embed_samples
+
+    n = len(models)
+    retain = np.asarray(scenario.retain_idx)
+    cap = int(cfg_share["max_retain"])
+    if len(retain) > cap:
+        retain = np.sort(np.random.default_rng(0).choice(retain, cap, replace=False))
+    released = {}
+    for name, model in models.items():
+        z_f = embed_samples(model, data.train, scenario.forget_idx, device=device)[0].cpu()
+        z_r = embed_samples(model, data.train, retain, device=device)[0].cpu()
+        released[name] = shareable_outlier_statistics(
+            z_f, z_r, eps=float(cfg_share["eps"]) / n, delta=float(cfg_share["delta"]) / n, k=int(cfg_share["k"]),
+            r=float(cfg_share["r"]), n_components=int(cfg_share["n_components"]), h=int(cfg_share["h"]),
+            seed=cfg_share.get("seed"), device="cpu")
+    rows = []
+    for name, rel in released.items():
+        c = rel["count"]
+        rows.append(f"| {name} | {c['value']:.1f} | {c['sigma']:.2f} | {', '.join(rel['top_subspaces']['names'])} "
+                    f"| {c['eps'] + rel['top_subspaces'].get('eps', 0.0):.3g} |")
+    first = next(iter(released.values()))
+    md = ("Differentially private statistics about the forget samples, safe to share with a third party "
+          f"(total budget ε = {float(cfg_share['eps']):g}, δ = {float(cfg_share['delta']):g}, split over {n} models). "
+          f"A forget sample counts as an outlier when fewer than k = {cfg_share['k']} of {len(retain)} retain samples "
+          f"lie within r = {cfg_share['r']} retain standard deviations of it in the top {cfg_share['n_components']} "
+          "principal components of the retain embeddings. Protected: the forget samples; not protected: "
+          f"{first['privacy']['not_protected']}.\n\n"
+          "| model | DP outlier count | noise σ | top-h subspaces (DP) | ε spent |\n|---|---|---|---|---|\n"
+          + "\n".join(rows) + f"\n\n{len(scenario.forget_idx)} forget samples in all.")
+    return md, released
+
+
+def audit_and_report(cfg: DictConfig, data: Any, scenario: Any, models: dict[str, Any], out: Path, *,
+                     summary_rows: list[dict[str, Any]], run_times: dict[str, float], title: str,
+                     out_dirs: dict[str, Path]) -> tuple[dict[str, Any], dict[str, Path]]:
+    """LiRA + SVM MIA of ``models`` with one shadow bank, the DP "shareable statistics", and the report.
+    Shared by duck-run, duck-unlearn (``audit=true``) and duck-audit."""
+    device = device_of(cfg)
+    t0 = time.perf_counter()
+    audits = audit_models(container(cfg.attack), data, scenario, models, recipe=recipe(cfg),
+                          model_factory=lambda: build_model(cfg, data), augment=data.augment,
+                          cache_dir=cfg.cache_dir, device=device, seed=int(cfg.seed),
+                          trainer_cfg=container(cfg.trainer), out_dirs=out_dirs, progress=bool(cfg.progress))
+    bank = next(iter(audits.values()))["bank"]
+    times = {**run_times, "shadow bank training": bank["train_s"], "shadow inference": bank["phi_s"],
+             "audit (all models)": time.perf_counter() - t0}
+    extra = []
+    share_cfg = container(cfg.report.shareable)
+    if share_cfg.get("enabled"):
+        md, released = shareable_section(share_cfg, models, data, scenario, device)
+        extra.append(("Shareable statistics (differential privacy)", md))
+        for name, rel in released.items():
+            audits[name]["shareable"] = rel
+            atomic_save_json(Path(out_dirs[name]) / "audit.json", audits[name])
+    paths = write_report(out, summary_rows=summary_rows, audits=audits, config=container(cfg), scenario=scenario,
+                         run_times=times, title=title, extra_sections=extra)
+    return audits, paths
+
+
+def audit(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    data = build_data(cfg)
+    scenario = build_scenario_cfg(cfg, data)
+    if scenario is None:
+        raise DuckInputError("duck-audit needs a scenario (it defines the members): "
+                             "scenario=class_removal|homogeneous_removal|custom|targeted")
+    attack_cfg = container(cfg.attack)
+    AuditSettings.from_cfg(attack_cfg)  # fail on a bad option before loading anything
+    device = device_of(cfg)
+    target, manifest = load_model(cfg.ckpt, cfg, data)
+    role = resolve_role(str(cfg.role), manifest)
+    models, methods = {role: target}, {role: (manifest or {}).get("method") or "?"}
+    for ref in REFERENCE_NAMES:
+        path = cfg.get(f"{ref}_ckpt")
+        if path:
+            if ref == role:
+                raise DuckInputError(f"{ref}_ckpt given, but the audited checkpoint is the {ref} itself; "
+                                     "drop one")
+            models[ref], ref_manifest = load_model(path, cfg, data)
+            methods[ref] = (ref_manifest or {}).get("method") or ref
+    recorded = ((manifest or {}).get("config") or {}).get("recipe")
+    if recorded is not None and recorded != container(cfg.recipe):
+        print("warning: the recipe recorded in the checkpoint differs from recipe=...; the shadows are "
+              "trained "
+              "with the configured recipe, which should be the target's")
+    out = output_dir()
+    out_dirs = {name: out if name == role else out / name for name in models}
+    rows = accuracy_rows(models, methods, data, scenario, device, int(cfg.eval_batch_size))
+    audits, paths = audit_and_report(cfg, data, scenario, models, out, summary_rows=rows, run_times={},
+                                     title=f"duck-audit: {Path(str(cfg.ckpt)).name} ({role})", out_dirs=out_dirs)
+    lira = audits[role]["lira"]
+    lo, hi = lira["auc_ci"]
+    print(f"LiRA {lira['variant']} on {role}: AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}], "
+          + ", ".join(f"TPR@{float(k):.1%} FPR {v:.3f}" for k, v in lira["tpr_at_fpr"].items()))
+    print(f"wrote {out / 'audit.json'}\nreport: {paths['html']}")
+    return audits[role], {"audits": audits, "paths": paths, "out": out}
+
+
+main = hydra_entry("audit", audit)
+
+if __name__ == "__main__":
+    main()

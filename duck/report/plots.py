@@ -1,0 +1,80 @@
+"""Report figures as PNG bytes (matplotlib's object API with the Agg canvas: no pyplot state, no display).
+
+- :func:`roc_loglog_png`: the LiRA ROC of every audited model on log-log axes from 1e-5 to 1
+  (ALGORITHMS.md §4; Carlini et al. 2022 argue for the low-FPR regime), with the chance diagonal.
+- :func:`auc_ci_png`: each model's AUC with its confidence interval against the chance level 0.5.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+AXIS_MIN = 1e-5
+COLORS = {"original": "#d62728", "unlearned": "#1f77b4", "retrained": "#2ca02c"}
+
+
+def _figure(width: float = 5.2, height: float = 4.4) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _label(name: str, lira: Mapping[str, Any]) -> str:
+    lo, hi = lira["auc_ci"]
+    return f"{name}: AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def roc_loglog_png(audits: Mapping[str, Mapping[str, Any]], title: str = "LiRA ROC") -> bytes:
+    """Log-log ROC (both axes 1e-5..1) of each audit's ``lira.roc`` (FPR grid and the TPR at each level)."""
+    fig = _figure()
+    ax = fig.add_subplot(1, 1, 1)
+    grid = np.logspace(np.log10(AXIS_MIN), 0, 200)
+    ax.plot(grid, grid, ls="--", color="grey", lw=1, label="chance")
+    for name, audit in audits.items():
+        lira = audit["lira"]
+        fpr = np.clip(np.asarray(lira["roc"]["fpr"], dtype=float), AXIS_MIN, 1.0)
+        tpr = np.clip(np.asarray(lira["roc"]["tpr"], dtype=float), AXIS_MIN, 1.0)
+        ax.plot(fpr, tpr, drawstyle="steps-post", lw=1.8, color=COLORS.get(name), label=_label(name, lira))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(AXIS_MIN, 1.0)
+    ax.set_ylim(AXIS_MIN, 1.0)
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=7)
+    return _png(fig)
+
+
+def auc_ci_png(audits: Mapping[str, Mapping[str, Any]]) -> bytes:
+    """Each model's LiRA AUC with its confidence interval; the dashed line is chance (0.5)."""
+    fig = _figure(5.2, 0.9 + 0.55 * max(1, len(audits)))
+    ax = fig.add_subplot(1, 1, 1)
+    names = list(audits)
+    for i, name in enumerate(names):
+        lira = audits[name]["lira"]
+        lo, hi = lira["auc_ci"]
+        ax.errorbar([lira["auc"]], [i], xerr=[[lira["auc"] - lo], [hi - lira["auc"]]], fmt="o", capsize=4,
+                    color=COLORS.get(name, "black"))
+    ax.axvline(0.5, ls="--", color="grey", lw=1)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_ylim(-0.6, len(names) - 0.4)
+    ax.invert_yaxis()
+    level = next(iter(audits.values()))["lira"].get("ci_level", 0.95) if audits else 0.95
+    ax.set_xlabel(f"LiRA AUC ({level:.0%} confidence interval)")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _png(fig)

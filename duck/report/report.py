@@ -1,0 +1,177 @@
+"""The audit report a user hands to an auditor: ``report.html`` (self-contained), ``report.md`` and
+``plots/*.png`` (DESIGN.md §3).
+
+Contents: the accuracy/AUS table of the original, unlearned and retrained models; the LiRA table (AUC
+with its confidence interval, TPR at low FPR); the log-log ROC of the models; the SVM MIA result; the
+shadow bank used; run times; and the exact configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from duck.io import atomic_write_bytes, atomic_write_text
+from duck.report.document import Block, Code, Heading, Image, Markdown, Paragraph, Table, to_html, to_markdown
+from duck.report.plots import auc_ci_png, roc_loglog_png
+
+MODEL_ORDER = ("original", "unlearned", "retrained")
+SUMMARY_COLUMNS = {  # record key -> column header (duck-run's summary records)
+    "model": "model", "method": "method", "A_t": "A_t", "A_f": "A_f", "AUS": "AUS",
+    "train_forget": "train-forget acc", "time_s": "time (s)", "epochs": "epochs",
+}
+
+
+def _fmt(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _ordered(audits: Mapping[str, Any]) -> dict[str, Any]:
+    names = [n for n in MODEL_ORDER if n in audits] + [n for n in audits if n not in MODEL_ORDER]
+    return {n: audits[n] for n in names}
+
+
+def verdict(lira: Mapping[str, Any]) -> str:
+    if lira.get("separated_from_chance"):
+        return "attackable (CI above 0.5)"
+    if lira.get("below_chance"):
+        return "distinguishable: CI below 0.5 (forget samples less member-like than unseen data)"
+    if lira.get("within_2se_of_chance"):
+        return "at chance (within 2 SE of 0.5)"
+    return "inconclusive"
+
+
+def summary_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    keys = [k for k in SUMMARY_COLUMNS if any(k in r for r in rows)]
+    keys += [k for r in rows for k in r if k not in keys and not isinstance(r[k], (dict, list))]
+    keys = list(dict.fromkeys(keys))
+    return Table([SUMMARY_COLUMNS.get(k, k) for k in keys], [[_fmt(r.get(k)) for k in keys] for r in rows])
+
+
+def lira_table(audits: Mapping[str, Mapping[str, Any]]) -> Table:
+    first = next(iter(audits.values()))["lira"]
+    levels = list(first["tpr_at_fpr"])
+    pct = int(round(100 * first.get("ci_level", 0.95)))
+    headers = ["model", "AUC", f"{pct} % CI", "SE", *[f"TPR @ {float(lv):.1%} FPR" for lv in levels],
+               "members / non-members", "verdict"]
+    rows = []
+    for name, a in audits.items():
+        lira = a["lira"]
+        lo, hi = lira["auc_ci"]
+        rows.append([name, f"{lira['auc']:.3f}", f"[{lo:.3f}, {hi:.3f}]", f"{lira['auc_se']:.3f}",
+                     *[f"{100 * lira['tpr_at_fpr'][lv]:.2f} %" for lv in levels],
+                     f"{lira['n_members']} / {lira['n_nonmembers']}", verdict(lira)])
+    return Table(headers, rows)
+
+
+def svm_table(audits: Mapping[str, Mapping[str, Any]]) -> Table | None:
+    rows = []
+    for name, a in audits.items():
+        s = a.get("svm_mia")
+        if s:
+            rows.append([name, f"{s['f1']:.3f} ({s['f1_std']:.3f})", f"{s['accuracy']:.3f}",
+                         f"{s['chance']:.3f}",
+                         f"{s['chance_accuracy']:.3f}", f"{s['n_members']} / {s['n_nonmembers']}", s["runs"]])
+    if not rows:
+        return None
+    return Table(["model", "F1 mean (std)", "accuracy", "chance F1", "chance accuracy",
+                  "members / non-members", "runs"], rows)
+
+
+def _scenario_dict(scenario: Any) -> dict[str, Any]:
+    if scenario is None:
+        return {}
+    if hasattr(scenario, "summary"):
+        return dict(scenario.summary())
+    return dict(scenario)
+
+
+def _config_yaml(config: Any) -> str:
+    try:
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_yaml(OmegaConf.create(config), resolve=True)
+    except Exception:  # any config that OmegaConf cannot hold is shown as JSON
+        return json.dumps(config, indent=2, default=str)
+
+
+def write_report(out_dir: str | Path, *, summary_rows: Sequence[Mapping[str, Any]] | None,
+                 audits: Mapping[str, Mapping[str, Any]], config: Any, scenario: Any,
+                 run_times: Mapping[str, float] | None = None,
+                 extra_sections: Sequence[tuple[str, str]] | None = None,
+                 title: str | None = None) -> dict[str, Path]:
+    """Write ``report.html``, ``report.md`` and ``plots/{roc_loglog,auc_ci}.png`` into ``out_dir``.
+
+    ``summary_rows``: accuracy/AUS records (duck-run's summary records: model, method, A_t, A_f, AUS, ...);
+    ``audits``: name -> ``audit.json`` dict as returned by ``attacks.audit.audit_models``; ``config``: the
+    resolved job configuration (shown verbatim); ``scenario``: a ``Scenario`` or its summary dict;
+    ``run_times``: stage -> seconds; ``extra_sections``: ``(title, markdown)`` pairs appended at the end.
+    Returns ``{"html": ..., "md": ..., "roc_png": ..., "auc_png": ...}`` paths."""
+    out = Path(out_dir)
+    audits = _ordered(audits)
+    sc = _scenario_dict(scenario)
+    title = title or "duck-unlearn audit report"
+    blocks: list[Block] = [Heading(title, 1)]
+    shown = ("scenario", "forget_classes", "n_forget", "seed")
+    what = ", ".join(f"{k}={v}" for k, v in sc.items() if k in shown and v is not None)
+    blocks.append(Paragraph(f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}. Scenario: {what or 'n/a'}."))
+    if audits:
+        a0 = next(iter(audits.values()))
+        lira0 = a0["lira"]
+        nonmembers = ("test samples of the forgotten classes" if a0["nonmembers"] == "test_forget"
+                      else "test samples")
+        variant = lira0["variant"] + (f", {lira0['offline_test']}" if lira0["variant"] == "offline" else "")
+        blocks.append(Paragraph(
+            f"Membership inference: members are the {a0['n_members']} forget samples (the original trained "
+            f"on "
+            f"them); non-members are the {a0['n_nonmembers']} {nonmembers}. "
+            f"LiRA ({variant}) with "
+            f"{lira0['n_shadow']} shadow models and views {', '.join(lira0['views'])}. The original should "
+            f"be "
+            "attackable and the retrained oracle at chance; an unlearned model passes when its numbers match "
+            "the oracle's. Every AUC carries its confidence interval, because forget sets can be small."))
+    if summary_rows:
+        blocks += [Heading("Accuracy and AUS"), summary_table(summary_rows)]
+    paths: dict[str, Path] = {}
+    if audits:
+        blocks += [Heading("LiRA membership inference"), lira_table(audits)]
+        first = next(iter(audits.values()))["lira"]
+        blocks.append(Paragraph(
+            f"TPR at a given FPR is the largest TPR whose FPR does not exceed it; with "
+            f"{first['n_nonmembers']} "
+            f"non-members the smallest non-zero FPR is {first['fpr_resolution']:.2%}, so lower levels are "
+            f"met "
+            f"only at FPR 0. CI: {first['ci_method'].replace('_', '–')}."))
+        roc_png, auc_png = roc_loglog_png(audits), auc_ci_png(audits)
+        paths["roc_png"] = atomic_write_bytes(out / "plots" / "roc_loglog.png", roc_png)
+        paths["auc_png"] = atomic_write_bytes(out / "plots" / "auc_ci.png", auc_png)
+        blocks += [Image("plots/roc_loglog.png", roc_png, "LiRA ROC, log-log axes"),
+                   Image("plots/auc_ci.png", auc_png, "LiRA AUC with confidence intervals")]
+        svm = svm_table(audits)
+        if svm is not None:
+            blocks += [Heading("SVM membership inference (seeds/003 Supp. V-F)"), svm,
+                       Paragraph("RBF SVM on the softmax vector, C and γ by 3-fold grid search, 80/20 split, "
+                                 "mean F1 over the runs. Chance F1 = the member fraction (a guess at the "
+                                 "prior).")]
+        bank = next(iter(audits.values())).get("bank") or {}
+        if bank:
+            blocks += [Heading("Shadow bank"), Table(
+                ["key", "shadows", "pool", "trained in this job", "mode", "training (s)", "directory"],
+                [[bank["key"], bank["n_shadow"], bank["pool"], bank["trained_now"],
+                  bank.get("mode") or "cached", _fmt(bank.get("train_s"), 1), bank["dir"]]])]
+    if run_times:
+        times = [[stage, _fmt(float(seconds), 2)] for stage, seconds in run_times.items()]
+        blocks += [Heading("Run time"), Table(["stage", "seconds"], times)]
+    for sec_title, text in extra_sections or ():
+        blocks += [Heading(sec_title), Markdown(text)]
+    blocks += [Heading("Configuration"), Code(_config_yaml(config), "yaml")]
+    paths["md"] = atomic_write_text(out / "report.md", to_markdown(blocks))
+    paths["html"] = atomic_write_text(out / "report.html", to_html(blocks, title))
+    return paths

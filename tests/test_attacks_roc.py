@@ -1,0 +1,105 @@
+"""ROC, AUC, TPR at fixed FPR and AUC confidence intervals on hand-computed and reference values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import roc_auc_score
+
+from attacks.roc import ROC_GRID, auc_score, auc_with_ci, bootstrap_auc, hanley_mcneil_se, roc_curve, roc_summary, tpr_at_fpr
+from duck.errors import DuckInputError
+
+SCORES = np.array([0.9, 0.8, 0.7, 0.6, 0.55, 0.5])
+MEMBER = np.array([1, 1, 0, 1, 0, 0], dtype=bool)
+
+
+def test_roc_points_by_hand() -> None:
+    fpr, tpr, thr = roc_curve(SCORES, MEMBER)
+    np.testing.assert_allclose(fpr, [0, 0, 0, 1 / 3, 1 / 3, 2 / 3, 1])
+    np.testing.assert_allclose(tpr, [0, 1 / 3, 2 / 3, 2 / 3, 1, 1, 1])
+    np.testing.assert_allclose(thr[1:], SCORES)
+    assert auc_score(SCORES, MEMBER) == pytest.approx(8 / 9)  # 0.9 and 0.8 beat all 3, 0.6 beats 2
+    assert np.trapezoid(tpr, fpr) == pytest.approx(8 / 9)
+
+
+def test_tpr_at_fpr_is_largest_tpr_within_level() -> None:
+    fpr, tpr, _ = roc_curve(SCORES, MEMBER)
+    assert tpr_at_fpr(fpr, tpr, 0.001) == pytest.approx(2 / 3)  # only FPR = 0 qualifies
+    assert tpr_at_fpr(fpr, tpr, 0.33) == pytest.approx(2 / 3)
+    assert tpr_at_fpr(fpr, tpr, 1 / 3) == pytest.approx(1.0)
+    assert tpr_at_fpr(fpr, tpr, 1.0) == 1.0
+
+
+def test_ties_form_one_roc_point_and_count_half() -> None:
+    scores = np.array([1.0, 1.0, 0.0, 0.0])
+    member = np.array([1, 0, 1, 0], dtype=bool)
+    fpr, tpr, _ = roc_curve(scores, member)
+    np.testing.assert_allclose(fpr, [0, 0.5, 1])
+    np.testing.assert_allclose(tpr, [0, 0.5, 1])
+    assert auc_score(scores, member) == pytest.approx(0.5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 60), st.integers(2, 60), st.integers(0, 5), st.integers(0, 10_000))
+def test_auc_matches_sklearn_with_ties(n_pos: int, n_neg: int, rounding: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    scores = np.round(rng.normal(size=n_pos + n_neg), rounding)
+    member = np.r_[np.ones(n_pos, bool), np.zeros(n_neg, bool)]
+    assert auc_score(scores, member) == pytest.approx(roc_auc_score(member, scores), abs=1e-12)
+    fpr, tpr, _ = roc_curve(scores, member)
+    assert np.trapezoid(tpr, fpr) == pytest.approx(roc_auc_score(member, scores), abs=1e-12)
+
+
+def test_hanley_mcneil_formula() -> None:
+    a, n1, n2 = 0.8, 40, 60
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    expected = np.sqrt((a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n2 - 1) * (q2 - a * a)) / (n1 * n2))
+    assert hanley_mcneil_se(a, n1, n2) == pytest.approx(expected)
+    # at A = 0.5 it is the Mann–Whitney null SE sqrt((n1 + n2 + 1) / (12 n1 n2)) up to O(1/n)
+    assert hanley_mcneil_se(0.5, 200, 200) == pytest.approx(np.sqrt(401 / (12 * 200 * 200)), rel=0.02)
+
+
+def test_bootstrap_se_agrees_with_hanley_mcneil_and_ci_covers() -> None:
+    rng = np.random.default_rng(0)
+    scores = np.r_[rng.normal(0.5, 1, 300), rng.normal(0, 1, 300)]
+    member = np.r_[np.ones(300, bool), np.zeros(300, bool)]
+    boots = bootstrap_auc(scores, member, n_boot=1000, seed=1)
+    auc = auc_score(scores, member)
+    assert boots.std() == pytest.approx(hanley_mcneil_se(auc, 300, 300), rel=0.2)
+    res = auc_with_ci(scores, member, method="bootstrap", n_boot=1000)
+    assert res["auc_ci"][0] < auc < res["auc_ci"][1]
+    hm = auc_with_ci(scores, member, method="hanley_mcneil")
+    assert hm["auc_ci"][0] == pytest.approx(auc - 1.959964 * hm["auc_se"], abs=1e-6)
+
+
+def test_ci_coverage_under_the_null() -> None:
+    """Member and non-member scores from one distribution: the 95 % interval holds 0.5 in ~95 % of draws."""
+    rng = np.random.default_rng(5)
+    member = np.r_[np.ones(60, bool), np.zeros(40, bool)]
+    covered = []
+    for _ in range(300):
+        ci = auc_with_ci(rng.normal(size=100), member, method="hanley_mcneil")["auc_ci"]
+        covered.append(ci[0] <= 0.5 <= ci[1])
+    assert 0.9 <= np.mean(covered) <= 0.99
+
+
+def test_summary_fields() -> None:
+    rng = np.random.default_rng(2)
+    scores = np.r_[rng.normal(1, 1, 50), rng.normal(0, 1, 200)]
+    member = np.r_[np.ones(50, bool), np.zeros(200, bool)]
+    s = roc_summary(scores, member, n_boot=500)
+    assert set(s["tpr_at_fpr"]) == {"0.001", "0.01", "0.05"}
+    assert s["fpr_resolution"] == pytest.approx(1 / 200)
+    assert len(s["roc"]["fpr"]) == len(ROC_GRID) == len(s["roc"]["tpr"])
+    assert np.all(np.diff(s["roc"]["tpr"]) >= 0)
+
+
+def test_bad_inputs_raise() -> None:
+    with pytest.raises(DuckInputError, match="members and non-members"):
+        auc_score(np.ones(3), np.ones(3, bool))
+    with pytest.raises(DuckInputError, match="NaN"):
+        auc_score(np.array([np.nan, 1.0]), np.array([True, False]))
+    with pytest.raises(DuckInputError, match="ci.method"):
+        auc_with_ci(SCORES, MEMBER, method="delong")

@@ -1,0 +1,259 @@
+"""Shadow bank: balanced keep matrix, batched training == separate training, caching, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attacks import shadow as shadow_mod
+from attacks.batched import calibrate, check_batchable, train_batched
+from attacks.shadow import PoolDataset, ShadowBank, keep_matrix, shadow_seed
+from duck.data.registry import build_datasets
+from duck.errors import DuckInputError
+from duck.models import create_model
+from duck.training import Recipe, train_classifier
+
+CPU = {"accelerator": "cpu", "devices": 1}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: one intra-op thread is as fast, and far faster when the 2 cores are oversubscribed."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return build_datasets("synthetic", n_train=160, n_test=40)
+
+
+def factory(data):
+    return lambda: create_model("smallcnn", data.num_classes, 1, 8, width=4)
+
+
+def recipe(opt: str = "adam", epochs: int = 2) -> Recipe:
+    optim = ({"_target_": "torch.optim.Adam", "_partial_": True, "lr": 1e-2, "weight_decay": 5e-4}
+             if opt == "adam"
+             else {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.05, "momentum": 0.9,
+                   "nesterov": True,
+                   "weight_decay": 5e-4})
+    sched = {"_target_": "torch.optim.lr_scheduler.CosineAnnealingLR", "_partial_": True, "T_max": epochs}
+    return Recipe(epochs=epochs, batch_size=16, optimizer=optim, scheduler=sched)
+
+
+# ------------------------------------------------------------------------------------------- keep matrix
+@pytest.mark.parametrize("e,n,seed", [(2, 7, 0), (16, 100, 1), (64, 33, 2)])
+def test_keep_matrix_is_balanced(e: int, n: int, seed: int) -> None:
+    keep = keep_matrix(e, n, seed)
+    assert keep.shape == (e, n) and keep.dtype == bool
+    assert (keep.sum(0) == e // 2).all()  # every example IN for exactly half of the shadows
+    np.testing.assert_array_equal(keep, keep_matrix(e, n, seed))
+    assert not np.array_equal(keep, keep_matrix(e, n, seed + 1)) or e == 2 and n < 3
+    if n > 30:  # rows are random halves: about N/2 each
+        assert np.all(np.abs(keep.sum(1) - n / 2) < 4 * np.sqrt(n) / 2 + 1)
+
+
+def test_keep_matrix_rejects_odd_or_tiny_banks() -> None:
+    for e in (0, 1, 3):
+        with pytest.raises(DuckInputError, match="even number"):
+            keep_matrix(e, 10, 0)
+
+
+def test_shadow_seeds_are_distinct() -> None:
+    seeds = {shadow_seed(0, k) for k in range(256)} | {shadow_seed(1, k) for k in range(256)}
+    assert len(seeds) == 512
+
+
+# --------------------------------------------------------------------- batched == separately trained
+@pytest.mark.parametrize("opt,augment", [("adam", ["flip"]), ("sgd", [])])
+def test_batched_models_equal_separately_trained_ones(data, opt: str, augment: list[str]) -> None:
+    """K models trained at once equal K models trained one after another by the target's recipe
+    (``train_classifier``, Lightning) with the same seeds: same init, data order, augmentation, BatchNorm
+    running statistics and optimiser state — up to float rounding."""
+    rec = recipe(opt)
+    keep = keep_matrix(4, len(data.train), 0)
+    index_sets = [np.flatnonzero(keep[k]) for k in range(3)]  # unequal sizes: ragged epochs
+    assert len({len(i) // rec.batch_size for i in index_sets}) > 1 or len({len(i) for i in index_sets}) > 1
+    seeds = [shadow_seed(0, k) for k in range(3)]
+
+    def fresh(s: int):
+        torch.manual_seed(s)
+        return factory(data)()
+
+    separate = [train_classifier(fresh(s), data.train, rec, indices=i, augment=augment, seed=s,
+                                 trainer_cfg=CPU)[0]
+                for i, s in zip(index_sets, seeds, strict=True)]
+    batched = train_batched([fresh(s) for s in seeds], data.train, rec, index_sets, seeds, augment=augment)
+    for a, b in zip(separate, batched, strict=True):
+        sa, sb = a.state_dict(), b.state_dict()
+        assert sa.keys() == sb.keys()
+        for name in sa:
+            torch.testing.assert_close(sb[name], sa[name], rtol=1e-4, atol=1e-5, msg=name)
+    # and training did something: models differ from each other and from their initialisation
+    assert not torch.allclose(batched[0].net.fc.weight, batched[1].net.fc.weight)
+    assert not torch.allclose(batched[0].net.fc.weight, fresh(seeds[0]).net.fc.weight)
+
+
+def test_batching_refuses_coupled_optimisers_and_mixed_precision() -> None:
+    lbfgs = Recipe(epochs=1, batch_size=8, optimizer={"_target_": "torch.optim.LBFGS", "_partial_": True})
+    with pytest.raises(DuckInputError, match="attack.mode=sequential"):
+        check_batchable(lbfgs)
+    with pytest.raises(DuckInputError, match="precision"):
+        check_batchable(recipe(), "16-mixed")
+
+
+def test_calibration_measures_both_modes(data) -> None:
+    cal = calibrate(factory(data), data.train, recipe(), 2, steps=2, warmup=1)
+    assert cal["batched_s_per_model_step"] > 0 and cal["sequential_s_per_model_step"] > 0
+    ratio = cal["sequential_s_per_model_step"] / cal["batched_s_per_model_step"]
+    assert cal["speedup"] == pytest.approx(ratio)
+
+
+# --------------------------------------------------------------------------------- cache and resume
+def make_bank(data, root: Path, **kw) -> ShadowBank:
+    args = dict(n_shadow=4, seed=0, mode="batched", chunk_size=2, trainer_cfg=CPU)
+    args.update(kw)
+    rec = args.pop("recipe", recipe(epochs=1))
+    return ShadowBank(root, data, factory(data), rec, **args)
+
+
+def test_bank_cache_hit_miss_and_resume(data, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an uninterrupted reference bank
+    ref = make_bank(data, tmp_path / "ref")
+    ref.train()
+
+    # interrupted after the first chunk (2 of 4 shadows saved)
+    calls: list[list[int]] = []
+    original = ShadowBank._train_chunk
+
+    def crash_after_first(self, chunk, mode):
+        if calls:
+            raise KeyboardInterrupt("simulated kill")
+        calls.append(list(chunk))
+        return original(self, chunk, mode)
+
+    monkeypatch.setattr(ShadowBank, "_train_chunk", crash_after_first)
+    bank = make_bank(data, tmp_path / "c")
+    with pytest.raises(KeyboardInterrupt):
+        bank.train()
+    assert calls == [[0, 1]] and bank.missing() == [2, 3]
+    assert not list((bank.dir / "shadows").glob(".*.tmp"))  # atomic writes: no partial files left
+
+    # resume: only the missing shadows are trained, and the bank equals the uninterrupted one
+    monkeypatch.setattr(ShadowBank, "_train_chunk", original)
+    resumed = make_bank(data, tmp_path / "c")
+    assert resumed.key == bank.key == ref.key  # the key depends on the setup, not on the cache root
+    info = resumed.train()
+    assert info["trained"] == [2, 3] and resumed.missing() == []
+    np.testing.assert_array_equal(resumed.keep, ref.keep)
+    for k in range(4):
+        a, b = ref.load_shadow(k).state_dict(), resumed.load_shadow(k).state_dict()
+        for name in a:
+            torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6)
+
+    # cache hit: nothing to train, φ computed once then reused
+    again = make_bank(data, tmp_path / "c")
+    assert again.train()["trained"] == []
+    phi_tr, phi_te, reused = again.shadow_phi(["identity", "flip"])
+    assert phi_tr.shape == (4, len(data.train), 2) and phi_te.shape == (4, len(data.test), 2) and not reused
+    phi_tr2, _, reused2 = make_bank(data, tmp_path / "c").shadow_phi(["identity", "flip"])
+    assert reused2 and np.array_equal(phi_tr, phi_tr2)
+    model = again.load_shadow(1)
+    from attacks.lira import lira_phi, view_logits
+
+    logits, y = view_logits(model, data.train, None, ["identity"])
+    np.testing.assert_allclose(phi_tr[1, :, 0], lira_phi(logits[0], y).numpy(), rtol=1e-6)
+
+
+def test_bank_key_changes_with_the_setup(data, tmp_path: Path) -> None:
+    base = make_bank(data, tmp_path)
+    assert make_bank(data, tmp_path, mode="sequential", chunk_size=1).key == base.key  # how, not what
+    assert make_bank(data, tmp_path, n_shadow=6).key != base.key
+    assert make_bank(data, tmp_path, seed=1).key != base.key
+    assert make_bank(data, tmp_path, recipe=recipe(epochs=2)).key != base.key
+    assert make_bank(data, tmp_path, pool="train+test").key != base.key
+    other = build_datasets("synthetic", n_train=160, n_test=40, seed=1)
+    assert ShadowBank(tmp_path, other, factory(other), recipe(epochs=1), n_shadow=4).key != base.key
+    with pytest.raises(DuckInputError, match="shadow_pool"):
+        make_bank(data, tmp_path, pool="test")
+    with pytest.raises(DuckInputError, match="attack.mode"):
+        make_bank(data, tmp_path, mode="fast")
+
+
+def test_sequential_bank_trains_with_the_recipe(data, tmp_path: Path) -> None:
+    bank = make_bank(data, tmp_path, n_shadow=2, mode="sequential")
+    info = bank.train()
+    assert info["mode"] == "sequential" and info["trained"] == [0, 1]
+    torch.manual_seed(shadow_seed(0, 1))
+    expected, _ = train_classifier(factory(data)(), data.train, recipe(epochs=1),
+                                   indices=np.flatnonzero(bank.keep[1]),
+                                   seed=shadow_seed(0, 1), trainer_cfg=CPU)
+    torch.testing.assert_close(bank.load_shadow(1).state_dict(), expected.state_dict())
+
+
+def test_pool_dataset_and_shadow_in(data, tmp_path: Path) -> None:
+    pool = PoolDataset(data.train, data.test)
+    n = len(data.train)
+    x, y, idx = pool.__getitems__([n + 3, 2, n])
+    torch.testing.assert_close(x[0], data.test[3][0])
+    torch.testing.assert_close(x[1], data.train[2][0])
+    assert idx.tolist() == [n + 3, 2, n] and y[2].item() == data.test.labels[0]
+    bank = make_bank(data, tmp_path, pool="train+test")
+    assert bank.keep.shape == (4, n + len(data.test))
+    sin = bank.shadow_in(np.array([0, 5]), np.array([1]))
+    np.testing.assert_array_equal(sin, bank.keep[:, [0, 5, n + 1]])
+    plain = make_bank(data, tmp_path)
+    assert not plain.shadow_in(np.array([0]), np.array([1, 2]))[:, 1:].any()
+
+
+def test_incomplete_bank_refuses_inference(data, tmp_path: Path) -> None:
+    bank = make_bank(data, tmp_path)
+    with pytest.raises(DuckInputError, match="incomplete"):
+        bank.shadow_phi(["identity"])
+    assert shadow_mod.BANK_FORMAT >= 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_batched_training_on_cuda_matches_cpu_sequential(data) -> None:
+    rec = recipe("adam")
+    keep = keep_matrix(4, len(data.train), 0)
+    index_sets = [np.flatnonzero(keep[k]) for k in range(4)]
+    seeds = [shadow_seed(0, k) for k in range(4)]
+
+    def fresh(s: int):
+        torch.manual_seed(s)
+        return factory(data)()
+
+    separate = [train_classifier(fresh(s), data.train, rec, indices=i, seed=s, trainer_cfg=CPU)[0]
+                for i, s in zip(index_sets, seeds, strict=True)]
+    batched = train_batched([fresh(s) for s in seeds], data.train, rec, index_sets, seeds, device="cuda")
+    for a, b in zip(separate, batched, strict=True):
+        for name, t in a.state_dict().items():
+            torch.testing.assert_close(b.state_dict()[name].cpu(), t, rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_attacks_package_is_light() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, attacks; assert 'torch' not in sys.modules and 'sklearn' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_thread_setting_is_scoped() -> None:
+    from attacks.shadow import intra_op_threads, resolve_threads
+
+    before = torch.get_num_threads()
+    with intra_op_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    assert resolve_threads(None) is None and resolve_threads(3) == 3
+    assert resolve_threads("auto") in (1, None)
+    with pytest.raises(DuckInputError, match="attack.threads"):
+        resolve_threads("many")

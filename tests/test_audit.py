@@ -1,0 +1,206 @@
+"""End to end: ``audit_models`` on three models with one bank, ``write_report``, and the ``duck-audit`` "
+  "CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import SYNTH_ARGS, written_files
+
+from attacks.audit import AuditSettings, audit_models
+from attacks.lira import lira_scores
+from attacks.roc import auc_score
+from duck.data.scenarios import build_scenario
+from duck.errors import DuckInputError
+from duck.models import create_model
+from duck.report import write_report
+from duck.training import Recipe, train_classifier
+
+CPU = {"accelerator": "cpu", "devices": 1}
+FAST_ATTACK = {"n_shadow": 4, "mode": "batched", "chunk_size": 4, "ci": {"n_boot": 200},
+               "svm_mia": {"runs": 2, "C": [1, 10], "gamma": [1, 0.1]}}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def setup(synthetic):
+    adam = {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 3e-3}
+    rec = Recipe(epochs=3, batch_size=32, optimizer=adam)
+
+    def factory():
+        return create_model("smallcnn", synthetic.num_classes, 1, 8, width=8)
+
+    scenario = build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels,
+                              synthetic.num_classes, forget_classes=[1])
+    torch.manual_seed(0)
+    original, _ = train_classifier(factory(), synthetic.train, rec, seed=0, trainer_cfg=CPU)
+    torch.manual_seed(1)
+    retrained, _ = train_classifier(factory(), synthetic.train, rec, indices=scenario.retain_idx, seed=1,
+                                    trainer_cfg=CPU)
+    torch.manual_seed(2)
+    unlearned, _ = train_classifier(factory(), synthetic.train, rec, indices=scenario.retain_idx, seed=2,
+                                    trainer_cfg=CPU)
+    return rec, factory, scenario, {"original": original, "unlearned": unlearned, "retrained": retrained}
+
+
+def test_audit_models_and_report_end_to_end(synthetic, setup, tmp_path: Path) -> None:
+    rec, factory, scenario, models = setup
+    out_dirs = {name: tmp_path / name for name in models}
+    kw = dict(recipe=rec, model_factory=factory, cache_dir=tmp_path / "cache", seed=0, trainer_cfg=CPU)
+    audits = audit_models(FAST_ATTACK, synthetic, scenario, models, out_dirs=out_dirs, **kw)
+    assert set(audits) == {"original", "unlearned", "retrained"}
+    n_forget, n_test_forget = len(scenario.forget_idx), len(scenario.test_forget_idx)
+    for name, a in audits.items():
+        # DESIGN.md §3 audit.json format (plus confidence intervals)
+        assert a["target"] == name and a["members"] == "forget" and a["nonmembers"] == "test_forget"
+        lira = a["lira"]
+        assert lira["variant"] == "offline" and lira["n_shadow"] == 4 and lira["n_out"] == 2
+        assert 0.0 <= lira["auc_ci"][0] <= lira["auc"] <= lira["auc_ci"][1] <= 1.0 and lira["auc_se"] > 0
+        assert set(lira["tpr_at_fpr"]) == {"0.001", "0.01", "0.05"}
+        assert (lira["n_members"], lira["n_nonmembers"]) == (n_forget, n_test_forget)
+        assert {"f1", "accuracy", "chance"} <= set(a["svm_mia"])
+        assert set(a["reference"]) == set(models) - {name}
+        on_disk = json.loads((out_dirs[name] / "audit.json").read_text())
+        assert on_disk["lira"]["auc"] == pytest.approx(lira["auc"])
+        # lira_stats.npz holds what is needed to recompute the attack
+        with np.load(out_dirs[name] / "lira_stats.npz", allow_pickle=False) as st:
+            assert st["keep"].shape == (4, len(synthetic.train)) and (st["keep"].sum(0) == 2).all()
+            settings = json.loads(str(st["settings"]))
+            assert settings["fixed_variance"] is False and settings["variant"] == "offline"
+            scores, _ = lira_scores(st["target_phi"], st["shadow_phi"], st["shadow_in"], **settings)
+            np.testing.assert_allclose(scores, st["scores"])
+            assert auc_score(scores, st["member"]) == pytest.approx(lira["auc"])
+            assert st["member"].sum() == n_forget and list(st["views"]) == ["identity"]
+    assert audits["original"]["bank"]["trained_now"] == 4
+
+    # second audit on the same setup: the bank and its φ come from the cache
+    again = audit_models(FAST_ATTACK, synthetic, scenario, {"unlearned": models["unlearned"]}, **kw)
+    bank = again["unlearned"]["bank"]
+    assert bank["trained_now"] == 0 and bank["phi_reused"]
+    assert bank["key"] == audits["original"]["bank"]["key"]
+    assert again["unlearned"]["lira"]["auc"] == pytest.approx(audits["unlearned"]["lira"]["auc"])
+
+    rows = [{"model": n, "method": n, "A_t": 0.9, "A_f": 0.0, "AUS": 1.0, "time_s": 1.5, "epochs": 3}
+            for n in models]
+    paths = write_report(tmp_path / "report", summary_rows=rows, audits=audits,
+                         config={"attack": FAST_ATTACK},
+                         scenario=scenario, run_times={"original": 1.0, "audit": 2.0})
+    html = paths["html"].read_text()
+    assert html.count("data:image/png;base64,") == 2 and "LiRA membership inference" in html
+    md = paths["md"].read_text()
+    assert "![LiRA ROC, log-log axes](plots/roc_loglog.png)" in md and "| original |" in md
+    assert (tmp_path / "report" / "plots" / "roc_loglog.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_homogeneous_audit_uses_all_test_samples(synthetic, setup, tmp_path: Path) -> None:
+    rec, factory, _, models = setup
+    scenario = build_scenario("homogeneous_removal", synthetic.train.labels, synthetic.test.labels,
+                              synthetic.num_classes, fraction=0.2, seed=0)
+    audits = audit_models({**FAST_ATTACK, "svm_mia": {"enabled": False}, "views": ["identity", "flip"]},
+                          synthetic,
+                          scenario, {"original": models["original"]}, recipe=rec, model_factory=factory,
+                          cache_dir=tmp_path, seed=0, trainer_cfg=CPU)
+    a = audits["original"]
+    assert a["nonmembers"] == "test" and a["n_nonmembers"] == len(synthetic.test) and "svm_mia" not in a
+    assert a["lira"]["views"] == ["identity", "flip"]
+
+
+def test_online_audit_trains_shadows_on_train_and_test(synthetic, setup, tmp_path: Path) -> None:
+    rec, factory, scenario, models = setup
+    attack = {**FAST_ATTACK, "variant": "online", "shadow_pool": "train+test", "svm_mia": {"enabled": False}}
+    audits = audit_models(attack, synthetic, scenario, {"original": models["original"]}, recipe=rec,
+                          model_factory=factory, cache_dir=tmp_path, seed=0, trainer_cfg=CPU,
+                          out_dirs={"original": tmp_path / "o"})
+    lira = audits["original"]["lira"]
+    assert lira["variant"] == "online" and lira["n_in"] == 2 and lira["n_out"] == 2
+    assert audits["original"]["bank"]["pool"] == "train+test"
+    with np.load(tmp_path / "o" / "lira_stats.npz", allow_pickle=False) as st:
+        assert st["keep"].shape == (4, len(synthetic.train) + len(synthetic.test))
+        assert (st["shadow_in"].sum(0) == 2).all()  # test samples too are IN for half of the shadows
+    with pytest.raises(DuckInputError, match="shadow_pool=train\\+test"):
+        audit_models({**attack, "shadow_pool": "train"}, synthetic, scenario,
+                     {"original": models["original"]},
+                     recipe=rec, model_factory=factory, cache_dir=tmp_path, seed=0, trainer_cfg=CPU)
+
+
+def test_settings_reject_bad_options() -> None:
+    with pytest.raises(DuckInputError, match="unknown attack option"):
+        AuditSettings.from_cfg({"n_shadows": 4})
+    with pytest.raises(DuckInputError, match="variant"):
+        AuditSettings.from_cfg({"variant": "global"})
+    with pytest.raises(DuckInputError, match="fpr_levels"):
+        AuditSettings.from_cfg({"fpr_levels": [0.0, 0.01]})
+    settings = AuditSettings.from_cfg({"name": "lira", "ci": {"level": 0.9}})
+    assert settings.ci == {"method": "bootstrap", "level": 0.9, "n_boot": 2000}
+
+
+CLI_ATTACK = ("attack.n_shadow=4", "attack.mode=batched", "attack.ci.n_boot=200", "attack.svm_mia.runs=2",
+              "recipe=synthetic", "recipe.epochs=2")
+FORGET_1 = ("scenario=class_removal", "scenario.forget_classes=[1]")
+
+
+def test_duck_audit_cli(run_cli, synthetic_ckpt: Path) -> None:
+    code, out, err, run_dir = run_cli("audit", *SYNTH_ARGS, *CLI_ATTACK, *FORGET_1, f"ckpt={synthetic_ckpt}",
+                                      f"original_ckpt={synthetic_ckpt}", "role=unlearned")
+    assert code == 0, err
+    files = written_files(run_dir)
+    assert {"audit.json", "lira_stats.npz", "report.html", "report.md", "plots/roc_loglog.png",
+            "plots/auc_ci.png", "original/audit.json", "original/lira_stats.npz"} <= files
+    audit = json.loads((run_dir / "audit.json").read_text())
+    assert audit["target"] == "unlearned" and "original" in audit["reference"]
+    # the same weights audited twice with the same bank give the same scores
+    assert audit["lira"]["auc"] == pytest.approx(audit["reference"]["original"]["auc"])
+    assert "report:" in out and "AUC" in out
+
+
+@pytest.mark.parametrize("args,match", [
+    (("attack.variant=global",), "attack.variant='global'"),
+    (("scenario=none",), "duck-audit needs a scenario"),
+    (("attack.n_shadow=3",), "even number"),
+    (("role=original",), "original_ckpt given, but the audited checkpoint is the original itself"),
+])
+def test_duck_audit_bad_input_exits_cleanly(run_cli, synthetic_ckpt: Path, args, match) -> None:
+    extra = (f"original_ckpt={synthetic_ckpt}",) if "role=original" in args else ()
+    scenario = () if "scenario=none" in args else FORGET_1
+    code, _, err, run_dir = run_cli("audit", *SYNTH_ARGS, *CLI_ATTACK, *scenario, f"ckpt={synthetic_ckpt}",
+                                    *extra,
+                                    *args)
+    assert code == 2 and match in err, err
+    assert not (run_dir / "audit.json").exists()
+
+
+@pytest.mark.slow
+def test_digits_audit_separates_original_from_oracle(digits, tmp_path: Path) -> None:
+    """The correctness target on real data (minutes on 2 CPU cores): with the digits recipe and 16 shadows,
+    the original is attackable (AUC CI above 0.5) and the retrained oracle is within 2 SE of chance."""
+    from duck.bench.audit import load_recipe
+
+    rec = load_recipe("digits")
+
+    def factory():
+        return create_model("smallcnn", 10, 1, 8)
+
+    scenario = build_scenario("homogeneous_removal", digits.train.labels, digits.test.labels, 10,
+                              fraction=0.1, seed=0)
+    torch.manual_seed(0)
+    original, _ = train_classifier(factory(), digits.train, rec, seed=0, trainer_cfg=CPU)
+    torch.manual_seed(0)
+    retrained, _ = train_classifier(factory(), digits.train, rec, indices=scenario.retain_idx, seed=0,
+                                    trainer_cfg=CPU)
+    audits = audit_models({"n_shadow": 16, "svm_mia": {"enabled": False}}, digits, scenario,
+                          {"original": original, "retrained": retrained}, recipe=rec, model_factory=factory,
+                          cache_dir=tmp_path, seed=0, trainer_cfg=CPU)
+    assert audits["original"]["lira"]["separated_from_chance"]
+    assert audits["original"]["lira"]["tpr_at_fpr"]["0.01"] > 0.01
+    assert audits["retrained"]["lira"]["within_2se_of_chance"]

@@ -1,0 +1,92 @@
+"""The ``duck-bench kmeans`` suite on tiny settings: protocol bookkeeping, table, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from duck.bench import kmeans as bench
+from duck.errors import DuckInputError
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny tensors: one intra-op thread avoids OpenMP stalls on a shared CPU (restored afterwards)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_cfg(**overrides):
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "bench" / "kmeans.yaml")
+    cfg.merge_with(
+        {
+            "datasets": ["gaussian", "wine"],
+            "replicates": 2,
+            "n_deletions": 30,
+            "baseline_sample": 20,
+            "silhouette_sample": 300,
+            "gaussian": {"n": 1500, "d": 5, "k": 3},
+            **overrides,
+        }
+    )
+    return cfg
+
+
+def test_gaussian_mixture_shapes_and_labels():
+    X, y = bench.gaussian_mixture(1000, 25, 5, 1.0, seed=0)
+    assert X.shape == (1000, 25) and X.dtype == np.float32 and set(np.unique(y)) <= set(range(5))
+    again, _ = bench.gaussian_mixture(1000, 25, 5, 1.0, seed=0)
+    np.testing.assert_array_equal(X, again)
+
+
+def test_suite_runs_and_reports_every_method():
+    out = bench.run(tiny_cfg())
+    table = out["table"]
+    for name in (
+        "gaussian",
+        "wine",
+        "k-means++",
+        "Q-k-means",
+        "DC-k-means",
+        "speed-up",
+        "NMI",
+        "scikit-learn",
+    ):
+        assert name in table
+    gauss = out["results"]["gaussian"]
+    assert gauss["setup"]["m"] == 30 and gauss["setup"]["replicates"] == 2
+    assert gauss["k-means++"]["loss_ratio"]["mean"] == 1.0  # the reference itself
+    assert gauss["k-means++"]["speedup"]["mean"] == 1.0
+    for meth in ("Q-k-means", "DC-k-means"):
+        assert gauss[meth]["speedup"]["mean"] > 0 and 0.5 < gauss[meth]["loss_ratio"]["mean"] < 2.0
+        assert 0.0 <= gauss[meth]["nmi"]["mean"] <= 1.0
+    assert out["results"]["wine"]["setup"]["m"] == 17  # at most 10 % of the 178 rows
+    assert "extrapolated" in table and "gaussian: k-means++ retrain cost timed on 20 of the 30" in table
+    assert "wine: k-means++" not in table  # wine: all 17 retrains are timed, nothing extrapolated
+    json.dumps(out["results"])  # JSON-able
+
+
+def test_unknown_dataset_is_a_clear_error():
+    with pytest.raises(DuckInputError, match="unknown data sets"):
+        bench.run(tiny_cfg(datasets=["mnist"]))
+
+
+def test_cli_writes_bench_json(run_cli):
+    code, out, err, run_dir = run_cli(
+        "bench",
+        "kmeans",
+        "bench.datasets=[wine]",
+        "bench.replicates=1",
+        "bench.sklearn_compare=false",
+        "bench.silhouette_sample=100",
+    )
+    assert code == 0, err
+    result = json.loads((run_dir / "bench.json").read_text())
+    assert result["suite"] == "kmeans" and "Q-k-means" in result["table"] and "machine" in result
