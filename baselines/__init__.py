@@ -1,0 +1,22 @@
+"""The unlearning methods DUCK is compared with (seeds/003 §II, §IV-A; ALGORITHMS.md §3), one file each.
+
+Importing this package registers every method in :mod:`duck.unlearn.registry` (it is declared as the
+``duck_unlearn.methods`` entry point, so ``duck.unlearn.list_unlearners()`` imports it).
+"""
+
+from baselines import (  # noqa: F401  (imports register the methods)
+    bad_teacher,
+    boundary_expand,
+    boundary_shrink,
+    erm_ktp,
+    finetune,
+    l1_sparse,
+    neggrad,
+    random_label,
+    retrain,
+    scrub,
+    ssd,
+)
+
+METHODS = ("retrain", "finetune", "neggrad", "random_label", "boundary_shrink", "boundary_expand", "scrub",
+           "l1_sparse", "ssd", "bad_teacher", "erm_ktp")

@@ -31,3 +31,25 @@ def as_tensor(
         bad = (~torch.isfinite(t)).reshape(t.shape[0], -1).any(1).nonzero().flatten()[:5].tolist() if t.ndim else []
         raise ValueError(f"{name} contains NaN or inf values (first bad rows: {bad}); clean or drop those rows")
     return t
+
+
+def real_array_tensor(X: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
+    """A real-valued numeric tensor from numpy/torch/list input (torch input detached, not copied or moved).
+
+    Raises ``DuckInputError`` naming ``name`` for input that is not a numeric array (strings, objects,
+    ragged lists) or is complex / boolean; shapes and finiteness are the caller's checks.
+    """
+    from duck.errors import DuckInputError
+
+    if isinstance(X, torch.Tensor):
+        t = X.detach()
+        if t.is_complex() or t.dtype == torch.bool:
+            raise DuckInputError(f"{name} must be real-valued, got dtype {t.dtype}")
+        return t
+    try:
+        arr = np.asarray(X)
+    except (TypeError, ValueError) as e:
+        raise DuckInputError(f"{name} must be a numeric {shape} array: {e}") from None
+    if arr.dtype.kind not in "iuf":
+        raise DuckInputError(f"{name} must be a real-valued numeric array, got dtype {arr.dtype}")
+    return torch.from_numpy(np.ascontiguousarray(arr))

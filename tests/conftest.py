@@ -20,6 +20,18 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> object:
+    """One torch intra-op thread per test (restored afterwards): the tests' tensors are tiny, and on a shared
+    2-core machine a second thread makes them several times slower. Tests of thread handling set their own."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture) -> Callable[..., tuple[int, str, str, Path]]:
     """Run a console script's ``main`` in-process: ``run_cli("train", "data=synthetic", ...)``.

@@ -14,15 +14,6 @@ from attacks.roc import auc_score
 from duck.errors import DuckInputError
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is as fast, and far faster when the 2 cores are oversubscribed."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ---------------------------------------------------------------------------------------------- statistic
 @settings(max_examples=40, deadline=None)
 @given(st.integers(2, 12), st.integers(1, 30), st.floats(0.1, 3.0), st.integers(0, 10_000))

@@ -19,14 +19,6 @@ from duck.training import Recipe, train_classifier
 CPU = {"accelerator": "cpu", "devices": 1}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one intra-op thread is as fast, and far faster when the 2 cores are oversubscribed."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def data():

@@ -25,13 +25,6 @@ FAST_ATTACK = {"n_shadow": 4, "mode": "batched", "chunk_size": 4, "ci": {"n_boot
                "svm_mia": {"runs": 2, "C": [1, 10], "gamma": [1, 0.1]}}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def setup(synthetic):

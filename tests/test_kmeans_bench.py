@@ -7,20 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from duck.bench import kmeans as bench
 from duck.errors import DuckInputError
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP stalls on a shared CPU (restored afterwards)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tiny_cfg(**overrides):

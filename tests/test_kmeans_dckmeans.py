@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 from sklearn.datasets import make_blobs
 
 from duck.deletion import DCKMeans
 from duck.deletion.dckmeans import auto_width
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP stalls on a shared CPU (restored afterwards)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 F64 = dict(device="cpu", dtype=torch.float64)
 

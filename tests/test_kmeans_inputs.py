@@ -9,16 +9,6 @@ import torch
 from duck.deletion import DCKMeans, KMeansPP, QKMeans
 from duck.errors import DuckInputError
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP stalls on a shared CPU (restored afterwards)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 MODELS = [KMeansPP, QKMeans, DCKMeans]
 
 

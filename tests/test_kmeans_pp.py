@@ -21,15 +21,6 @@ from duck.deletion._kmeans_ops import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP stalls on a shared CPU (restored afterwards)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def brute_force_assign(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     d2 = ((X[:, None, :] - C[None, :, :]) ** 2).sum(-1)
     return d2.argmin(1), d2.min(1)

@@ -13,16 +13,6 @@ from sklearn.datasets import make_blobs
 from duck.deletion import QKMeans
 from duck.deletion.qkmeans import balanced_means, lattice_cells, lattice_point
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP stalls on a shared CPU (restored afterwards)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 F64 = dict(device="cpu", dtype=torch.float64)
 
 

@@ -16,7 +16,7 @@ import torch
 
 from duck.deletion._kmeans_ops import assign
 from duck.errors import DuckInputError
-from duck.utils import resolve_device
+from duck.utils import real_array_tensor, resolve_device
 
 _DTYPES = {torch.float32, torch.float64}
 
@@ -82,16 +82,7 @@ class DeletableKMeansBase:
 
         ``copy=True`` (used by ``fit``) guarantees the model never shares memory with the caller's array.
         """
-        if isinstance(X, torch.Tensor):
-            t = X.detach()
-        else:
-            try:
-                arr = np.asarray(X)
-            except (TypeError, ValueError) as e:
-                raise DuckInputError(f"{name} must be a numeric (n, d) array: {e}") from None
-            if arr.dtype.kind not in "iuf":
-                raise DuckInputError(f"{name} must be a real-valued numeric array, got dtype {arr.dtype}")
-            t = torch.from_numpy(np.ascontiguousarray(arr))
+        t = real_array_tensor(X, name)
         if t.numel() == 0:
             raise DuckInputError(
                 f"{name} is empty (shape {tuple(t.shape)}); pass at least one row and one feature"

@@ -1,0 +1,304 @@
+"""``duck-bench compare``: DUCK against every baseline over the paper's protocol (seeds/003 §IV-A, Tables I/II).
+
+For each run of the protocol (class removal: one forgotten class per run; homogeneous removal: one random
+forget set per seed) the original and the retrained oracle come from ``duck-run``'s cache (trained once, reused
+by every later run), then every method unlearns a copy of the original. Per scenario and method the suite
+reports mean (std) over runs of ``A_t``, ``A_f``, AUS (ALGORITHMS.md §2) and the unlearning wall time, how many
+runs ended with the forget accuracy at its target, and how many stopped by their stopping rule; as Markdown
+(``compare.md``) and CSV (``compare.csv``) in the run directory and in ``bench.json``, with every run's record
+(``runs.json``, rewritten after each run so a long protocol can be watched).
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from duck.bench.common import markdown_table, mean_std
+from duck.errors import DuckInputError
+
+SCENARIO_TITLES = {"class_removal": "Class removal (Table I protocol)",
+                   "homogeneous_removal": "Homogeneous removal (Table II protocol)"}
+REFERENCE_ROWS = ("original", "retrain")
+
+
+@contextmanager
+def hydra_ready() -> Iterator[None]:
+    """Hydra's compose API needs an initialised config search path: reuse duck-bench's, else open one."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from duck.cli._app import conf_dir
+
+    if GlobalHydra.instance().is_initialized():
+        yield
+    else:
+        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+            yield
+
+
+def compose_run(overrides: list[str]) -> DictConfig:
+    """The ``duck-run`` config with ``overrides`` (the same composition as the command line)."""
+    from hydra import compose
+    from hydra.errors import HydraException
+
+    try:
+        return compose("run", overrides=overrides)
+    except HydraException as e:
+        raise DuckInputError(f"cannot compose the run config with {overrides}: {e}") from None
+
+
+def protocol_runs(cfg: DictConfig, num_classes: int) -> list[dict[str, Any]]:
+    """The runs of the protocol: ``{"scenario", "label", "seed", "overrides"}``, in execution order."""
+    runs = []
+    original_seed = int(cfg.original_seed)
+    for kind in cfg.scenarios:
+        if kind == "class_removal":
+            classes = list(range(num_classes)) if cfg.classes is None else [int(c) for c in cfg.classes]
+            if not classes:
+                raise DuckInputError("bench.classes is empty; give the classes to remove, or null for every class")
+            for c in classes[:1] if cfg.quick else classes:
+                runs.append({"scenario": kind, "label": f"class_{c}", "seed": original_seed,
+                             "overrides": ["scenario=class_removal", f"scenario.forget_classes=[{c}]"]})
+        elif kind == "homogeneous_removal":
+            seeds = [int(s) for s in cfg.seeds]
+            if not seeds:
+                raise DuckInputError("bench.seeds is empty; give at least one seed for homogeneous removal")
+            for s in seeds[:1] if cfg.quick else seeds:
+                runs.append({"scenario": kind, "label": f"seed_{s}", "seed": s,
+                             "overrides": ["scenario=homogeneous_removal", f"scenario.fraction={float(cfg.fraction)}",
+                                           f"scenario.seed={s}"]})
+        else:
+            raise DuckInputError(f"bench.scenarios holds {kind!r}; use class_removal and/or homogeneous_removal")
+    return runs
+
+
+def forget_target(scenario: Any, original_acc: dict[str, float], tolerance: float = 0.01) -> float:
+    """The stopping rules' target for ``A_f`` on the forget set (ALGORITHMS.md §1.4)."""
+    return float(tolerance) if scenario.forget_target_rule == "zero" else float(original_acc["test"])
+
+
+def run_record(label: str, run: dict[str, Any], metrics: dict[str, Any], scenario: Any,
+               original_acc: dict[str, float], target: float) -> dict[str, Any]:
+    """One row of ``runs.json``: the metrics record, the protocol coordinates, ``A_t``/``A_f`` as AUS uses them
+    (ALGORITHMS.md §2) and whether the forget-set accuracy ended at the stopping rules' target."""
+    from duck.metrics import aus_inputs
+
+    acc = metrics["acc"]
+    _, a_t, a_f = aus_inputs(acc, original_acc, scenario)
+    return {"method": label, "scenario": run["scenario"], "run": run["label"], "seed": run["seed"],
+            "A_t": a_t, "A_f": a_f, "AUS": metrics.get("aus"), "time_s": metrics.get("time_s"), "epochs": metrics.get("epochs"),
+            "train_forget": acc.get("train_forget"), "forget_target": target,
+            "target_met": bool(acc["train_forget"] <= target + 1e-9),
+            "reached_target": metrics.get("reached_target"), "metrics": metrics}
+
+
+def summarise(records: list[dict[str, Any]], scenario: str, methods: list[str],
+              unsupported: dict[str, str]) -> list[dict[str, Any]]:
+    """Mean (std) per method over the runs of one scenario."""
+    rows = []
+    for method in [*REFERENCE_ROWS, *methods]:
+        if method in unsupported:
+            rows.append({"scenario": scenario, "method": method, "n": 0, "note": unsupported[method]})
+            continue
+        recs = [r for r in records if r["scenario"] == scenario and r["method"] == method]
+        ok = [r for r in recs if "error" not in r]
+        row: dict[str, Any] = {"scenario": scenario, "method": method, "n": len(ok), "errors": len(recs) - len(ok)}
+        if ok:
+            for key in ("A_t", "A_f", "AUS", "time_s", "epochs"):
+                vals = [float(r[key]) for r in ok if r.get(key) is not None]
+                if vals:
+                    row[key] = mean_std(vals)
+            row["target_met"] = sum(r["target_met"] for r in ok)
+            rule = [r["reached_target"] for r in ok if r.get("reached_target") is not None]
+            row["stop_rule_reached"] = sum(bool(v) for v in rule) if rule else None
+            row["stop_rule_runs"] = len(rule)
+        rows.append(row)
+    return rows
+
+
+def _fmt(ms: dict[str, float] | None, scale: float = 1.0, digits: int = 3) -> str:
+    if not ms:
+        return "—"
+    return f"{ms['mean'] * scale:.{digits}f} ({ms['std'] * scale:.{digits}f})"
+
+
+def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
+    """Paper-style table (accuracies in %, as Tables I/II)."""
+    cr = scenario == "class_removal"
+    headers = ["method", "A_t (%)" + (" test, retained classes" if cr else " test"),
+               "A_f (%)" + (" test, forgotten class" if cr else " forget set"), "AUS", "time (s)",
+               "forget set at target", "stopping rule reached", "runs"]
+    rows = []
+    for r in summary:
+        if r["method"] != "original" and r["n"] == 0 and r.get("note"):
+            rows.append([r["method"], "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", r["note"]])
+            continue
+        n = r["n"]
+        time_s = "—" if r["method"] == "original" else _fmt(r.get("time_s"), digits=2)
+        rule = "—" if r.get("stop_rule_reached") is None else f"{r['stop_rule_reached']}/{r['stop_rule_runs']}"
+        runs = f"{n}" + (f" ({r['errors']} failed)" if r.get("errors") else "")
+        rows.append([r["method"], _fmt(r.get("A_t"), 100, 2), _fmt(r.get("A_f"), 100, 2), _fmt(r.get("AUS")), time_s,
+                     f"{r.get('target_met', 0)}/{n}" if n else "—", rule, runs])
+    return markdown_table(headers, rows)
+
+
+def csv_text(summary: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    fields = ["scenario", "method", "n", "errors", "A_t_mean", "A_t_std", "A_f_mean", "A_f_std", "AUS_mean", "AUS_std",
+              "time_s_mean", "time_s_std", "epochs_mean", "target_met", "stop_rule_reached", "stop_rule_runs", "note"]
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in summary:
+        out = {k: r.get(k) for k in ("scenario", "method", "n", "errors", "target_met", "stop_rule_reached",
+                                     "stop_rule_runs", "note")}
+        for key in ("A_t", "A_f", "AUS", "time_s", "epochs"):
+            if r.get(key):
+                out[f"{key}_mean"] = round(r[key]["mean"], 6)
+                if f"{key}_std" in fields:
+                    out[f"{key}_std"] = round(r[key]["std"], 6)
+        writer.writerow(out)
+    return buf.getvalue()
+
+
+def resumed_records(path: str | None) -> list[dict[str, Any]]:
+    """Records of an earlier (interrupted) protocol's ``runs.json``: runs recorded there without an error are not
+    repeated (``bench.resume=PATH``); the same data/model/protocol options are the caller's responsibility."""
+    if not path:
+        return []
+    import json
+
+    p = Path(str(path))
+    if p.is_dir():
+        p = p / "runs.json"
+    try:
+        records = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise DuckInputError(f"bench.resume={path}: cannot read an earlier runs.json ({e}); give the run directory "
+                             "or runs.json of an interrupted compare, or drop bench.resume") from None
+    if not isinstance(records, list) or not all(isinstance(r, dict) and {"scenario", "run", "method"} <= r.keys()
+                                                 for r in records):
+        raise DuckInputError(f"bench.resume={path} is not a compare runs.json (a list of run records)")
+    return records
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    from duck.cli.run import train_or_reuse
+    from duck.cli.setup import build_data, build_scenario_cfg, device_of, output_dir
+    from duck.cli.unlearn import run_unlearning
+    from duck.io import atomic_save_json, atomic_write_text
+    from duck.metrics import metrics_record, split_accuracies
+    from duck.unlearn import get_unlearner_class
+
+    out = Path(cfg.out_dir) if cfg.get("out_dir") else output_dir()
+    methods = [str(m) for m in cfg.methods]
+    bad = [m for m in methods if m in REFERENCE_ROWS]
+    if bad:
+        raise DuckInputError(f"bench.methods holds {bad}: the original and the retrained oracle are always reported; "
+                             "list only unlearning methods")
+    classes_of = {m: get_unlearner_class(m) for m in methods}  # unknown names fail before any work
+    old_threads = torch.get_num_threads()
+    if cfg.torch_threads is not None:
+        torch.set_num_threads(int(cfg.torch_threads))
+    base = [f"data={cfg.data}", f"model={cfg.model}", f"trainer={cfg.trainer}", "progress=false", "audit=false",
+            *[str(o) for o in cfg.overrides]]
+    if cfg.cache_dir is not None:
+        base.append(f"cache_dir={cfg.cache_dir}")
+    records = resumed_records(cfg.get("resume"))
+    done = {(r["scenario"], r["run"], r["method"]) for r in records if "error" not in r}
+    n_resumed = len(records)
+    t_start = time.perf_counter()
+    try:
+        with hydra_ready():
+            cfg0 = compose_run([*base, f"seed={int(cfg.original_seed)}"])
+            data = build_data(cfg0)
+            device = device_of(cfg0)
+            for m in methods:  # every method has a config (conf/method/NAME.yaml)
+                compose_run([*base, f"method={m}"])
+            runs = protocol_runs(cfg, data.num_classes)
+            in_protocol = {(r["scenario"], r["label"]) for r in runs}
+            records = [r for r in records if (r["scenario"], r["run"]) in in_protocol]
+            unsupported = {kind: {m: f"not applicable to {kind} (as in seeds/003)" for m, c in classes_of.items()
+                                  if kind not in c.supported_scenarios} for kind in cfg.scenarios}
+            n_jobs = sum(1 + sum(m not in unsupported[r["scenario"]] for m in methods) for r in runs)
+            bar = tqdm(total=n_jobs, desc=f"compare {cfg.data}", disable=not cfg.progress, unit="run")
+            for run_spec in runs:
+                todo = [m for m in methods if m not in unsupported[run_spec["scenario"]]
+                        and (run_spec["scenario"], run_spec["label"], m) not in done]
+                key = (run_spec["scenario"], run_spec["label"])
+                if not todo and all((*key, m) in done for m in REFERENCE_ROWS):
+                    bar.update(1 + sum(m not in unsupported[run_spec["scenario"]] for m in methods))
+                    continue
+                records = [r for r in records if (r["scenario"], r["run"]) != key or r["method"] not in REFERENCE_ROWS]
+                bar.update(sum(m not in unsupported[run_spec["scenario"]] for m in methods) - len(todo))
+                run_dir = out / "runs" / run_spec["scenario"] / run_spec["label"]
+                orig_cfg = compose_run([*base, *run_spec["overrides"], f"seed={int(cfg.original_seed)}"])
+                run_cfg = compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}"])
+                scenario = build_scenario_cfg(run_cfg, data)
+                bar.set_postfix_str(f"{run_spec['label']}: original + oracle")
+                original, orig_metrics, _ = train_or_reuse(orig_cfg, data, scenario, "original", run_dir)
+                # a cached original's metrics.json holds the scenario it was first trained with: recompute
+                original_acc = split_accuracies(original, data, scenario, device=device,
+                                                batch_size=int(run_cfg.eval_batch_size))
+                orig_rec = metrics_record(method="original", data_name=data.name, model_name=str(cfg.model),
+                                          seed=int(cfg.original_seed), acc=original_acc, original_acc=original_acc,
+                                          scenario=scenario, time_s=orig_metrics.get("time_s"),
+                                          epochs=orig_metrics.get("epochs"))
+                target = forget_target(scenario, original_acc)
+                records.append(run_record("original", run_spec, orig_rec, scenario, original_acc, target))
+                _, retr_metrics, reused = train_or_reuse(run_cfg, data, scenario, "retrained", run_dir,
+                                                         original_acc=original_acc)
+                records.append({**run_record("retrain", run_spec, retr_metrics, scenario, original_acc, target),
+                                "reused_from_cache": reused})
+                bar.update(1)
+                for m in todo:
+                    records = [r for r in records if (r["scenario"], r["run"], r["method"]) != (*key, m)]
+                    bar.set_postfix_str(f"{run_spec['label']}: {m}")
+                    try:
+                        metrics, _ = run_unlearning(compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}",
+                                                                 f"method={m}"]),
+                                                    copy.deepcopy(original), data, scenario, original_acc)
+                        records.append(run_record(m, run_spec, metrics, scenario, original_acc, target))
+                    except Exception as e:  # reported as a failed run in the table (and raised with fail_fast)
+                        if cfg.fail_fast:
+                            raise
+                        records.append({"method": m, "scenario": run_spec["scenario"], "run": run_spec["label"],
+                                        "seed": run_spec["seed"], "error": f"{type(e).__name__}: {e}",
+                                        "traceback": traceback.format_exc(limit=5)})
+                        tqdm.write(f"[compare] {m} failed on {run_spec['label']}: {type(e).__name__}: {e}")
+                    bar.update(1)
+                    atomic_save_json(out / "runs.json", records)
+            bar.close()
+    finally:
+        torch.set_num_threads(old_threads)
+    atomic_save_json(out / "runs.json", records)
+    summary, tables = [], []
+    for kind in cfg.scenarios:
+        rows = summarise(records, kind, methods, unsupported[kind])
+        summary += rows
+        n_runs = sum(r["scenario"] == kind for r in runs)
+        tables.append(f"### {SCENARIO_TITLES.get(kind, kind)}: {data.name} / {cfg.model}, {n_runs} runs\n\n"
+                      + markdown(rows, kind))
+    wall = time.perf_counter() - t_start
+    resumed = f"; {n_resumed} records resumed from {cfg.resume}" if n_resumed else ""
+    table = "\n\n".join(tables) + (f"\n\nprotocol wall time {wall:.0f} s (originals/oracles from cache when present"
+                                   f"{resumed}); torch threads {cfg.torch_threads}")
+    csv_out = csv_text(summary)
+    atomic_write_text(out / "compare.md", table + "\n")
+    atomic_write_text(out / "compare.csv", csv_out)
+    return {"table": table, "csv": csv_out, "summary": summary,
+            "runs": [{k: v for k, v in r.items() if k != "metrics"} for r in records],
+            "protocol": {"runs": runs, "methods": methods, "data": str(cfg.data), "model": str(cfg.model)},
+            "protocol_wall_time_s": wall, "out_dir": str(out),
+            "config_used": OmegaConf.to_container(cfg, resolve=True)}

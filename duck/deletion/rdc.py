@@ -1,0 +1,307 @@
+"""Randomized Dependence Coefficient (Lopez-Paz, Hennig & Schölkopf, NIPS 2013) for all variable pairs at
+once.
+
+RDC of two variables ``x`` and ``y`` observed on n rows (paper §2, Eq. 5):
+
+1. copula transform: every column is replaced by its empirical CDF, ``P(u_i) = #{j : u_j <= u_i} / n``
+   (paper §2.1; ties share the largest rank, as ``scipy.stats.rankdata(method="max") / n``);
+2. k random non-linear features of the transformed variable, ``phi(x) = sin((s / (D + 1)) [P(x), 1] W)`` with
+   ``W ~ N(0, 1)^{(D+1) x k}`` (paper §2.2; the ``s / (D+1)`` scaling and the appended constant follow the
+   reference code and SPFlow, ``D`` being the number of copula columns of the variable);
+3. the largest canonical correlation between ``phi(x)`` and ``phi(y)`` (paper §2.3):
+   ``rdc(x, y) = sigma_max(Cxx^{-1/2} Cxy Cyy^{-1/2})``.
+
+A categorical variable with ``K`` declared categories enters as its K one-hot columns (D = K), each
+copula-transformed, as SPFlow's ``rdc_transformer(ohe=True)`` does; a Gaussian variable as one column (D = 1).
+
+Everything is batched over the variables of a node: the whitened features are one tensor ``(V, r, n)``, the
+canonical correlations of all V(V-1)/2 pairs come from one Gram matrix of those features and one batched
+symmetric eigensolve. The random projections are an explicit argument so that a sum-product network can store
+them per node and re-evaluate the RDC after a removal with the same draws (seeds/001 §5); and
+:func:`components_still_hold` certifies, from a spanning forest and the cross-component pairs only, that the
+dependency components did not change.
+
+Numerics. ``Cxx`` is whitened through its eigendecomposition; directions with an eigenvalue below
+``EIG_RCOND`` times the largest are dropped (pseudo-inverse square root). With ``s = 1/6`` the k sine
+features of one variable are nearly collinear (they are smooth functions of a rank in [0, 1]), so this rank
+truncation is what keeps the CCA well posed; it plays the role of SPFlow's search for the largest usable k.
+
+Defaults ``k = 10``, ``s = 1/6``, ``f = sin``, independence threshold 0.3 are SPFlow's
+(``get_split_cols_RDC_py(threshold=0.3, k=10, s=1/6, non_linearity=np.sin)``), the implementation the
+removal-enabled LearnSPN of seeds/001 builds on; Lopez-Paz et al. use k = 20 and the same s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+#: eigenvalues of a feature covariance below this fraction of its largest are treated as zero
+EIG_RCOND = 1e-10
+
+
+def ecdf(U: torch.Tensor) -> torch.Tensor:
+    """Empirical CDF of every entry within its column, ``#{j : u_j <= u_i} / n``. (n, m) -> (n, m)
+
+    One sort per column: the ECDF of a sorted entry is (index of the last entry of its run of ties + 1) / n,
+    found with a reversed running minimum, then scattered back to the original positions.
+    """
+    n = U.shape[0]
+    values, order = U.sort(dim=0)  # (n, m)
+    run_end = torch.ones_like(values, dtype=torch.bool)  # last entry of a run of equal values
+    run_end[:-1] = values[1:] != values[:-1]
+    position = torch.arange(n, device=U.device)[:, None].expand_as(values)
+    last = torch.where(run_end, position, torch.full_like(position, n)).flip(0).cummin(0).values.flip(0)
+    return torch.empty_like(U).scatter_(0, order, (last + 1).to(U.dtype) / n)
+
+
+def draw_projections(
+    generator: torch.Generator, n_categories: Sequence[int], k: int, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """Random projection ``W_v ~ N(0, 1)^{(D_v+1) x k}`` of every variable, in one (V, Dmax+1, k) CPU tensor.
+
+    Row 0 multiplies the appended constant 1, rows 1..D_v the copula columns; rows beyond D_v are zero so that
+    padding changes nothing. Drawn in one call from ``generator`` (float64 on the CPU), so a seed gives the
+    same projections on any device.
+    """
+    dims = np.maximum(np.asarray(n_categories, dtype=np.int64), 1)  # D_v
+    d_max = int(dims.max())
+    W = torch.randn(len(dims), d_max + 1, k, generator=generator, dtype=torch.float64)
+    used = torch.arange(d_max + 1)[None, :] <= torch.from_numpy(dims)[:, None]  # (V, Dmax+1)
+    return (W * used[:, :, None]).to(dtype)
+
+
+def _scaled_projections(
+    projections: torch.Tensor, dims: np.ndarray, scale: float, like: torch.Tensor
+) -> torch.Tensor:
+    """``(s / (D_v + 1)) W_v`` on the data's device and dtype. -> (V, Dmax+1, k)"""
+    factor = torch.as_tensor(scale / (dims + 1.0), dtype=like.dtype, device=like.device)  # (V,)
+    return projections.to(device=like.device, dtype=like.dtype) * factor[:, None, None]
+
+
+def _gaussian_features(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """``sin(W_0 + P(x) W_1)`` of Gaussian variables. x (n, Vg), W (Vg, Dmax+1, k) scaled -> (n, Vg, k)"""
+    return torch.addcmul(W[:, 0][None], ecdf(x)[:, :, None], W[:, 1][None]).sin_()
+
+
+def _category_tables(codes: torch.Tensor, W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Feature value of every category of every categorical variable, and the category counts.
+
+    The ECDF of the indicator column of category j is ``q_j = (n - n_j) / n`` where the indicator is 0 and 1
+    where it is 1, so a row of category c has ``[1, P(x)] W = W_0 + sum_j q_j W_j + (1 - q_c) W_c``: the
+    features take only K distinct values per variable. codes (n, Vc), W (Vc, Dmax+1, k) scaled
+    -> tables (Vc, Dmax, k), counts (Vc, Dmax) (padded categories: count 0, q = 1, W = 0)
+    """
+    n, Vc = codes.shape
+    d_max = W.shape[1] - 1
+    counts = torch.zeros(Vc, d_max, dtype=W.dtype, device=W.device)
+    counts.scatter_add_(1, codes.T, torch.ones(Vc, n, dtype=W.dtype, device=W.device))
+    q = (n - counts) / n  # (Vc, Dmax)
+    base = W[:, 0] + torch.einsum("vd,vdk->vk", q, W[:, 1:])  # (Vc, k)
+    return torch.sin(base[:, None, :] + W[:, 1:] * (1.0 - q)[:, :, None]), counts
+
+
+def random_features(
+    X: torch.Tensor, n_categories: Sequence[int], projections: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """``sin((s / (D_v + 1)) [P(x_v), 1] W_v)`` for every variable v (steps 1-2). X (n, V) -> (n, V, k)"""
+    n, V = X.shape
+    cats = np.asarray(n_categories, dtype=np.int64)
+    W = _scaled_projections(projections, np.maximum(cats, 1), scale, X)  # (V, Dmax+1, k)
+    F = torch.empty(n, V, W.shape[2], dtype=X.dtype, device=X.device)
+    gauss, categorical = np.flatnonzero(cats == 0), np.flatnonzero(cats > 0)
+    if gauss.size:
+        g = torch.from_numpy(gauss).to(X.device)
+        F[:, g] = _gaussian_features(X[:, g], W[g])
+    if categorical.size:
+        c = torch.from_numpy(categorical).to(X.device)
+        codes = X[:, c].long()  # (n, Vc)
+        tables, _ = _category_tables(codes, W[c])
+        F[:, c] = tables[torch.arange(c.numel(), device=X.device)[None, :], codes]
+    return F
+
+
+def _whitening(cov: torch.Tensor) -> torch.Tensor:
+    """``Cxx^{-1/2}`` of every variable on its top-r eigen-directions. (V, k, k) -> (V, k, r)
+
+    Directions whose eigenvalue is below ``EIG_RCOND`` times the largest (all, for a constant variable) are
+    zeroed; ``r`` is the largest number kept by any variable (the sine features of a Gaussian variable span
+    about 3 usable directions, so this shrinks the pairwise step ~10x).
+    """
+    evals, evecs = torch.linalg.eigh(cov)  # (V, k), (V, k, k) ascending
+    top = evals[:, -1:].clamp_min(0.0)  # (V, 1)
+    keep = (evals > EIG_RCOND * top) & (top > 0)  # (V, k)
+    inv_sqrt = torch.where(
+        keep, evals.clamp_min(torch.finfo(cov.dtype).tiny).rsqrt(), torch.zeros_like(evals)
+    )
+    r = max(int(keep.sum(dim=1).max()), 1)
+    return (evecs * inv_sqrt[:, None, :])[:, :, -r:]
+
+
+def whitened_features(
+    X: torch.Tensor, n_categories: Sequence[int], projections: torch.Tensor, scale: float = 1.0 / 6.0
+) -> torch.Tensor:
+    """Centred, whitened random features ``Z_v = Cxx_v^{-1/2} (phi(x_v) - mean)`` of every variable.
+
+    Laid out variable-major, (V, r, n), so that one variable's features are one contiguous block. Categorical
+    variables are centred and whitened on their K feature values weighted by the category counts (the same
+    moments as over the rows, at O(K k) instead of O(n k) cost) and gathered per row at the end.
+    X (n, V) -> Z (V, r, n) with ``Z_v Z_v^T / (n - 1)`` the identity on the kept subspace.
+    """
+    n, V = X.shape
+    cats = np.asarray(n_categories, dtype=np.int64)
+    W = _scaled_projections(projections, np.maximum(cats, 1), scale, X)  # (V, Dmax+1, k)
+    k = W.shape[2]
+    gauss, categorical = np.flatnonzero(cats == 0), np.flatnonzero(cats > 0)
+    denom = max(n - 1, 1)
+    cov = torch.empty(V, k, k, dtype=X.dtype, device=X.device)
+    if gauss.size:
+        g = torch.from_numpy(gauss).to(X.device)
+        P_rank = ecdf(X[:, g] if categorical.size else X).T  # (Vg, n)
+        Wg = W[g]
+        Fg = torch.addcmul(Wg[:, 0, :, None], Wg[:, 1, :, None], P_rank[:, None, :]).sin_()  # (Vg, k, n)
+        Fg -= Fg.mean(dim=2, keepdim=True)
+        cov[g] = torch.bmm(Fg, Fg.mT) / denom
+    if categorical.size:
+        c = torch.from_numpy(categorical).to(X.device)
+        codes = X[:, c].long()  # (n, Vc)
+        tables, counts = _category_tables(codes, W[c])  # (Vc, Dmax, k), (Vc, Dmax)
+        tables = tables - torch.einsum("vd,vdk->vk", counts, tables)[:, None, :] / n  # centred values
+        cov[c] = torch.einsum("vd,vdk,vdj->vkj", counts, tables, tables) / denom
+    P = _whitening(cov)  # (V, k, r)
+    r = P.shape[2]
+    if gauss.size:
+        Zg = torch.bmm(P[g].mT, Fg)  # (Vg, r, n)
+        if not categorical.size:
+            return Zg
+    z_tables = torch.bmm(P[c].mT, tables.mT)  # (Vc, r, Dmax)
+    Zc = torch.gather(z_tables, 2, codes.T[:, None, :].expand(-1, r, -1))  # (Vc, r, n)
+    if not gauss.size:
+        return Zc
+    Z = torch.empty(V, r, n, dtype=X.dtype, device=X.device)
+    Z[g], Z[c] = Zg, Zc
+    return Z
+
+
+def _largest_singular_value(B: torch.Tensor) -> torch.Tensor:
+    """sigma_max of every (r, r) block: sqrt of the largest eigenvalue of B B^T, clipped to [0, 1]. -> (P,)"""
+    if B.shape[0] == 0:
+        return B.new_zeros(0)
+    return torch.linalg.eigvalsh(B @ B.mT)[:, -1].clamp(0.0, 1.0).sqrt()
+
+
+def rdc_from_whitened(Z: torch.Tensor) -> torch.Tensor:
+    """Symmetric (V, V) RDC matrix (diagonal 1) from whitened features Z (V, r, n).
+
+    Step 3 for all pairs at once: the cross-covariance ``G = Z Z^T / (n-1)`` (V r x V r) holds every
+    ``Cxx^{-1/2} Cxy Cyy^{-1/2}`` as an (r, r) block; the RDC of (i, j) is the largest singular value of
+    block (i, j).
+    """
+    V, r, n = Z.shape
+    Zf = Z.reshape(V * r, n)
+    G = (Zf @ Zf.T / max(n - 1, 1)).reshape(V, r, V, r).permute(0, 2, 1, 3)  # (V, V, r, r)
+    iu, ju = torch.triu_indices(V, V, offset=1, device=Z.device)
+    rho = _largest_singular_value(G[iu, ju])  # (P,)
+    R = torch.eye(V, dtype=Z.dtype, device=Z.device)
+    R[iu, ju] = rho
+    R[ju, iu] = rho
+    return R
+
+
+def rdc_pairs(Z: torch.Tensor, pairs: np.ndarray) -> torch.Tensor:
+    """RDC of selected variable pairs from whitened features Z (V, r, n); pairs (P, 2) -> (P,)"""
+    n = Z.shape[2]
+    idx = torch.from_numpy(np.asarray(pairs, dtype=np.int64).reshape(-1, 2)).to(Z.device)
+    left, right = Z.index_select(0, idx[:, 0]), Z.index_select(0, idx[:, 1])  # (P, r, n)
+    return _largest_singular_value(torch.bmm(left, right.mT) / max(n - 1, 1))  # blocks (P, r, r)
+
+
+def rdc_matrix(
+    X: torch.Tensor, n_categories: Sequence[int], projections: torch.Tensor, scale: float = 1.0 / 6.0
+) -> torch.Tensor:
+    """Symmetric (V, V) matrix of pairwise RDCs (diagonal 1) of the columns of X (n, V)."""
+    return rdc_from_whitened(whitened_features(X, n_categories, projections, scale))
+
+
+def dependency_components(rdc: torch.Tensor | np.ndarray, threshold: float) -> list[tuple[int, ...]]:
+    """Connected components of the graph with an edge wherever ``rdc >= threshold`` (seeds/001 §5).
+
+    Returned in a canonical order: each component's variable positions sorted, components ordered by their
+    smallest position. One component means "no independencies". (Label propagation: every variable takes the
+    smallest label among its neighbours until nothing changes.)
+    """
+    R = rdc.detach().cpu().numpy() if isinstance(rdc, torch.Tensor) else np.asarray(rdc)
+    V = R.shape[0]
+    adjacency = (R >= threshold) | np.eye(V, dtype=bool)
+    labels = np.arange(V)
+    while True:
+        new = np.where(adjacency, labels[None, :], V).min(axis=1)
+        new = new[new]  # pointer jumping: follow the label's own label
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    return [tuple(int(v) for v in np.flatnonzero(labels == lab)) for lab in np.unique(labels)]
+
+
+def spanning_forest(weights: np.ndarray, components: list[tuple[int, ...]]) -> np.ndarray:
+    """Edges of a maximum-weight spanning tree of every component (Prim), as (E, 2) variable positions."""
+    edges = []
+    for comp in components:
+        members = np.asarray(comp, dtype=np.int64)
+        if members.size < 2:
+            continue
+        W = weights[np.ix_(members, members)]  # (m, m)
+        in_tree = np.zeros(members.size, dtype=bool)
+        in_tree[0] = True
+        best, parent = (
+            W[0].copy(),
+            np.zeros(members.size, dtype=np.int64),
+        )  # best link of each vertex to the tree
+        for _ in range(members.size - 1):
+            v = int(np.where(in_tree, -np.inf, best).argmax())
+            edges.append((members[parent[v]], members[v]))
+            in_tree[v] = True
+            closer = W[v] > best
+            best, parent = np.where(closer, W[v], best), np.where(closer, v, parent)
+    return np.array(edges, dtype=np.int64).reshape(-1, 2)
+
+
+def certificate_pairs(
+    components: list[tuple[int, ...]], reference: np.ndarray
+) -> tuple[np.ndarray, int] | None:
+    """The pairs whose RDCs certify that the components are unchanged (see :func:`components_still_hold`).
+
+    A maximum spanning forest of the components on ``reference`` (the last full RDC matrix) followed by every
+    pair across components. Returns ``(pairs (P, 2), number of forest edges)``, or None when more than ``2 V``
+    pairs cross components (many components): recomputing the full matrix is then the cheaper test.
+    """
+    V = reference.shape[0]
+    sizes = np.array([len(c) for c in components])
+    if (sizes.sum() ** 2 - (sizes**2).sum()) // 2 > 2 * V:
+        return None
+    forest = spanning_forest(reference, components)
+    label = np.empty(V, dtype=np.int64)
+    for c, comp in enumerate(components):
+        label[list(comp)] = c
+    iu, ju = np.triu_indices(V, k=1)
+    across = label[iu] != label[ju]
+    return np.concatenate([forest, np.stack([iu[across], ju[across]], axis=1)]), forest.shape[0]
+
+
+def components_still_hold(
+    Z: torch.Tensor, pairs: np.ndarray, n_forest: int, threshold: float, guard: float
+) -> tuple[bool, np.ndarray]:
+    """Cheap exact test that the dependency components of the whitened features Z (V, r, n) are unchanged.
+
+    ``pairs`` from :func:`certificate_pairs`. Sufficient condition: every forest edge has RDC >= threshold +
+    guard and every pair across components has RDC < threshold - guard. Then the full matrix, whose entries
+    differ from these per-pair values only by rounding (orders of magnitude below ``guard``), has exactly the
+    same components. Returns (holds, the RDCs of ``pairs``).
+    """
+    values = rdc_pairs(Z, pairs).cpu().numpy() if pairs.size else np.zeros(0)
+    holds = bool(
+        (values[:n_forest] >= threshold + guard).all() and (values[n_forest:] < threshold - guard).all()
+    )
+    return holds, values

@@ -1,0 +1,99 @@
+"""``duck-bench compare``: the protocol, the aggregation and one quick end-to-end run with the cache reused."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from duck.bench.compare import csv_text, markdown, protocol_runs, summarise
+from duck.errors import DuckInputError
+
+
+def bench_cfg(**kw):
+    base = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "bench" / "compare.yaml")
+    return OmegaConf.merge(base, kw)
+
+
+def test_protocol_is_every_class_and_every_seed():
+    runs = protocol_runs(bench_cfg(), num_classes=10)
+    cr = [r for r in runs if r["scenario"] == "class_removal"]
+    hr = [r for r in runs if r["scenario"] == "homogeneous_removal"]
+    assert [r["label"] for r in cr] == [f"class_{c}" for c in range(10)] and all(r["seed"] == 0 for r in cr)
+    assert [r["seed"] for r in hr] == [0, 1, 2]
+    assert "scenario.seed=2" in hr[2]["overrides"] and "scenario.fraction=0.1" in hr[2]["overrides"]
+    quick = protocol_runs(bench_cfg(quick=True, classes=[4, 8]), num_classes=10)
+    assert [r["label"] for r in quick] == ["class_4", "seed_0"]
+    with pytest.raises(DuckInputError, match="bench.scenarios"):
+        protocol_runs(bench_cfg(scenarios=["bias"]), num_classes=10)
+
+
+def test_summary_is_the_mean_and_sample_std_over_runs():
+    rng = np.random.default_rng(0)
+    records = []
+    for i in range(4):
+        for m in ("original", "retrain", "duck", "neggrad"):
+            records.append({"method": m, "scenario": "class_removal", "run": f"class_{i}", "A_t": rng.random(),
+                            "A_f": rng.random(), "AUS": rng.random(), "time_s": rng.random(), "epochs": 1.0,
+                            "target_met": i % 2 == 0, "reached_target": None if m != "neggrad" else i < 3})
+    records.append({"method": "duck", "scenario": "class_removal", "run": "class_9", "error": "boom"})
+    rows = summarise(records, "class_removal", ["duck", "neggrad", "erm_ktp"], {"erm_ktp": "n/a here"})
+    by = {r["method"]: r for r in rows}
+    aus = [r["AUS"] for r in records if r["method"] == "duck" and "error" not in r]
+    assert by["duck"]["AUS"]["mean"] == pytest.approx(np.mean(aus))
+    assert by["duck"]["AUS"]["std"] == pytest.approx(np.std(aus, ddof=1))
+    assert by["duck"]["n"] == 4 and by["duck"]["errors"] == 1 and by["duck"]["target_met"] == 2
+    assert by["neggrad"]["stop_rule_reached"] == 3 and by["neggrad"]["stop_rule_runs"] == 4
+    assert by["duck"]["stop_rule_reached"] is None and by["erm_ktp"]["n"] == 0
+    md = markdown(rows, "class_removal")
+    assert "| erm_ktp | n/a |" in md and "4 (1 failed)" in md and "3/4" in md
+    table = list(csv.DictReader(io.StringIO(csv_text(rows))))
+    assert [r["method"] for r in table] == ["original", "retrain", "duck", "neggrad", "erm_ktp"]
+    assert float(table[2]["AUS_mean"]) == pytest.approx(np.mean(aus), abs=1e-6)
+
+
+def test_quick_compare_end_to_end_reuses_the_cache(tmp_path):
+    from duck.bench.compare import run
+
+    cfg = bench_cfg(data="synthetic", model="smallcnn", quick=True, methods=["neggrad", "boundary_shrink"],
+                    cache_dir=str(tmp_path / "cache"), out_dir=str(tmp_path / "out1"), progress=False,
+                    overrides=["data.n_train=240", "data.n_test=120", "model.width=8"])
+    out = run(cfg)
+    files = {p.name for p in (tmp_path / "out1").iterdir()}
+    assert {"compare.md", "compare.csv", "runs.json"} <= files
+    runs = json.loads((tmp_path / "out1" / "runs.json").read_text())
+    assert {(r["method"], r["scenario"]) for r in runs} == {
+        ("original", "class_removal"), ("retrain", "class_removal"), ("neggrad", "class_removal"),
+        ("boundary_shrink", "class_removal"), ("original", "homogeneous_removal"),
+        ("retrain", "homogeneous_removal"), ("neggrad", "homogeneous_removal")}
+    assert not any("error" in r for r in runs)
+    assert "| boundary_shrink | n/a |" in out["table"] and "Class removal" in out["table"]
+    assert next(r for r in runs if r["method"] == "retrain")["reused_from_cache"] is False
+    # a rerun trains nothing: original and oracle come from the cache
+    cfg2 = OmegaConf.merge(cfg, {"methods": [], "out_dir": str(tmp_path / "out2"),
+                                 "scenarios": ["class_removal"]})
+    runs2 = run(cfg2)["runs"]
+    assert next(r for r in runs2 if r["method"] == "retrain")["reused_from_cache"] is True
+    orig1 = next(r for r in runs if r["method"] == "original" and r["scenario"] == "class_removal")
+    orig2 = next(r for r in runs2 if r["method"] == "original")
+    assert orig1["A_t"] == orig2["A_t"] and orig1["A_f"] == orig2["A_f"]
+    # resume: finished runs of an interrupted protocol are kept, the missing one is run; a failed one is redone
+    partial = [r for r in runs if not (r["method"] == "neggrad" and r["scenario"] == "homogeneous_removal")]
+    partial.append({"method": "boundary_shrink", "scenario": "class_removal", "run": "class_0", "seed": 0,
+                    "error": "RuntimeError: interrupted"})
+    (tmp_path / "partial.json").write_text(json.dumps([r for r in partial if r["method"] != "boundary_shrink"]
+                                                      + [partial[-1]]))
+    out3 = run(OmegaConf.merge(cfg, {"out_dir": str(tmp_path / "out3"), "resume": str(tmp_path / "partial.json")}))
+    runs3 = out3["runs"]
+    assert sorted((r["method"], r["scenario"]) for r in runs3) == sorted((r["method"], r["scenario"]) for r in runs)
+    assert not any("error" in r for r in runs3)
+    kept = next(r for r in runs3 if r["method"] == "neggrad" and r["scenario"] == "class_removal")
+    assert kept["time_s"] == next(r for r in runs if r["method"] == "neggrad" and r["scenario"] == "class_removal")["time_s"]
+    assert "resumed from" in out3["table"]
+    with pytest.raises(DuckInputError, match="bench.resume"):
+        run(OmegaConf.merge(cfg, {"resume": str(tmp_path / "missing.json")}))

@@ -1,0 +1,349 @@
+"""The core rule of each baseline against an independent reference (closed form or brute force)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from baselines.bad_teacher import mixed_teacher_probs
+from baselines.boundary_expand import prune_head, widen_head
+from baselines.boundary_shrink import nearest_incorrect_label, pgd_linf
+from baselines.common import distill_kl
+from baselines.erm_ktp import clip_mask, erm_regulariser, kept_channels, prohibited_head
+from baselines.l1_sparse import l1_norm
+from baselines.masking import FrozenEntries
+from baselines.random_label import draw_random_labels
+from baselines.ssd import dampen, fisher_diagonal
+from duck.data.base import TensorImageDataset
+from duck.data.scenarios import build_scenario
+from duck.metrics import split_accuracies
+from duck.unlearn import UnlearnData, create_unlearner
+
+
+def cr_data(synthetic, model, classes=(1,)):
+    sc = build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, 4, forget_classes=list(classes))
+    return UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(model, synthetic, sc))
+
+
+# ------------------------------------------------------------------ frozen entries (ERM-KTP, any mask)
+@pytest.mark.parametrize("make_opt", [
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=5e-4),
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2),
+    lambda p: torch.optim.Adam(p, lr=0.05, weight_decay=1e-2),
+    lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=1e-1),
+])
+def test_frozen_entries_stay_exact_under_momentum_and_weight_decay(make_opt):
+    g = torch.Generator().manual_seed(0)
+    layer = nn.Linear(6, 5)
+    mask = torch.rand(5, 6, generator=g) < 0.4  # (5, 6) entries to freeze
+    frozen_values = layer.weight.detach().clone()
+    frozen = FrozenEntries([(layer.weight, mask), (layer.bias, None)])
+    bias0 = layer.bias.detach().clone()
+    opt = make_opt(layer.parameters())
+    x, y = torch.randn(32, 6, generator=g), torch.randint(0, 5, (32,), generator=g)
+    for _ in range(20):
+        opt.zero_grad()
+        F.cross_entropy(layer(x), y).backward()
+        opt.step()
+        frozen.restore()
+    assert torch.equal(layer.weight[mask], frozen_values[mask])
+    assert torch.equal(layer.bias, bias0)
+    assert not torch.equal(layer.weight[~mask], frozen_values[~mask])  # the rest trained
+    assert frozen.max_deviation() == 0.0 and frozen.count() == int(mask.sum()) + 5
+
+
+def test_zeroing_gradients_alone_does_not_freeze_under_momentum_and_weight_decay():
+    """Why restoring is needed: the reference failure mode the mask rule guards against."""
+    g = torch.Generator().manual_seed(0)
+    layer = nn.Linear(6, 5)
+    mask = torch.rand(5, 6, generator=g) < 0.4
+    start = layer.weight.detach().clone()
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-2)
+    x, y = torch.randn(32, 6, generator=g), torch.randint(0, 5, (32,), generator=g)
+    for _ in range(5):
+        opt.zero_grad()
+        F.cross_entropy(layer(x), y).backward()
+        layer.weight.grad[mask] = 0.0
+        opt.step()
+    assert not torch.equal(layer.weight[mask], start[mask])
+
+
+def test_frozen_entries_reject_a_mask_of_the_wrong_shape():
+    from duck.errors import DuckInputError
+
+    with pytest.raises(DuckInputError, match="does not match parameter"):
+        FrozenEntries([(nn.Linear(3, 2).weight, torch.ones(3, 2, dtype=torch.bool))])
+
+
+def test_erm_ktp_head_stays_prohibited_and_frozen(synthetic, synthetic_model):
+    from duck.models import create_model
+
+    data = cr_data(synthetic, synthetic_model, classes=(1,))
+    data.model_factory = lambda: create_model("smallcnn", 4, 1, 8, width=8)
+    hp = {"optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4, "lr_gamma": 0.1, "batch_size": 32,
+          "epochs": 2, "milestones": [1], "erm_epochs": 10, "erm_lr": 0.1, "lambda_reg": 0.1, "mask_density": 0.1,
+          "prohibit_threshold": 0.0}
+    original_head = copy.deepcopy(synthetic_model.net.get_classifier())
+    u = create_unlearner("erm_ktp", copy.deepcopy(synthetic_model), data, hp, seed=0, trainer_cfg={"accelerator": "cpu"})
+    result = u.unlearn()
+    head = result.model.net.get_classifier()
+    keep = u.keep
+    assert 0 < int((~keep).sum()) < keep.numel()  # some, not all, channels belong to the forgotten class
+    assert torch.equal(kept_channels(u.mask, [1], 0.0), keep)
+    expected = prohibited_head(original_head, keep, [1])
+    assert torch.equal(head.weight, expected.weight) and torch.equal(head.bias, expected.bias)
+    assert (head.weight[:, ~keep] == 0).all() and (head.weight[1] == 0).all() and head.bias[1] == 0
+    assert u.frozen_entries.max_deviation() == 0.0
+    # the student backbone is new: it is not the original's
+    assert not torch.equal(result.model.net.features[0][0].weight, synthetic_model.net.features[0][0].weight)
+
+
+def test_erm_mask_clip_and_regulariser_match_the_closed_form():
+    m = torch.tensor([[0.2, 0.8, -0.1], [0.5, 0.25, 0.0], [0.0, 0.0, 0.0]])
+    clip_mask(m)
+    torch.testing.assert_close(m, torch.tensor([[0.25, 1.0, 0.0], [1.0, 0.5, 0.0], [0.0, 0.0, 0.0]]))
+    # relu(|M|_1 - 0.1 numel) + 0.1 * sum_{i<j} m_i . m_j  (columns are class masks)
+    l1 = 0.25 + 1.0 + 1.0 + 0.5
+    inner = (0.25 * 1.0 + 1.0 * 0.5) + 0.0 + 0.0
+    assert float(erm_regulariser(m, 0.1)) == pytest.approx(max(0.0, l1 - 0.9) + 0.1 * inner)
+    assert kept_channels(m, [1], 0.0).tolist() == [False, False, True]
+    assert kept_channels(m, [2], 0.0).tolist() == [True, True, True]
+
+
+# ------------------------------------------------------------------------------------------- SSD
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.floats(1.0, 20.0), st.floats(0.1, 3.0))
+def test_ssd_dampens_exactly_the_forget_specialised_parameters(seed, alpha, lam):
+    g = torch.Generator().manual_seed(seed)
+    params = [nn.Parameter(torch.randn(4, 3, generator=g)), nn.Parameter(torch.randn(5, generator=g))]
+    imp_d = [torch.rand(p.shape, generator=g) for p in params]
+    imp_f = [torch.rand(p.shape, generator=g) * 30 for p in params]
+    before = [p.detach().clone() for p in params]
+    n = dampen(params, imp_d, imp_f, alpha, lam)
+    count = 0
+    for p, b, d, f in zip([p.detach() for p in params], before, imp_d, imp_f, strict=True):
+        for i in range(p.numel()):  # brute force, entry by entry
+            di, fi, bi = float(d.view(-1)[i]), float(f.view(-1)[i]), float(b.view(-1)[i])
+            if fi > alpha * di:
+                count += 1
+                assert float(p.view(-1)[i]) == pytest.approx(bi * min(lam * di / fi, 1.0), rel=1e-5, abs=1e-7)
+            else:
+                assert float(p.view(-1)[i]) == bi  # bit-identical
+    assert n == count
+
+
+def test_ssd_importance_is_the_mean_squared_batch_gradient():
+    """Against the closed-form gradient of softmax regression, batch by batch."""
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(10, 1, 2, 2, generator=g)
+    labels = torch.randint(0, 3, (10,), generator=g)
+    ds = TensorImageDataset(images, labels.numpy(), (0.0,), (1.0,))
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    imp_w, imp_b = fisher_diagonal(model, ds, np.arange(10), 4, torch.device("cpu"))
+    w, b = model[1].weight.detach(), model[1].bias.detach()
+    ref_w, ref_b = torch.zeros_like(w), torch.zeros_like(b)
+    batches = [range(0, 4), range(4, 8), range(8, 10)]
+    for rows in batches:
+        x, y = images[list(rows)].view(len(rows), 4), labels[list(rows)]
+        p = torch.softmax(x @ w.T + b, dim=1)
+        delta = (p - F.one_hot(y, 3).float()) / len(rows)  # dCE/dlogits of the batch mean
+        ref_w += (delta.T @ x) ** 2
+        ref_b += delta.sum(0) ** 2
+    torch.testing.assert_close(imp_w, ref_w / 3, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(imp_b, ref_b / 3, rtol=1e-5, atol=1e-7)
+
+
+def test_ssd_end_to_end_touches_only_selected_parameters(synthetic, synthetic_model):
+    data = cr_data(synthetic, synthetic_model)
+    u = create_unlearner("ssd", copy.deepcopy(synthetic_model), data, {"alpha": 10.0, "lam": 1.0, "batch_size": 64},
+                         seed=0, trainer_cfg={"accelerator": "cpu"})
+    result = u.unlearn()
+    changed = sum(int((a != b).sum()) for a, b in zip(result.model.parameters(), synthetic_model.parameters(),
+                                                       strict=True))
+    assert 0 < changed <= result.info["dampened"]
+    for a, b in zip(result.model.parameters(), synthetic_model.parameters(), strict=True):
+        assert (a.abs() <= b.abs() + 1e-7).all()  # dampening only shrinks (beta <= 1)
+
+
+# ---------------------------------------------------------------------------------- random labels
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 12))
+def test_random_label_is_never_the_true_label(seed, num_classes):
+    g = torch.Generator().manual_seed(seed)
+    allowed = torch.arange(num_classes)
+    y = torch.randint(0, num_classes, (200,), generator=g)
+    r = draw_random_labels(y, allowed, g)
+    assert (r != y).all() and ((r >= 0) & (r < num_classes)).all()
+
+
+def test_random_labels_are_uniform_over_the_other_retained_classes():
+    g = torch.Generator().manual_seed(0)
+    allowed = torch.tensor([0, 2, 3])  # class removal of class 1: only retained classes are drawn
+    y = torch.full((30_000,), 1)
+    r = draw_random_labels(y, allowed, g)
+    freq = torch.bincount(r, minlength=4).float() / len(r)
+    assert freq[1] == 0 and torch.allclose(freq[[0, 2, 3]], torch.full((3,), 1 / 3), atol=0.015)
+    y2 = torch.full((30_000,), 2)  # a retained class's sample never keeps its label either
+    freq2 = torch.bincount(draw_random_labels(y2, allowed, g), minlength=4).float() / 30_000
+    assert freq2[2] == 0 and torch.allclose(freq2[[0, 3]], torch.full((2,), 0.5), atol=0.015)
+
+
+# ------------------------------------------------------------------------------- boundary methods
+def test_widen_then_prune_restores_the_original_head_exactly():
+    head = nn.Linear(8, 5)
+    wide = widen_head(head, torch.Generator().manual_seed(0))
+    assert wide.out_features == 6
+    assert torch.equal(wide.weight[:5], head.weight) and torch.equal(wide.bias[:5], head.bias) and wide.bias[5] == 0
+    back = prune_head(wide, 5)
+    assert back.out_features == 5 and torch.equal(back.weight, head.weight) and torch.equal(back.bias, head.bias)
+
+
+def test_boundary_expand_returns_to_the_original_class_count(synthetic, synthetic_model):
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"optimizer": "sgd", "lr": 1e-2, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 16, "epochs": 2}
+    u = create_unlearner("boundary_expand", copy.deepcopy(synthetic_model), data, hp, seed=0,
+                         trainer_cfg={"accelerator": "cpu"})
+    seen = []
+    original_step = u.training_step
+
+    def spy(batch, batch_idx):
+        seen.append(u.model.num_classes)
+        return original_step(batch, batch_idx)
+
+    u.training_step = spy
+    result = u.unlearn()
+    assert set(seen) == {5}  # fine-tuned with the shadow output ...
+    assert result.model.num_classes == 4 and result.model.net.get_classifier().out_features == 4  # ... then pruned
+    assert result.model(torch.zeros(2, 1, 8, 8)).shape == (2, 4)
+
+
+def test_nearest_incorrect_label_is_the_best_other_allowed_class():
+    g = torch.Generator().manual_seed(0)
+    logits, y = torch.randn(100, 6, generator=g), torch.randint(0, 6, (100,), generator=g)
+    excluded = torch.tensor([2])
+    lab = nearest_incorrect_label(logits, y, excluded)
+    for i in range(100):
+        cands = [c for c in range(6) if c != int(y[i]) and c != 2]
+        assert int(lab[i]) == max(cands, key=lambda c: float(logits[i, c]))
+
+
+def test_pgd_stays_in_the_ball_and_raises_the_loss():
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3)).eval()
+    x, y = torch.randn(16, 1, 2, 2, generator=g), torch.randint(0, 3, (16,), generator=g)
+    bound, step = torch.tensor(0.1), torch.tensor(0.03)
+    x_adv = pgd_linf(model, x, y, bound, step, 5)
+    assert (x_adv - x).abs().max() <= 0.1 + 1e-6
+    assert F.cross_entropy(model(x_adv), y) > F.cross_entropy(model(x), y)
+
+
+def test_boundary_shrink_labels_are_incorrect_retained_classes(synthetic, synthetic_model):
+    data = cr_data(synthetic, synthetic_model, classes=(1, 2))
+    hp = {"optimizer": "sgd", "lr": 1e-3, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 16, "epochs": 1,
+          "bound": 0.1, "step": 8 / 255, "attack_steps": 5}
+    u = create_unlearner("boundary_shrink", copy.deepcopy(synthetic_model), data, hp, seed=0,
+                         trainer_cfg={"accelerator": "cpu"})
+    u.unlearn()
+    labels = u.neighbour_label[torch.as_tensor(data.forget_idx)]
+    assert set(labels.tolist()) <= {0, 3}  # never the true class, never another forgotten class
+    assert (u.neighbour_label[torch.as_tensor(data.retain_idx)] == -1).all()
+
+
+# --------------------------------------------------------------------- distillation-based methods
+def test_distill_kl_matches_the_closed_form():
+    g = torch.Generator().manual_seed(0)
+    s, t = torch.randn(7, 5, generator=g), torch.randn(7, 5, generator=g)
+    temp = 4.0
+    p_t, log_p_s = torch.softmax(t / temp, 1), torch.log_softmax(s / temp, 1)
+    ref = (p_t * (p_t.log() - log_p_s)).sum() * temp**2 / 7
+    torch.testing.assert_close(distill_kl(s, p_t, temp), ref)
+    assert float(distill_kl(t, p_t, temp)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_bad_teacher_targets_the_random_teacher_on_forget_samples_only():
+    g = torch.Generator().manual_seed(0)
+    good, bad = torch.randn(6, 4, generator=g), torch.randn(6, 4, generator=g)
+    is_forget = torch.tensor([True, False, True, False, False, True])
+    p = mixed_teacher_probs(good, bad, is_forget, 1.0)
+    torch.testing.assert_close(p[is_forget], torch.softmax(bad[is_forget], 1))
+    torch.testing.assert_close(p[~is_forget], torch.softmax(good[~is_forget], 1))
+
+
+def test_scrub_max_steps_only_in_the_first_msteps_epochs(synthetic, synthetic_model):
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"optimizer": "sgd", "lr": 5e-3, "momentum": 0.9, "weight_decay": 5e-4, "alpha": 0.001, "gamma": 0.99,
+          "kd_T": 4.0, "lr_gamma": 0.1, "batch_size": 32, "forget_batch_size": 16, "epochs": 3, "msteps": 2,
+          "milestones": [2]}
+    u = create_unlearner("scrub", copy.deepcopy(synthetic_model), data, hp, seed=0, trainer_cfg={"accelerator": "cpu"})
+    losses = []
+    original_step = u.manual_step
+
+    def spy(opt, loss):
+        losses.append((u.current_epoch, float(loss.detach()) <= 0))
+        original_step(opt, loss)
+
+    u.manual_step = spy
+    u.unlearn()
+    max_steps_per_epoch = -(-len(data.forget_idx) // 16)
+    for epoch in range(3):
+        n_max = sum(neg for e, neg in losses if e == epoch)
+        assert n_max == (max_steps_per_epoch if epoch < 2 else 0)
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_l1_sparse_loss_adds_the_decaying_l1_norm(synthetic, synthetic_model):
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 5e-4, "alpha": 5e-4, "batch_size": 32,
+          "epochs": 4}
+    u = create_unlearner("l1_sparse", copy.deepcopy(synthetic_model), data, hp, seed=0)
+    u.total_epochs = 4
+    assert [u.l1_weight(e) for e in range(4)] == pytest.approx([5e-4, 3.75e-4, 2.5e-4, 1.25e-4])
+    norm = sum(float(p.detach().abs().sum()) for p in synthetic_model.parameters())
+    assert float(l1_norm(synthetic_model.parameters()).detach()) == pytest.approx(norm, rel=1e-5)
+    x, y, _ = next(iter(u.retain_loader(32)))  # epoch 0 (no trainer): full weight
+    loss = float(u.training_step((x, y, None), 0).detach())
+    ce = float(F.cross_entropy(u.model(x), y).detach())
+    assert loss == pytest.approx(ce + 5e-4 * norm, rel=1e-5)
+
+
+# --------------------------------------------------------------------------- stopping-rule methods
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_neggrad_ascends_the_loss_and_stops_at_the_target(synthetic, synthetic_model):
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 16, "max_epochs": 30,
+          "milestones": [], "tolerance": 0.01, "stop_check": "batch"}
+    u = create_unlearner("neggrad", copy.deepcopy(synthetic_model), data, hp, seed=0, trainer_cfg={"accelerator": "cpu"})
+    x, y, _ = next(iter(u.forget_loader(16)))
+    step_loss = float(u.training_step((x, y, None), 0).detach())
+    assert step_loss == pytest.approx(-float(F.cross_entropy(u.model(x), y).detach()), rel=1e-5)
+    result = u.unlearn()
+    assert result.reached_target is True and result.epochs < 30
+    assert u.forget_accuracy() <= 0.01
+    assert u.history[-1]["forget_acc"] <= 0.01 < u.history[0]["forget_acc"] or len(u.history) == 1
+
+
+def test_retrain_equals_the_training_module_on_the_retain_set(synthetic, synthetic_model):
+    from duck.models import create_model
+    from duck.training import Recipe, train_classifier
+
+    rec = Recipe(epochs=2, batch_size=32, optimizer=lambda p: torch.optim.Adam(p, lr=3e-3))
+
+    def factory():
+        return create_model("smallcnn", 4, 1, 8, width=8)
+
+    data = cr_data(synthetic, synthetic_model)
+    data.recipe, data.model_factory = rec, factory
+    u = create_unlearner("retrain", copy.deepcopy(synthetic_model), data, {}, seed=3, trainer_cfg={"accelerator": "cpu"})
+    result = u.unlearn()
+    torch.manual_seed(3)
+    ref, _ = train_classifier(factory(), synthetic.train, rec, indices=data.retain_idx, seed=3,
+                              trainer_cfg={"accelerator": "cpu"})
+    for a, b in zip(result.model.state_dict().values(), ref.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b)

@@ -1,0 +1,428 @@
+"""Removal-enabled LearnSPN / UnlearnSPN (seeds/001, ALGORITHMS.md §7).
+
+The heart is the certified-removal property (Theorem 2 with the random draws made explicit): after any
+sequence of removals, the SPN equals ``learn_spn`` on the remaining rows replaying ``random_state_``. The data
+generators force every kind of change: operations that flip (SD -> NF when a node falls to t rows, NF -> SU /
+SD -> SU when a variable becomes uninformative, SD <-> SV), Q-k-means partitions that move rows between
+clusters, and RDC components that change. Inference is checked against a brute-force per-row recursion,
+normalisation by enumeration / integration, and sampling against the exact distribution.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from duck.deletion import SPN, learn_spn
+from duck.deletion._spn_rules import (
+    CREATE_LEAF,
+    NAIVE_FACTORIZATION,
+    OPERATIONS,
+    SPLIT_DATA,
+    SPLIT_UNINFORMATIVE,
+    SPLIT_VARIABLES,
+    learnspn_operation,
+    revise_operation,
+)
+from duck.errors import DuckInputError
+
+CPU = dict(device="cpu")
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def assert_same(a: Any, b: Any, where: str = "") -> None:
+    """Structures equal exactly, floats to rounding."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (where, sorted(a), sorted(b))
+        for key in a:
+            assert_same(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), (where, len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and not isinstance(b, bool):
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-9), where
+    else:
+        assert a == b, (where, a, b)
+
+
+def fresh_replay(spn: SPN, X: np.ndarray, types: list[str]) -> SPN:
+    """learn_spn on the SPN's remaining rows, replaying its random draws (the certified-removal reference)."""
+    ids = spn.ids_
+    return learn_spn(X[ids], types, ids=ids, replay=spn.random_state_, **spn.learn_params_, **CPU)
+
+
+def synthetic(seed: int, n: int = 90) -> tuple[np.ndarray, list[str]]:
+    """Two Gaussian clusters over two correlated variables, an independent block, categorical variables,
+    a near-constant column (rare rows differ: removing them makes it uninformative) and, sometimes, a constant
+    column."""
+    rng = np.random.default_rng(seed)
+    cluster = rng.integers(0, 2, n)
+    a = rng.normal(size=n) + 3.0 * cluster
+    b = a + 0.5 * rng.normal(size=n)
+    indep = rng.normal(size=n)
+    cat = (cluster + (rng.random(n) < 0.2)) % 2 + 2 * (rng.random(n) < 0.1)  # codes 0..3
+    rare = np.zeros(n)
+    rare[rng.choice(n, int(rng.integers(1, 4)), replace=False)] = 1.0
+    cols = [a, b, indep, cat, rare]
+    types = ["gaussian", "gaussian", "gaussian", "categorical", "categorical"]
+    if seed % 3 == 0:
+        cols.append(np.full(n, 2.5))
+        types.append("gaussian")
+    if seed % 2 == 0:
+        cols.append(rng.integers(0, 3, n).astype(float))
+        types.append("categorical")
+    return np.column_stack(cols), types
+
+
+def removal_plan(X: np.ndarray, rng: np.random.Generator, n_steps: int) -> list[list[int]]:
+    """Random single and batch removals; rows that make the near-constant column non-constant go early."""
+    rare_rows = np.flatnonzero(X[:, 4] != 0).tolist()
+    others = [int(i) for i in rng.permutation(np.flatnonzero(X[:, 4] == 0))]
+    order = rare_rows[: max(len(rare_rows) - 1, 0)] + others
+    plan, i = [], 0
+    for _ in range(n_steps):
+        size = 1 if rng.random() < 0.6 else int(rng.integers(2, 6))
+        plan.append(order[i : i + size])
+        i += size
+    return plan
+
+
+# ------------------------------------------------------------------------------------- the revision rule
+class Conditions:
+    def __init__(self, n_vars, n, exist, all_, indep, clusters):
+        self.n_vars, self.n = n_vars, n
+        self.exist_uninformative, self.all_uninformative = exist, all_
+        self.independencies, self.clusters = indep, clusters
+
+
+def test_revision_function_is_learnspn_on_the_remaining_rows():
+    """Theorem 1 for Def. 3: for every consistent old/new condition pair (uninformative variables stay
+    uninformative, |X'| < |X|), rev(op of LearnSPN(X)) equals the op of LearnSPN(X')."""
+    t = 10
+    checked = Counter()
+    flags = [False, True]
+    for n_vars in (1, 3):
+        for n_old in (9, 10, 11, 12):
+            for old in itertools.product(flags, flags, flags, flags):
+                if old[1] and not old[0]:
+                    continue
+                c_old = Conditions(n_vars, n_old, *old)
+                op_old = learnspn_operation(c_old, t)
+                for removed in (1, 2):
+                    for new in itertools.product(flags, flags, flags, flags):
+                        exist, all_ = new[0], new[1]
+                        if (all_ and not exist) or (old[0] and not exist) or (old[1] and not all_):
+                            continue
+                        c_new = Conditions(n_vars, n_old - removed, *new)
+                        op_new = learnspn_operation(c_new, t)
+                        assert revise_operation(op_old, c_old, c_new, t) == op_new, (op_old, old, new)
+                        checked[(op_old, op_new)] += 1
+    # every operation appears, and every change the paper lists happens
+    assert {o for o, _ in checked} == set(OPERATIONS)
+    for change in [
+        (SPLIT_DATA, SPLIT_VARIABLES),
+        (SPLIT_VARIABLES, SPLIT_DATA),
+        (SPLIT_DATA, SPLIT_UNINFORMATIVE),
+        (NAIVE_FACTORIZATION, SPLIT_DATA),
+        (NAIVE_FACTORIZATION, SPLIT_UNINFORMATIVE),
+        (SPLIT_DATA, NAIVE_FACTORIZATION),
+        (SPLIT_UNINFORMATIVE, NAIVE_FACTORIZATION),
+    ]:
+        assert checked[change] > 0, change
+    assert revise_operation(CREATE_LEAF, c_old, c_new, t) == CREATE_LEAF
+
+
+# ------------------------------------------------------------------------------------- certified removal
+def test_certified_removal_after_any_sequence_of_removals():
+    """The core property: unlearned SPN == fresh LearnSPN on the remaining rows replaying the draws (same
+    paths, operations, scopes, row ids, flags, components, Q-k-means centroids; parameters to rounding),
+    checked after every request, over removal sequences that flip operations and change analyses."""
+    seen = Counter()
+    for seed in range(8):
+        X, types = synthetic(seed)
+        rng = np.random.default_rng(seed)
+        spn = learn_spn(X, types, seed=seed, min_instances=int(rng.integers(15, 35)), **CPU)
+        assert_same(spn.describe(), fresh_replay(spn, X, types).describe())  # a replay of itself
+        for request in removal_plan(X, rng, n_steps=12):
+            spn.unlearn(request)
+            assert_same(spn.describe(), fresh_replay(spn, X, types).describe(), f"seed {seed}")
+            info = spn.last_unlearning_
+            seen.update(f"{a}->{b}" for _, a, b in info["operation_changes"])
+            seen.update(
+                {k: info[k] for k in ("partitions_changed", "components_changed", "uninformative_changed")}
+            )
+    # the sequences did exercise every kind of change
+    assert seen["SD->NF"] + seen["SV->NF"] > 0, seen
+    assert sum(v for k, v in seen.items() if k.endswith("->SU")) + seen["uninformative_changed"] > 0, seen
+    assert seen["partitions_changed"] > 0 and seen["components_changed"] > 0, seen
+
+
+def test_certified_removal_with_fresh_relearning_and_batches():
+    """relearn="fresh" (Alg. 6 literally: a cluster that gained rows is relearned from (seed, path) draws) is
+    exact as well; batch requests equal the same rows removed at once in the reference."""
+    for seed in (11, 12):
+        X, types = synthetic(seed, n=80)
+        spn = learn_spn(X, types, seed=seed, min_instances=12, relearn="fresh", **CPU)
+        rng = np.random.default_rng(seed)
+        for _ in range(4):
+            spn.unlearn(rng.choice(spn.ids_, 6, replace=False).tolist())
+            assert_same(spn.describe(), fresh_replay(spn, X, types).describe())
+
+
+def test_unlearn_is_a_no_op_when_replayed_model_is_itself_and_ids_are_stable():
+    X, types = synthetic(5, n=60)
+    ids = np.arange(60) * 7 + 1000  # arbitrary stable ids
+    spn = learn_spn(X, types, ids=ids, min_instances=20, **CPU)
+    spn.unlearn([1000, 1007])
+    spn.unlearn(np.array([1014]))
+    np.testing.assert_array_equal(spn.ids_, ids[3:])
+    fresh = learn_spn(X[3:], types, ids=ids[3:], replay=spn.random_state_, **spn.learn_params_, **CPU)
+    assert_same(spn.describe(), fresh.describe())
+    x = np.nan_to_num(X[:20])
+    torch.testing.assert_close(spn.log_likelihood(x), fresh.log_likelihood(x), rtol=1e-10, atol=1e-10)
+    spn.unlearn([])  # an empty request changes nothing
+    assert spn.last_unlearning_["n_ids"] == 0
+
+
+def test_operations_flip_as_rows_go():
+    """Removing rows walks a node through Alg. 1's cases: SD while |X| > t, NF at |X| <= t; a variable whose
+    only non-zero rows are removed becomes uninformative (SU)."""
+    rng = np.random.default_rng(0)
+    n = 60
+    cluster = rng.integers(0, 2, n)
+    X = np.column_stack([rng.normal(size=n) + 4 * cluster, rng.normal(size=n) + 4 * cluster, np.zeros(n)])
+    X[[3, 7], 2] = 1.0
+    types = ["gaussian", "gaussian", "categorical"]
+    spn = learn_spn(X, types, min_instances=40, **CPU)
+    first = spn.root.op
+    assert first in (SPLIT_DATA, SPLIT_VARIABLES)
+    spn.unlearn([3])
+    assert spn.root.op == first
+    spn.unlearn([7])  # column 2 is now constant
+    assert spn.root.op == SPLIT_UNINFORMATIVE
+    assert spn.last_unlearning_["operation_changes"][0][2] == "SU"
+    spn.unlearn(spn.ids_[:15].tolist())  # 43 rows left > t: SU over an SD child
+    assert spn.root.children[-1].op == SPLIT_DATA
+    spn.unlearn(spn.ids_[:3].tolist())  # 40 rows = t: the informative child is naively factorised
+    assert spn.root.children[-1].op == NAIVE_FACTORIZATION
+    assert_same(spn.describe(), fresh_replay(spn, X, types).describe())
+
+
+# ------------------------------------------------------------------------------------------- inference
+def brute_force_log_likelihood(node: dict, x: np.ndarray) -> float:
+    """Per-row recursion over ``describe()`` (an independent evaluator of Def. 1, NaN = marginalised)."""
+    if node["op"] == "CL":
+        v = node["scope"][0]
+        if np.isnan(x[v]):
+            return 0.0
+        leaf = node["leaf"]
+        if leaf["type"] == "gaussian":
+            z = (x[v] - leaf["mean"]) / leaf["std"]
+            return -0.5 * z * z - math.log(leaf["std"]) - 0.5 * math.log(2 * math.pi)
+        return math.log(leaf["probs"][int(x[v])])
+    values = [brute_force_log_likelihood(c, x) for c in node["children"]]
+    if node["op"] == "SD":
+        terms = [math.log(w) + v for w, v in zip(node["weights"], values, strict=True)]
+        top = max(terms)
+        return top + math.log(sum(math.exp(t - top) for t in terms))
+    return sum(values)
+
+
+def test_log_likelihood_matches_per_row_recursion_with_missing_values():
+    X, types = synthetic(6, n=120)
+    spn = learn_spn(X, types, min_instances=20, **CPU)
+    rng = np.random.default_rng(1)
+    Q = X[rng.choice(120, 40)].copy()
+    Q[rng.random(Q.shape) < 0.2] = np.nan
+    expected = np.array([brute_force_log_likelihood(spn.describe(), q) for q in Q])
+    np.testing.assert_allclose(spn.log_likelihood(Q).numpy(), expected, rtol=1e-10, atol=1e-10)
+    assert spn.log_likelihood(np.full((3, X.shape[1]), np.nan)).abs().max() == 0  # everything marginalised
+
+
+def test_categorical_spn_is_normalised_and_marginalises_exactly():
+    rng = np.random.default_rng(2)
+    n = 300
+    z = rng.integers(0, 2, n)
+    X = np.column_stack(
+        [(z + (rng.random(n) < 0.2)) % 2, (2 * z + rng.integers(0, 2, n)) % 3, rng.integers(0, 4, n)]
+    )
+    spn = learn_spn(X, ["categorical"] * 3, min_instances=30, **CPU)
+    grid = np.array(
+        list(itertools.product(range(2), range(3), range(4))), dtype=float
+    )  # all 24 configurations
+    ll = spn.log_likelihood(grid)
+    assert torch.logsumexp(ll, 0).item() == pytest.approx(0.0, abs=1e-12)
+    marg = grid[::4].copy()
+    marg[:, 2] = np.nan  # P(x0, x1) = sum over x2
+    torch.testing.assert_close(
+        spn.log_likelihood(marg), torch.logsumexp(ll.reshape(6, 4), 1), rtol=1e-12, atol=1e-12
+    )
+
+
+def test_gaussian_marginal_integrates_to_one():
+    X, types = synthetic(3, n=150)
+    spn = learn_spn(X, types, min_instances=25, **CPU)
+    grid = np.linspace(-8, 14, 20001)
+    Q = np.full((grid.size, X.shape[1]), np.nan)
+    Q[:, 0] = grid
+    density = spn.log_likelihood(Q).exp().numpy()
+    assert np.trapezoid(density, grid) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_leaf_parameters_are_the_smoothed_maximum_likelihood_estimates():
+    rng = np.random.default_rng(4)
+    X = np.column_stack([rng.normal(3, 2, 50), rng.integers(0, 3, 50), np.full(50, 1.5)])
+    spn = learn_spn(
+        X,
+        ["gaussian", "categorical", "gaussian"],
+        n_categories=[None, 5, None],
+        alpha=0.5,
+        min_std=1e-2,
+        min_instances=100,
+        **CPU,
+    )
+    d = (
+        spn.describe()
+    )  # |X| <= t and column 2 constant: SU of a constant leaf and an NF... here all NF/SU leaves
+    leaves = {}
+
+    def collect(node):
+        if node["op"] == "CL":
+            leaves[node["scope"][0]] = node["leaf"]
+        for c in node.get("children", []):
+            collect(c)
+
+    collect(d)
+    assert leaves[0]["mean"] == pytest.approx(X[:, 0].mean()) and leaves[0]["std"] == pytest.approx(
+        X[:, 0].std()
+    )
+    counts = np.bincount(X[:, 1].astype(int), minlength=5)
+    np.testing.assert_allclose(leaves[1]["probs"], (counts + 0.5) / (50 + 0.5 * 5))
+    assert leaves[2] == {
+        "type": "gaussian",
+        "mean": pytest.approx(1.5),
+        "std": 1e-2,
+    }  # zero variance: min_std
+    # naive factorisation: the log-likelihood is the sum of the independent marginals
+    x = np.array([[2.0, 4.0, 1.5]])
+    expected = (
+        -0.5 * ((2.0 - X[:, 0].mean()) / X[:, 0].std()) ** 2
+        - math.log(X[:, 0].std() * math.sqrt(2 * math.pi))
+        + math.log(0.5 / 52.5)
+        - math.log(1e-2 * math.sqrt(2 * math.pi))
+    )
+    assert spn.log_likelihood(x).item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_sampling_follows_the_spn_distribution():
+    rng = np.random.default_rng(5)
+    n = 400
+    z = rng.integers(0, 2, n)
+    X = np.column_stack([(z + (rng.random(n) < 0.1)) % 2, (2 * z + rng.integers(0, 2, n)) % 3])
+    spn = learn_spn(X, ["categorical"] * 2, min_instances=40, **CPU)
+    samples = spn.sample(40_000, seed=1).numpy()
+    grid = np.array(list(itertools.product(range(2), range(3))), dtype=float)
+    p = spn.log_likelihood(grid).exp().numpy()
+    freq = np.array([np.mean((samples == g).all(1)) for g in grid])
+    assert np.abs(freq - p).max() < 4 * np.sqrt(p * (1 - p) / 40_000).max()
+    torch.testing.assert_close(spn.sample(10, seed=3), spn.sample(10, seed=3))
+    Xg, types = synthetic(9, n=120)
+    g = learn_spn(Xg, types, min_instances=30, **CPU)
+    s = g.sample(20_000, seed=0).numpy()
+    grid = np.linspace(-10, 16, 8001)
+    Q = np.full((grid.size, Xg.shape[1]), np.nan)
+    Q[:, 0] = grid
+    mean = np.trapezoid(grid * g.log_likelihood(Q).exp().numpy(), grid)
+    assert s[:, 0].mean() == pytest.approx(mean, abs=4 * s[:, 0].std() / np.sqrt(20_000))
+
+
+def test_stateless_learnspn_is_the_same_model_without_removal_state():
+    X, types = synthetic(7, n=100)
+    full = learn_spn(X, types, min_instances=20, **CPU)
+    bare = learn_spn(X, types, min_instances=20, removal_enabled=False, **CPU)
+    torch.testing.assert_close(full.log_likelihood(X), bare.log_likelihood(X), rtol=0, atol=0)
+    with pytest.raises(DuckInputError, match="removal_enabled=False"):
+        bare.unlearn([0])
+
+
+# --------------------------------------------------------------------------------------------- bad input
+def test_bad_input_is_rejected_with_clear_messages_and_no_state_change():
+    X, types = synthetic(1, n=50)
+    with pytest.raises(DuckInputError, match="unknown variable types"):
+        learn_spn(X, types[:-1] + ["poisson"], **CPU)
+    with pytest.raises(DuckInputError, match="one type per column"):
+        learn_spn(X, types[:-1], **CPU)
+    bad = X.copy()
+    bad[3, 0] = np.nan
+    with pytest.raises(DuckInputError, match="NaN"):
+        learn_spn(bad, types, **CPU)
+    bad = X.copy()
+    bad[0, 3] = 1.5
+    with pytest.raises(DuckInputError, match="column 3 is categorical"):
+        learn_spn(bad, types, **CPU)
+    with pytest.raises(DuckInputError, match="ids must be unique"):
+        learn_spn(X, types, ids=np.zeros(50, dtype=int), **CPU)
+    with pytest.raises(DuckInputError, match="min_instances"):
+        learn_spn(X, types, min_instances=0, **CPU)
+    with pytest.raises(DuckInputError, match="qkmeans"):
+        learn_spn(X, types, qkmeans={"k": 3}, **CPU)
+
+    spn = learn_spn(X, types, min_instances=15, **CPU)
+    spn.unlearn([4])
+    before = spn.describe()
+    for request, message in [
+        ([4], "already removed"),
+        ([50], "unknown ids"),
+        ([-1], "unknown ids"),
+        ([5, 5], "duplicates"),
+        (spn.ids_.tolist(), "without data"),
+        ([1.5], "integer ids"),
+    ]:
+        with pytest.raises(DuckInputError, match=message):
+            spn.unlearn(request)
+        assert_same(spn.describe(), before)
+    with pytest.raises(DuckInputError, match="columns"):
+        spn.log_likelihood(X[:, :-1])
+    unseen = X[:2].copy()
+    unseen[0, 3] = 7  # outside the declared domain 0..3
+    with pytest.raises(DuckInputError, match="categorical with 4 categories"):
+        spn.log_likelihood(unseen)
+    with pytest.raises(DuckInputError, match="seed"):
+        learn_spn(X, types, replay=spn.random_state_, seed=99, **CPU)
+
+
+def test_all_constant_columns_work_as_uninformative_variables():
+    rng = np.random.default_rng(3)
+    X = np.column_stack([np.zeros(40), rng.normal(size=40), np.full(40, 2.0), rng.integers(0, 2, 40)])
+    types = ["gaussian", "gaussian", "categorical", "categorical"]
+    spn = learn_spn(X, types, min_instances=10, **CPU)
+    assert spn.root.op == SPLIT_UNINFORMATIVE and [c.var for c in spn.root.children[:-1]] == [0, 2]
+    assert torch.isfinite(spn.log_likelihood(X)).all()
+    spn.unlearn(list(range(10)))
+    assert_same(spn.describe(), fresh_replay(spn, X, types).describe())
+    only = learn_spn(np.zeros((5, 3)), ["gaussian"] * 3, **CPU)  # everything uninformative: NF
+    assert only.root.op == NAIVE_FACTORIZATION and torch.isfinite(only.log_likelihood(np.zeros((2, 3)))).all()
+    single = learn_spn(X[:, 1:2], ["gaussian"], **CPU)  # one variable: a leaf
+    assert single.root.op == CREATE_LEAF
+    single.unlearn([0, 1])
+    assert_same(single.describe(), fresh_replay(single, X[:, 1:2], ["gaussian"]).describe())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu_and_stays_certified():
+    X, types = synthetic(4, n=100)
+    cpu = learn_spn(X, types, min_instances=20, **CPU)
+    gpu = learn_spn(X, types, min_instances=20, device="cuda")
+    torch.testing.assert_close(gpu.log_likelihood(X).cpu(), cpu.log_likelihood(X), rtol=1e-9, atol=1e-9)
+    gpu.unlearn([1, 2, 3])
+    fresh = learn_spn(
+        X[gpu.ids_], types, ids=gpu.ids_, replay=gpu.random_state_, **gpu.learn_params_, device="cuda"
+    )
+    assert_same(gpu.describe(), fresh.describe())
