@@ -6,8 +6,7 @@ Names are resolved lazily (PEP 562): importing :mod:`attacks` imports neither to
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from duck._lazy import lazy_exports
 
 _LAZY = {
     "audit_models": "attacks.audit",
@@ -21,14 +20,4 @@ _LAZY = {
     "svm_mia": "attacks.svm_mia",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'attacks' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports("attacks", _LAZY)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,29 @@ def as_tensor(
         bad = (~torch.isfinite(t)).reshape(t.shape[0], -1).any(1).nonzero().flatten()[:5].tolist() if t.ndim else []
         raise ValueError(f"{name} contains NaN or inf values (first bad rows: {bad}); clean or drop those rows")
     return t
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    """``value`` as an int if it is an integer (Python or numpy, not bool) ``>= minimum``, else a
+    ``DuckInputError`` naming ``name`` and the value."""
+    from duck.errors import DuckInputError
+
+    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value.__index__()) < minimum:
+        raise DuckInputError(f"{name}={value!r} must be an integer >= {minimum}")
+    return int(value.__index__())
+
+
+def check_radius(r: Any, name: str = "r") -> float:
+    """A finite radius ``> 0`` as a float, else a ``DuckInputError`` naming the value."""
+    from duck.errors import DuckInputError
+
+    try:
+        rv = float(r)
+    except (TypeError, ValueError):
+        raise DuckInputError(f"{name}={r!r} is not a number; pass a radius > 0") from None
+    if not (rv > 0 and math.isfinite(rv)):
+        raise DuckInputError(f"{name}={r!r} must be a finite radius > 0")
+    return rv
 
 
 def real_array_tensor(X: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:

@@ -6,8 +6,7 @@ This package imports nothing from the deep-learning side of duck-unlearn.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from duck._lazy import lazy_exports
 
 _LAZY = {
     "KMeansPP": "duck.deletion.kmeans_pp",
@@ -18,14 +17,4 @@ _LAZY = {
     "LSHIndex": "duck.deletion.lsh",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'duck.deletion' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports("duck.deletion", _LAZY)

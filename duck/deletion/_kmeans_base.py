@@ -16,15 +16,10 @@ import torch
 
 from duck.deletion._kmeans_ops import assign
 from duck.errors import DuckInputError
-from duck.utils import real_array_tensor, resolve_device
+from duck.utils import check_positive_int, real_array_tensor, resolve_device
 
 _DTYPES = {torch.float32, torch.float64}
 
-
-def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
-        raise DuckInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def resolve_dtype(dtype: Any) -> torch.dtype:

@@ -34,9 +34,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from duck.deletion._kmeans_base import DeletableKMeansBase, check_positive_int, to_ids
+from duck.deletion._kmeans_base import DeletableKMeansBase, to_ids
 from duck.deletion._kmeans_ops import assign, kmeans_plusplus, lloyd, make_generator, sq_norms
 from duck.errors import DuckInputError
+from duck.utils import check_positive_int
 
 #: generator tags: leaf assignment (seed, 2); node (level, index): (seed, 3, level, index)
 _LEAF_TAG, _NODE_TAG = 2, 3

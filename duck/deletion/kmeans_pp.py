@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
-from duck.deletion._kmeans_base import DeletableKMeansBase, check_positive_int
+from duck.deletion._kmeans_base import DeletableKMeansBase
 from duck.deletion._kmeans_ops import kmeans_plusplus, lloyd, make_generator, sklearn_tol, sq_norms
 from duck.errors import DuckInputError
+from duck.utils import check_positive_int
 
 
 class KMeansPP(DeletableKMeansBase):

@@ -44,26 +44,12 @@ import numpy as np
 import torch
 
 from duck.errors import DuckInputError
-from duck.utils import as_tensor, resolve_device
+from duck.utils import as_tensor, check_positive_int, check_radius, resolve_device
 
 _PRIME = 2_147_483_647  # 2^31 - 1: (value mod p) * multiplier < 2^62 fits in int64
 SAMPLING_METHODS = ("uniform", "weighted", "exact_degree", "approx_degree")
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value.__index__()) < 1:
-        raise DuckInputError(f"{name}={value!r} must be an integer >= 1")
-    return int(value.__index__())
-
-
-def _radius(r: Any) -> float:
-    try:
-        rv = float(r)
-    except (TypeError, ValueError):
-        raise DuckInputError(f"r={r!r} is not a number; pass a radius > 0") from None
-    if not (rv > 0 and math.isfinite(rv)):
-        raise DuckInputError(f"r={r!r} must be a finite radius > 0")
-    return rv
 
 
 @dataclass
@@ -104,9 +90,9 @@ class LSHIndex:
     """
 
     def __init__(self, dim: int, k: int, L: int, w: float, seed: int = 0, *, device: str | torch.device = "auto"):
-        self.dim = _positive_int(dim, "dim")
-        self.k = _positive_int(k, "k")
-        self.L = _positive_int(L, "L")
+        self.dim = check_positive_int(dim, "dim")
+        self.k = check_positive_int(k, "k")
+        self.L = check_positive_int(L, "L")
         try:
             self.w = float(w)
         except (TypeError, ValueError):
@@ -255,7 +241,7 @@ class LSHIndex:
         ``queries`` is (Q, dim) points or a 1-D integer array of stored ids (then the point itself is in
         its own result, at distance 0).
         """
-        return self._candidates(self._as_queries(queries), _radius(r)).near_ids
+        return self._candidates(self._as_queries(queries), check_radius(r)).near_ids
 
     # ------------------------------------------------------------------ sampling
     def sample(
@@ -286,7 +272,7 @@ class LSHIndex:
         """
         if method not in SAMPLING_METHODS:
             raise DuckInputError(f"method={method!r} is not supported; use one of {', '.join(SAMPLING_METHODS)}")
-        r = _radius(r)
+        r = check_radius(r)
         q = self._as_queries(queries)
         n_q = q.shape[0]
         wanted = self._sample_counts(n_samples, n_q)
@@ -356,7 +342,7 @@ class LSHIndex:
     @staticmethod
     def _approx_delta(approx_delta: Any, gamma: float | None) -> int:
         if gamma is None:
-            return _positive_int(approx_delta, "approx_delta")
+            return check_positive_int(approx_delta, "approx_delta")
         if approx_delta != 1:
             raise DuckInputError("pass either approx_delta (heuristic) or gamma (Lemma 3.7, which fixes Delta), not both")
         if not (isinstance(gamma, (int, float)) and 0.0 < gamma < 1.0):

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from duck.deletion._kmeans_base import DeletableKMeansBase, check_positive_int, to_ids
+from duck.deletion._kmeans_base import DeletableKMeansBase, to_ids
 from duck.deletion._kmeans_ops import (
     Partition,
     default_local_trials,
@@ -64,6 +64,7 @@ from duck.deletion._kmeans_ops import (
     uniforms,
 )
 from duck.errors import DuckInputError
+from duck.utils import check_positive_int
 
 #: width of the grid on which log2(eps) is quantised when eps="auto" (half an octave)
 _LOG2_EPS_STEP = 0.5

@@ -36,7 +36,7 @@ from duck.privacy.mechanisms import (
     smooth_gaussian_params,
     top_h_without_replacement,
 )
-from duck.utils import as_tensor, resolve_device
+from duck.utils import as_tensor, check_positive_int, check_radius, resolve_device
 
 # Kissing numbers: exact for d in {1, 2, 3, 4, 8, 24}; elsewhere the rigorous semidefinite-programming
 # upper bounds of Mittelmann & Vallentin (2010, Table 1, rounded down), the paper's reference [19].
@@ -91,23 +91,6 @@ def kissing_configuration(k: int, r: float, n_spokes: int, dim: int) -> tuple[to
     return X, X_moved
 
 
-def check_positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise DuckInputError(f"{name}={value!r} must be an integer >= 1")
-    v = int(value.__index__())
-    if v < 1:
-        raise DuckInputError(f"{name}={value!r} must be an integer >= 1")
-    return v
-
-
-def check_radius(r: Any) -> float:
-    try:
-        rv = float(r)
-    except (TypeError, ValueError):
-        raise DuckInputError(f"r={r!r} is not a number; pass a radius > 0") from None
-    if not (rv > 0 and math.isfinite(rv)):
-        raise DuckInputError(f"r={r!r} must be a finite radius > 0")
-    return rv
 
 
 def as_records(X: Any, device: torch.device | str | None = "auto", name: str = "X") -> torch.Tensor:

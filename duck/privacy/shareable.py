@@ -50,7 +50,8 @@ from duck.privacy.mechanisms import (
     make_generator,
     top_h_without_replacement,
 )
-from duck.privacy.outliers import all_subspaces, as_records, check_positive_int, check_radius, count_within
+from duck.privacy.outliers import all_subspaces, as_records, count_within
+from duck.utils import check_positive_int, check_radius
 
 
 def retain_pca(retain: torch.Tensor, n_components: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -62,13 +62,12 @@ from duck.errors import DuckInputError
 from duck.privacy.outliers import (
     LSHNeighbours,
     as_records,
-    check_positive_int,
-    check_radius,
     check_subspace,
     count_within,
     neighbour_counts,
     subspace_coordinates,
 )
+from duck.utils import check_positive_int, check_radius
 
 
 def degeneracy(adjacency: torch.Tensor | np.ndarray) -> int:

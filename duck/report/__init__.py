@@ -5,19 +5,8 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from duck._lazy import lazy_exports
 
 _LAZY = {"write_report": "duck.report.report"}
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'duck.report' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports("duck.report", _LAZY)
