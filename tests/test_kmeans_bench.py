@@ -58,6 +58,11 @@ def test_suite_runs_and_reports_every_method():
         assert gauss[meth]["speedup"]["mean"] > 0 and 0.5 < gauss[meth]["loss_ratio"]["mean"] < 2.0
         assert 0.0 <= gauss[meth]["nmi"]["mean"] <= 1.0
     assert out["results"]["wine"]["setup"]["m"] == 17  # at most 10 % of the 178 rows
+    sk = gauss["sklearn_compare"]
+    assert abs(sk["loss_ratio"]["mean"] - 1.0) < 0.01 and sk["paired_time_ratio"]["mean"] > 0
+    # paired: scikit-learn's Lloyd starts from our seeds, so both run (nearly) the same iterations
+    assert abs(sk["iters_ours"]["mean"] - sk["iters_sklearn_paired"]["mean"]) <= 0.2 * sk["iters_ours"]["mean"] + 1
+    assert "time ratio paired" in table
     assert "extrapolated" in table and "gaussian: k-means++ retrain cost timed on 20 of the 30" in table
     assert "wine: k-means++" not in table  # wine: all 17 retrains are timed, nothing extrapolated
     json.dumps(out["results"])  # JSON-able

@@ -29,6 +29,20 @@ def test_auto_width_balances_leaf_and_merge_sizes():
         assert w ** (h + 1) * k <= n < (w + 1) ** (h + 1) * k
 
 
+def test_auto_width_leaf_size_floor():
+    """With the floor, a leaf keeps >= m rows per cluster on average; large data keeps sqrt(n / k)."""
+    assert auto_width(100_000, 5, 1, 20) == 141  # the Gaussian mixture: the floor does not bind
+    assert auto_width(178, 3, 1, 20) == 2  # wine: 7 without the floor
+    assert auto_width(1797, 10, 1, 20) == 8  # digits: 13 without the floor
+    assert auto_width(50, 3, 1, 20) == 1  # too small for two leaves: plain k-means at the single leaf
+    for n, k, h, m in [(178, 3, 1, 20), (1797, 10, 1, 20), (60_000, 10, 2, 20), (5000, 3, 2, 50)]:
+        w = auto_width(n, k, h, m)
+        assert w == 1 or w**h * k * m <= n
+        assert w <= auto_width(n, k, h)
+    assert DCKMeans(3, seed=0).fit(np.random.default_rng(0).normal(size=(178, 4))).width_ == 2
+    assert DCKMeans(3, min_leaf_per_cluster=1, seed=0).fit(np.random.default_rng(0).normal(size=(178, 4))).width_ == 7
+
+
 def test_exactness_under_random_deletion_sequences():
     """After every deletion every node equals a fresh fit replaying the leaf assignment and node seeds."""
     rng = np.random.default_rng(3)

@@ -38,15 +38,15 @@ def test_assign_matches_brute_force_and_blocks():
     )
     import duck.deletion._kmeans_ops as ops
 
-    old = ops._BLOCK_ROWS
-    ops._BLOCK_ROWS = 7  # many blocks, the last one partial
+    old = ops._block_rows
+    ops._block_rows = lambda d: 7  # many blocks, the last one partial
     try:
         blocked, blocked_d2 = assign(torch.from_numpy(X), torch.from_numpy(C))
         part = partition(torch.from_numpy(X), torch.from_numpy(C))
         active = torch.from_numpy(np.arange(500) % 3 != 0)
         masked = partition(torch.from_numpy(X), torch.from_numpy(C), active=active)
     finally:
-        ops._BLOCK_ROWS = old
+        ops._block_rows = old
     np.testing.assert_array_equal(blocked.numpy(), ref_labels)
     np.testing.assert_allclose(blocked_d2.numpy(), ref_d2, atol=1e-10)
     np.testing.assert_array_equal(part.labels.numpy(), ref_labels)
@@ -56,6 +56,23 @@ def test_assign_matches_brute_force_and_blocks():
         np.testing.assert_allclose(masked.sums[j].numpy(), X[keep].sum(0), atol=1e-9)
         assert int(part.masses[j]) == (ref_labels == j).sum() and int(masked.masses[j]) == keep.sum()
     assert (masked.labels.numpy()[~active.numpy()] == 6).all() and float(masked.min_sq_dist[0]) == 0.0
+
+
+def test_ties_go_to_the_first_centre_like_argmin():
+    """Integer data with centres on data points (and a duplicated centre) ties often: the blocked arg-min
+    must pick the first minimising centre, as numpy/torch argmin do, and count each row once in the sums."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 3, size=(3000, 4)).astype(np.float64)
+    C = np.concatenate([X[:5], X[4:5]])  # centre 5 duplicates centre 4
+    d2 = ((X[:, None, :] - C[None]) ** 2).sum(-1)
+    ref = d2.argmin(1)
+    assert (np.sort(d2, 1)[:, 0] == np.sort(d2, 1)[:, 1]).mean() > 0.1  # the case is really exercised
+    labels, _ = assign(torch.from_numpy(X), torch.from_numpy(C))
+    part = partition(torch.from_numpy(X), torch.from_numpy(C))
+    np.testing.assert_array_equal(labels.numpy(), ref)
+    np.testing.assert_array_equal(part.labels.numpy(), ref)
+    np.testing.assert_array_equal(part.masses.numpy(), np.bincount(ref, minlength=6))
+    np.testing.assert_allclose(part.sums.numpy(), np.stack([X[ref == j].sum(0) for j in range(6)]))
 
 
 def test_inverse_cdf_sampling_frequencies():
