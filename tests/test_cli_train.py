@@ -99,7 +99,8 @@ def test_ddp_on_two_cpu_processes(tmp_path):
     from pathlib import Path
 
     exe = Path(sys.executable).parent / "duck-train"
-    proc = subprocess.run([str(exe), *SYNTH_ARGS, "trainer=ddp_sim", "recipe.epochs=2", f"hydra.run.dir={tmp_path}"],
+    # each of the 2 processes sees half of the 240 rows: 4 epochs = 16 steps each (2 epochs stayed near chance)
+    proc = subprocess.run([str(exe), *SYNTH_ARGS, "trainer=ddp_sim", "recipe.epochs=4", f"hydra.run.dir={tmp_path}"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = json.loads((tmp_path / "metrics.json").read_text())

@@ -38,6 +38,10 @@ def _targets(records: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
         gap = float(np.mean([abs(r["A_f"] - r["A_t"]) for r in duck_hr]))
         out.append(("HR: DUCK mean AUS >= 0.95", h_aus >= 0.95, f"{h_aus:.4f}"))
         out.append(("HR: mean abs(A_f - A_t) <= 0.03", gap <= 0.03, f"{gap:.4f}"))
+    ratios = _ratios(records)
+    if ratios:
+        out.append(("DUCK >= 5x faster than retraining (mean retrain/DUCK time)", float(np.mean(ratios)) >= 5.0,
+                    f"{np.mean(ratios):.1f}x (min {min(ratios):.1f}x)"))
     return out
 
 
