@@ -74,13 +74,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "out_dir": str(out / f"recipe{epochs}"), "progress": cfg.progress})
         res = compare.run(sub)
         records = res["runs"]
-        ratios = _ratios(records)
+        ratios, targets = _ratios(records), _targets(records)
         results[f"recipe_{epochs}"] = {"runs": records, "summary": res["summary"], "time_ratio": mean_std(ratios),
-                                       "targets": [{"target": t, "met": ok, "measured": v} for t, ok, v in _targets(records)]}
+                                       "targets": [{"target": t, "met": ok, "measured": v} for t, ok, v in targets]}
         sections.append(f"## Original/oracle recipe: {epochs} epochs\n\n" + res["table"].split("\n\nprotocol wall")[0])
         rows.append([epochs, len(ratios), fmt_mean_std(ratios, 1)])
         sections.append(markdown_table(["target", "met", "measured"],
-                                       [[t, "yes" if ok else "NO", v] for t, ok, v in _targets(records)]))
+                                       [[t, "yes" if ok else "NO", v] for t, ok, v in targets]))
     sections.append("## retrain time / DUCK time (per run, same run)\n\n"
                     + markdown_table(["recipe epochs", "runs", "ratio mean (std)"], rows))
     return {"table": "\n\n".join(sections), "results": results}

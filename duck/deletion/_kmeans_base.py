@@ -56,8 +56,19 @@ class DeletableKMeansBase:
     #: model name used in error messages
     _name = "model"
 
-    def __init__(self, n_clusters: int, seed: int, device: str | torch.device | None, dtype: Any) -> None:
+    def __init__(
+        self,
+        n_clusters: int,
+        seed: int,
+        device: str | torch.device | None,
+        dtype: Any,
+        n_local_trials: int | None = None,
+    ) -> None:
         self.n_clusters = check_positive_int(n_clusters, "n_clusters")
+        #: greedy k-means++ candidates per centre (None: the algorithm's default)
+        self.n_local_trials = (
+            None if n_local_trials is None else check_positive_int(n_local_trials, "n_local_trials")
+        )
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise DuckInputError(f"seed must be an integer, got {seed!r}")
         self.seed = int(seed)

@@ -14,6 +14,7 @@ quantiser lives with its algorithm in ``qkmeans.py``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,13 +111,13 @@ def _block_argmin(
     return member
 
 
-def assign(
-    X: torch.Tensor, C: torch.Tensor, x_sqnorm: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Nearest centroid of every row and its squared distance, in row blocks (bounded memory, in cache).
+def _argmin_blocks(
+    X: torch.Tensor, C: torch.Tensor, x_sqnorm: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Iterator[tuple[int, int, torch.Tensor]]]:
+    """The blocked arg-min pass shared by :func:`assign` and :func:`partition`.
 
-    The arg-min only needs ``||c||^2 - 2 x.c``; ``||x||^2`` is added to the (n,) minima afterwards.
-    (n, d), (k, d) -> labels (n,) int64, min squared distance (n,)
+    Returns ``(labels (n,), partial (n,), x_sqnorm (n,), blocks)``; iterating ``blocks`` fills ``labels`` and
+    ``partial`` (``min_j ||c_j||^2 - 2 x.c_j``) block by block and yields ``(start, stop, membership (k, b))``.
     """
     n = X.shape[0]
     if x_sqnorm is None:
@@ -126,9 +127,27 @@ def assign(
     partial = torch.empty(n, dtype=X.dtype, device=X.device)
     rows = _block_rows(X.shape[1])
     workspace = _argmin_workspace(C, min(n, rows))
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        _block_argmin(X[start:stop], C, c_sqnorm, (partial[start:stop], labels[start:stop]), workspace)
+
+    def blocks() -> Iterator[tuple[int, int, torch.Tensor]]:
+        for start in range(0, n, rows):
+            stop = min(n, start + rows)
+            out = (partial[start:stop], labels[start:stop])
+            yield start, stop, _block_argmin(X[start:stop], C, c_sqnorm, out, workspace)
+
+    return labels, partial, x_sqnorm, blocks()
+
+
+def assign(
+    X: torch.Tensor, C: torch.Tensor, x_sqnorm: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nearest centroid of every row and its squared distance, in row blocks (bounded memory, in cache).
+
+    The arg-min only needs ``||c||^2 - 2 x.c``; ``||x||^2`` is added to the (n,) minima afterwards.
+    (n, d), (k, d) -> labels (n,) int64, min squared distance (n,)
+    """
+    labels, partial, x_sqnorm, blocks = _argmin_blocks(X, C, x_sqnorm)
+    for _ in blocks:
+        pass
     return labels, partial.add_(x_sqnorm).clamp_min_(0.0)
 
 
@@ -156,21 +175,13 @@ def partition(
     in storage until compaction. Sums use a (k, b) membership-matrix product per block for small k (fast,
     deterministic on GPU) and ``index_add_`` otherwise. (n, d), (k, d) -> :class:`Partition`
     """
-    n, d = X.shape
+    d = X.shape[1]
     k = C.shape[0]
-    if x_sqnorm is None:
-        x_sqnorm = sq_norms(X)
-    c_sqnorm = sq_norms(C)
-    labels = torch.empty(n, dtype=torch.long, device=X.device)
-    partial = torch.empty(n, dtype=X.dtype, device=X.device)
     one_hot = k <= _ONE_HOT_MAX_K
     sums = torch.zeros(k if one_hot else k + 1, d, dtype=X.dtype, device=X.device)  # row k: excluded rows
-    rows = _block_rows(X.shape[1])
-    workspace = _argmin_workspace(C, min(n, rows))
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
+    labels, partial, x_sqnorm, blocks = _argmin_blocks(X, C, x_sqnorm)
+    for start, stop, member in blocks:
         xb, lab = X[start:stop], labels[start:stop]
-        member = _block_argmin(xb, C, c_sqnorm, (partial[start:stop], lab), workspace)
         if active is not None:
             inactive = ~active[start:stop]
             lab.masked_fill_(inactive, k)

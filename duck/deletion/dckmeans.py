@@ -97,7 +97,7 @@ class DCKMeans(DeletableKMeansBase):
         device: str | torch.device | None = "auto",
         dtype: Any = torch.float32,
     ) -> None:
-        super().__init__(n_clusters, seed, device, dtype)
+        super().__init__(n_clusters, seed, device, dtype, n_local_trials)
         self.n_iter = check_positive_int(n_iter, "n_iter")
         self.width = width if width == "auto" else check_positive_int(width, "width")
         self.height = check_positive_int(height, "height")
@@ -105,9 +105,6 @@ class DCKMeans(DeletableKMeansBase):
         if not isinstance(weighted, bool):
             raise DuckInputError(f"weighted must be True or False, got {weighted!r}")
         self.weighted = weighted
-        self.n_local_trials = (
-            None if n_local_trials is None else check_positive_int(n_local_trials, "n_local_trials")
-        )
 
     # ------------------------------------------------------------------------------------------------ fit
     def fit(self, X: Any, *, ids: Any = None, replay: dict[str, Any] | None = None) -> DCKMeans:

@@ -51,14 +51,11 @@ class KMeansPP(DeletableKMeansBase):
         device: str | torch.device | None = "auto",
         dtype: Any = torch.float32,
     ) -> None:
-        super().__init__(n_clusters, seed, device, dtype)
+        super().__init__(n_clusters, seed, device, dtype, n_local_trials)
         self.max_iter = check_positive_int(max_iter, "max_iter")
         if not isinstance(tol, (int, float)) or tol < 0:
             raise DuckInputError(f"tol must be a number >= 0, got {tol!r}")
         self.tol = float(tol)
-        self.n_local_trials = (
-            None if n_local_trials is None else check_positive_int(n_local_trials, "n_local_trials")
-        )
 
     def fit(self, X: Any, *, ids: Any = None, sample_weight: Any = None) -> KMeansPP:
         """Seed with k-means++ and run Lloyd on ``X`` (n, d). ``ids``: stable row ids (default ``0..n-1``)."""

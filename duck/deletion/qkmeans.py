@@ -148,7 +148,7 @@ class QKMeans(DeletableKMeansBase):
         device: str | torch.device | None = "auto",
         dtype: Any = torch.float32,
     ) -> None:
-        super().__init__(n_clusters, seed, device, dtype)
+        super().__init__(n_clusters, seed, device, dtype, n_local_trials)
         self.n_iter = check_positive_int(n_iter, "n_iter")
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 < gamma < 1.0:
             raise DuckInputError(f"gamma must be in (0, 1), got {gamma!r}")
@@ -159,11 +159,8 @@ class QKMeans(DeletableKMeansBase):
         if isinstance(eps_scale, bool) or not isinstance(eps_scale, (int, float)) or not eps_scale > 0:
             raise DuckInputError(f"eps_scale must be a positive number, got {eps_scale!r}")
         self.eps_scale = float(eps_scale)
-        self.n_local_trials = (
-            2 * default_local_trials(self.n_clusters)
-            if n_local_trials is None
-            else check_positive_int(n_local_trials, "n_local_trials")
-        )
+        if self.n_local_trials is None:
+            self.n_local_trials = 2 * default_local_trials(self.n_clusters)
 
     # ------------------------------------------------------------------------------------------------ fit
     def fit(self, X: Any, *, ids: Any = None, replay: dict[str, Any] | None = None) -> QKMeans:
