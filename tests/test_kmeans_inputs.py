@@ -132,5 +132,10 @@ def test_replay_errors():
             QKMeans(3, **bad)
     with pytest.raises(DuckInputError):
         DCKMeans(3, width=0)
+    with pytest.raises(DuckInputError, match="min_leaf_per_cluster"):
+        DCKMeans(3, min_leaf_per_cluster=0)
+    for cls in (KMeansPP, QKMeans, DCKMeans):  # validated once, in the shared base class
+        with pytest.raises(DuckInputError, match="n_local_trials"):
+            cls(3, n_local_trials=0)
     with pytest.raises(DuckInputError):
         DCKMeans(3, weighted="yes")
