@@ -139,3 +139,17 @@ def test_replay_errors():
             cls(3, n_local_trials=0)
     with pytest.raises(DuckInputError):
         DCKMeans(3, weighted="yes")
+
+
+@pytest.mark.parametrize("cls", MODELS)
+def test_deleted_rows_leave_no_values_in_the_model(cls):
+    """Not bad input but the other side of deletion: the model's own copy of a deleted row is erased at once
+    (Q-k-means keeps the slot, masked, until compaction), the rest is untouched and the caller's array too."""
+    X = data()
+    keep = X.copy()
+    model = make(cls).fit(X)
+    model.delete([4, 7])
+    assert not np.isin(model._X.cpu().numpy(), X[[4, 7]]).any()
+    stored = {tuple(row) for row in model._X.cpu().numpy().tolist()}
+    assert all(tuple(row) in stored for row in X[np.setdiff1d(np.arange(len(X)), [4, 7])].tolist())
+    np.testing.assert_array_equal(X, keep)

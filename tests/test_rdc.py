@@ -16,11 +16,14 @@ from duck.deletion.rdc import (
     dependency_components,
     draw_projections,
     ecdf,
+    ecdf_counts,
+    ecdf_counts_after_removal,
     random_features,
     rdc_from_whitened,
     rdc_matrix,
     rdc_pairs,
     spanning_forest,
+    whiten,
     whitened_features,
 )
 
@@ -114,6 +117,38 @@ def test_rdc_pairs_equal_full_matrix_entries():
     R = rdc_from_whitened(Z).numpy()
     pairs = np.array([[0, 2], [1, 5], [3, 4], [0, 5]])
     np.testing.assert_allclose(rdc_pairs(Z, pairs).numpy(), R[pairs[:, 0], pairs[:, 1]], atol=1e-12)
+
+
+def test_factorised_pair_blocks_equal_dense_ones_for_every_kind_of_pair():
+    """Categorical pairs are read off contingency tables, the others off per-row features: both must give the
+    blocks (and RDCs) of the dense (V, r, n) features."""
+    X, cats = mixed_data(400, seed=9)
+    X = np.column_stack([X, np.random.default_rng(1).integers(0, 5, 400)])  # a second categorical with K=5
+    cats = cats + [5]
+    parts = whiten(torch.from_numpy(X), cats, projections(cats))
+    Z = parts.dense()
+    np.testing.assert_array_equal(Z.numpy(), whitened_features(torch.from_numpy(X), cats, projections(cats)).numpy())
+    pairs = np.array([[3, 4], [3, 6], [4, 6], [0, 3], [1, 2], [5, 6], [0, 1]])  # cat-cat, cat-gauss, gauss-gauss
+    dense_blocks = torch.bmm(Z[pairs[:, 0]], Z[pairs[:, 1]].mT) / (X.shape[0] - 1)
+    np.testing.assert_allclose(parts.pair_blocks(pairs).numpy(), dense_blocks.numpy(), atol=1e-12)
+    R = rdc_from_whitened(Z).numpy()
+    np.testing.assert_allclose(rdc_pairs(parts, pairs).numpy(), R[pairs[:, 0], pairs[:, 1]], atol=1e-12)
+    np.testing.assert_allclose(rdc_from_whitened(parts).numpy(), R, atol=1e-12)
+
+
+def test_ecdf_counts_after_removal_equal_a_fresh_sort():
+    rng = np.random.default_rng(10)
+    for trial in range(20):
+        n = int(rng.integers(2, 60))
+        U = torch.from_numpy(np.round(rng.normal(size=(n, 3)), int(trial % 3)))  # many ties for some trials
+        removed = rng.choice(n, int(rng.integers(0, n)), replace=False)
+        kept = np.setdiff1d(np.arange(n), removed)
+        updated = ecdf_counts_after_removal(ecdf_counts(U)[kept], U[kept], U[removed])
+        assert updated.dtype == torch.int64
+        torch.testing.assert_close(updated, ecdf_counts(U[kept]), rtol=0, atol=0)
+    # the counts give the ECDF of the scipy reference
+    U = torch.from_numpy(rng.integers(0, 4, (30, 2)).astype(float))
+    np.testing.assert_array_equal((ecdf_counts(U).double() / 30).numpy(), ecdf(U).numpy())
 
 
 def test_dependency_components_match_scipy_on_random_graphs():

@@ -191,6 +191,17 @@ def test_unlearn_is_a_no_op_when_replayed_model_is_itself_and_ids_are_stable():
     assert spn.last_unlearning_["n_ids"] == 0
 
 
+def test_removed_rows_leave_no_values_in_the_model_storage():
+    """After unlearn the SPN's row storage holds zeros for the removed rows (the update that needs them has
+    run); the remaining rows are untouched."""
+    X, types = synthetic(6, n=70)
+    spn = learn_spn(X, types, min_instances=20, **CPU)
+    spn.unlearn([3, 10])
+    stored = spn._X.cpu().numpy()
+    assert not stored[[3, 10]].any()
+    np.testing.assert_array_equal(stored[spn.ids_], X[spn.ids_])
+
+
 def test_operations_flip_as_rows_go():
     """Removing rows walks a node through Alg. 1's cases: SD while |X| > t, NF at |X| <= t; a variable whose
     only non-zero rows are removed becomes uninformative (SU)."""

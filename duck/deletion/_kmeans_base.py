@@ -177,6 +177,8 @@ class DeletableKMeansBase:
         return rows
 
     def _mark_deleted(self, rows: np.ndarray) -> None:
+        """Mask the rows out and erase their values (the model's own copy; a deletion check has read them)."""
+        self._X[torch.from_numpy(rows).to(self._X.device)] = 0.0
         self._deleted_ids.update(self._ids[rows].tolist())
         self._alive[rows] = False
         self._n_alive -= int(rows.size)

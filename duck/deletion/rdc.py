@@ -34,6 +34,7 @@ removal-enabled LearnSPN of seeds/001 builds on; Lopez-Paz et al. use k = 20 and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -42,10 +43,10 @@ import torch
 EIG_RCOND = 1e-10
 
 
-def ecdf(U: torch.Tensor) -> torch.Tensor:
-    """Empirical CDF of every entry within its column, ``#{j : u_j <= u_i} / n``. (n, m) -> (n, m)
+def ecdf_counts(U: torch.Tensor) -> torch.Tensor:
+    """``#{j : u_j <= u_i}`` of every entry within its column (int64). (n, m) -> (n, m)
 
-    One sort per column: the ECDF of a sorted entry is (index of the last entry of its run of ties + 1) / n,
+    One sort per column: the count of a sorted entry is the index of the last entry of its run of ties + 1,
     found with a reversed running minimum, then scattered back to the original positions.
     """
     n = U.shape[0]
@@ -54,7 +55,26 @@ def ecdf(U: torch.Tensor) -> torch.Tensor:
     run_end[:-1] = values[1:] != values[:-1]
     position = torch.arange(n, device=U.device)[:, None].expand_as(values)
     last = torch.where(run_end, position, torch.full_like(position, n)).flip(0).cummin(0).values.flip(0)
-    return torch.empty_like(U).scatter_(0, order, (last + 1).to(U.dtype) / n)
+    return torch.empty_like(order).scatter_(0, order, last + 1)
+
+
+def ecdf(U: torch.Tensor) -> torch.Tensor:
+    """Empirical CDF of every entry within its column, ``#{j : u_j <= u_i} / n``. (n, m) -> (n, m)"""
+    return ecdf_counts(U).to(U.dtype) / U.shape[0]
+
+
+def ecdf_counts_after_removal(counts: torch.Tensor, kept: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
+    """The ECDF counts of the kept rows once ``removed`` rows are gone, without sorting.
+
+    ``counts`` (m, c) are the kept rows' counts on the old rows (kept and removed together), ``kept`` (m, c)
+    and ``removed`` (l, c) their values: every removed value ``<=`` a kept value lowered its count by one, so
+    ``counts - #{removed u <= u_i}`` -- integers, equal to :func:`ecdf_counts` of ``kept``. O(l m c) work
+    instead of a sort: the unlearning path of a node (seeds/001 Alg. 2) loses one row at a time.
+    """
+    if removed.shape[0] == 0:
+        return counts
+    lower = (removed[:, None, :] <= kept[None]).sum(0) if removed.shape[0] > 1 else (removed <= kept).long()
+    return counts - lower
 
 
 def draw_projections(
@@ -140,15 +160,114 @@ def _whitening(cov: torch.Tensor) -> torch.Tensor:
     return (evecs * inv_sqrt[:, None, :])[:, :, -r:]
 
 
-def whitened_features(
-    X: torch.Tensor, n_categories: Sequence[int], projections: torch.Tensor, scale: float = 1.0 / 6.0
-) -> torch.Tensor:
-    """Centred, whitened random features ``Z_v = Cxx_v^{-1/2} (phi(x_v) - mean)`` of every variable.
+@dataclass
+class Whitened:
+    """Centred, whitened random features ``Z_v = Cxx_v^{-1/2} (phi(x_v) - mean)`` of a node's variables, kept
+    factorised: Gaussian variables as per-row features, categorical ones as one value per category plus the
+    rows' codes (their features take only K distinct values).
 
-    Laid out variable-major, (V, r, n), so that one variable's features are one contiguous block. Categorical
-    variables are centred and whitened on their K feature values weighted by the category counts (the same
-    moments as over the rows, at O(K k) instead of O(n k) cost) and gathered per row at the end.
-    X (n, V) -> Z (V, r, n) with ``Z_v Z_v^T / (n - 1)`` the identity on the kept subspace.
+    ``dense()`` lays every variable out per row, (V, r, n); :func:`rdc_pairs` reads categorical pairs off
+    their contingency tables instead, ``Z_i Z_j^T = T_i N_ij T_j^T`` with ``N_ij`` the (K, K) co-occurrence
+    counts, so a pair costs O(n) integer work instead of O(r^2 n) flops on gathered rows.
+    """
+
+    n: int
+    gauss: np.ndarray  # positions of the Gaussian variables
+    categorical: np.ndarray  # positions of the categorical variables
+    Zg: torch.Tensor | None  # (Vg, r, n)
+    z_tables: torch.Tensor | None  # (Vc, r, Dmax) whitened feature value of every category
+    codes: torch.Tensor | None  # (Vc, n) int64
+    gauss_counts: torch.Tensor | None  # (n, Vg) ECDF counts of the Gaussian variables (kept for updates)
+
+    @property
+    def n_vars(self) -> int:
+        return int(self.gauss.size + self.categorical.size)
+
+    @property
+    def rank(self) -> int:
+        return int((self.Zg if self.Zg is not None else self.z_tables).shape[1])
+
+    def _slot(self) -> tuple[np.ndarray, np.ndarray]:
+        """(is categorical, index within its kind) of every variable position."""
+        is_cat = np.zeros(self.n_vars, dtype=bool)
+        is_cat[self.categorical] = True
+        index = np.empty(self.n_vars, dtype=np.int64)
+        index[self.gauss], index[self.categorical] = np.arange(self.gauss.size), np.arange(self.categorical.size)
+        return is_cat, index
+
+    def rows(self, variables: np.ndarray) -> torch.Tensor:
+        """Per-row whitened features of ``variables`` (positions), (len, r, n)."""
+        variables = np.asarray(variables, dtype=np.int64)
+        is_cat, index = self._slot()
+        if not is_cat[variables].any():
+            return self._gauss_rows(index[variables])
+        if is_cat[variables].all():
+            return self._categorical_rows(index[variables])
+        ref = self.Zg if self.Zg is not None else self.z_tables
+        out = torch.empty(variables.size, self.rank, self.n, dtype=ref.dtype, device=ref.device)
+        for mask, fill in ((~is_cat[variables], self._gauss_rows), (is_cat[variables], self._categorical_rows)):
+            if mask.any():
+                out[torch.from_numpy(np.flatnonzero(mask)).to(ref.device)] = fill(index[variables[mask]])
+        return out
+
+    def _gauss_rows(self, index: np.ndarray) -> torch.Tensor:
+        return self.Zg.index_select(0, torch.from_numpy(index).to(self.Zg.device))
+
+    def _categorical_rows(self, index: np.ndarray) -> torch.Tensor:
+        i = torch.from_numpy(index).to(self.z_tables.device)
+        tables, codes = self.z_tables.index_select(0, i), self.codes.index_select(0, i)  # (m, r, D), (m, n)
+        return torch.gather(tables, 2, codes[:, None, :].expand(-1, self.rank, -1))
+
+    def dense(self) -> torch.Tensor:
+        """All variables per row, (V, r, n), variable-major."""
+        if self.categorical.size == 0:
+            return self.Zg
+        return self.rows(np.arange(self.n_vars))
+
+    def pair_blocks(self, pairs: np.ndarray) -> torch.Tensor:
+        """The (r, r) blocks ``Z_i Z_j^T / (n - 1)`` of the pairs (P, 2) of variable positions. -> (P, r, r)"""
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        is_cat, index = self._slot()
+        both = is_cat[pairs].all(1)
+        ref = self.Zg if self.Zg is not None else self.z_tables
+        out = torch.empty(pairs.shape[0], self.rank, self.rank, dtype=ref.dtype, device=ref.device)
+        denom = max(self.n - 1, 1)
+        if both.any():
+            sel = pairs[both]
+            out[torch.from_numpy(np.flatnonzero(both)).to(ref.device)] = self._contingency_blocks(
+                index[sel[:, 0]], index[sel[:, 1]]
+            ) / denom
+        if not both.all():
+            sel = pairs[~both]
+            left, right = self.rows(sel[:, 0]), self.rows(sel[:, 1])  # (P', r, n)
+            out[torch.from_numpy(np.flatnonzero(~both)).to(ref.device)] = torch.bmm(left, right.mT) / denom
+        return out
+
+    def _contingency_blocks(self, a: np.ndarray, b: np.ndarray) -> torch.Tensor:
+        """``T_a N_ab T_b^T`` for categorical pairs (a, b) (indices among the categorical variables)."""
+        device = self.codes.device
+        D = self.z_tables.shape[2]
+        ia, ib = torch.from_numpy(a).to(device), torch.from_numpy(b).to(device)
+        offset = torch.arange(a.size, device=device)[:, None] * (D * D)
+        keys = offset + self.codes.index_select(0, ia) * D + self.codes.index_select(0, ib)  # (P, n)
+        N = torch.bincount(keys.flatten(), minlength=a.size * D * D).view(a.size, D, D).to(self.z_tables.dtype)
+        return self.z_tables.index_select(0, ia) @ N @ self.z_tables.index_select(0, ib).mT
+
+
+def whiten(
+    X: torch.Tensor,
+    n_categories: Sequence[int],
+    projections: torch.Tensor,
+    scale: float = 1.0 / 6.0,
+    gauss_counts: torch.Tensor | None = None,
+) -> Whitened:
+    """Centred, whitened random features of every variable of X (n, V), factorised (:class:`Whitened`).
+
+    Categorical variables are centred and whitened on their K feature values weighted by the category counts
+    (the same moments as over the rows, at O(K k) instead of O(n k) cost). ``gauss_counts`` (n, Vg) are the
+    Gaussian columns' ECDF counts when the caller already has them (an update after a removal,
+    :func:`ecdf_counts_after_removal`); otherwise they are computed by sorting.
+    ``Z_v Z_v^T / (n - 1)`` is the identity on the kept subspace of every variable.
     """
     n, V = X.shape
     cats = np.asarray(n_categories, dtype=np.int64)
@@ -157,32 +276,34 @@ def whitened_features(
     gauss, categorical = np.flatnonzero(cats == 0), np.flatnonzero(cats > 0)
     denom = max(n - 1, 1)
     cov = torch.empty(V, k, k, dtype=X.dtype, device=X.device)
+    Fg = codes = tables = None
     if gauss.size:
         g = torch.from_numpy(gauss).to(X.device)
-        P_rank = ecdf(X[:, g] if categorical.size else X).T  # (Vg, n)
+        if gauss_counts is None:
+            gauss_counts = ecdf_counts(X[:, g] if categorical.size else X)  # (n, Vg)
+        P_rank = (gauss_counts.to(X.dtype) / n).T  # (Vg, n)
         Wg = W[g]
         Fg = torch.addcmul(Wg[:, 0, :, None], Wg[:, 1, :, None], P_rank[:, None, :]).sin_()  # (Vg, k, n)
         Fg -= Fg.mean(dim=2, keepdim=True)
         cov[g] = torch.bmm(Fg, Fg.mT) / denom
     if categorical.size:
         c = torch.from_numpy(categorical).to(X.device)
-        codes = X[:, c].long()  # (n, Vc)
-        tables, counts = _category_tables(codes, W[c])  # (Vc, Dmax, k), (Vc, Dmax)
+        codes = X[:, c].long().T.contiguous()  # (Vc, n)
+        tables, counts = _category_tables(codes.T, W[c])  # (Vc, Dmax, k), (Vc, Dmax)
         tables = tables - torch.einsum("vd,vdk->vk", counts, tables)[:, None, :] / n  # centred values
         cov[c] = torch.einsum("vd,vdk,vdj->vkj", counts, tables, tables) / denom
     P = _whitening(cov)  # (V, k, r)
-    r = P.shape[2]
-    if gauss.size:
-        Zg = torch.bmm(P[g].mT, Fg)  # (Vg, r, n)
-        if not categorical.size:
-            return Zg
-    z_tables = torch.bmm(P[c].mT, tables.mT)  # (Vc, r, Dmax)
-    Zc = torch.gather(z_tables, 2, codes.T[:, None, :].expand(-1, r, -1))  # (Vc, r, n)
-    if not gauss.size:
-        return Zc
-    Z = torch.empty(V, r, n, dtype=X.dtype, device=X.device)
-    Z[g], Z[c] = Zg, Zc
-    return Z
+    Zg = torch.bmm(P[g].mT, Fg) if gauss.size else None  # (Vg, r, n)
+    z_tables = torch.bmm(P[c].mT, tables.mT) if categorical.size else None  # (Vc, r, Dmax)
+    return Whitened(n, gauss, categorical, Zg, z_tables, codes, gauss_counts)
+
+
+def whitened_features(
+    X: torch.Tensor, n_categories: Sequence[int], projections: torch.Tensor, scale: float = 1.0 / 6.0
+) -> torch.Tensor:
+    """Centred, whitened random features of every variable, per row: X (n, V) -> Z (V, r, n) (variable-major,
+    one variable's features one contiguous block); :func:`whiten` keeps them factorised."""
+    return whiten(X, n_categories, projections, scale).dense()
 
 
 def _largest_singular_value(B: torch.Tensor) -> torch.Tensor:
@@ -192,13 +313,15 @@ def _largest_singular_value(B: torch.Tensor) -> torch.Tensor:
     return torch.linalg.eigvalsh(B @ B.mT)[:, -1].clamp(0.0, 1.0).sqrt()
 
 
-def rdc_from_whitened(Z: torch.Tensor) -> torch.Tensor:
-    """Symmetric (V, V) RDC matrix (diagonal 1) from whitened features Z (V, r, n).
+def rdc_from_whitened(Z: torch.Tensor | Whitened) -> torch.Tensor:
+    """Symmetric (V, V) RDC matrix (diagonal 1) from whitened features Z (V, r, n) or :class:`Whitened`.
 
     Step 3 for all pairs at once: the cross-covariance ``G = Z Z^T / (n-1)`` (V r x V r) holds every
     ``Cxx^{-1/2} Cxy Cyy^{-1/2}`` as an (r, r) block; the RDC of (i, j) is the largest singular value of
     block (i, j).
     """
+    if isinstance(Z, Whitened):
+        Z = Z.dense()
     V, r, n = Z.shape
     Zf = Z.reshape(V * r, n)
     G = (Zf @ Zf.T / max(n - 1, 1)).reshape(V, r, V, r).permute(0, 2, 1, 3)  # (V, V, r, r)
@@ -210,8 +333,11 @@ def rdc_from_whitened(Z: torch.Tensor) -> torch.Tensor:
     return R
 
 
-def rdc_pairs(Z: torch.Tensor, pairs: np.ndarray) -> torch.Tensor:
-    """RDC of selected variable pairs from whitened features Z (V, r, n); pairs (P, 2) -> (P,)"""
+def rdc_pairs(Z: torch.Tensor | Whitened, pairs: np.ndarray) -> torch.Tensor:
+    """RDC of selected variable pairs from whitened features Z (V, r, n) or :class:`Whitened`; pairs (P, 2)
+    -> (P,)"""
+    if isinstance(Z, Whitened):
+        return _largest_singular_value(Z.pair_blocks(pairs))
     n = Z.shape[2]
     idx = torch.from_numpy(np.asarray(pairs, dtype=np.int64).reshape(-1, 2)).to(Z.device)
     left, right = Z.index_select(0, idx[:, 0]), Z.index_select(0, idx[:, 1])  # (P, r, n)
@@ -291,9 +417,9 @@ def certificate_pairs(
 
 
 def components_still_hold(
-    Z: torch.Tensor, pairs: np.ndarray, n_forest: int, threshold: float, guard: float
+    Z: torch.Tensor | Whitened, pairs: np.ndarray, n_forest: int, threshold: float, guard: float
 ) -> tuple[bool, np.ndarray]:
-    """Cheap exact test that the dependency components of the whitened features Z (V, r, n) are unchanged.
+    """Cheap exact test that the dependency components of the whitened features Z are unchanged.
 
     ``pairs`` from :func:`certificate_pairs`. Sufficient condition: every forest edge has RDC >= threshold +
     guard and every pair across components has RDC < threshold - guard. Then the full matrix, whose entries

@@ -87,8 +87,9 @@ from duck.deletion.rdc import (
     components_still_hold,
     dependency_components,
     draw_projections,
+    ecdf_counts_after_removal,
     rdc_from_whitened,
-    whitened_features,
+    whiten,
 )
 from duck.errors import DuckInputError
 from duck.utils import real_array_tensor, resolve_device
@@ -101,11 +102,21 @@ _QK_KEYS = ("n_iter", "gamma", "eps", "eps_scale", "n_local_trials")
 QKMEANS_DEFAULTS: dict[str, Any] = {"eps_scale": 2.0}
 #: margin around the RDC threshold inside which a component check falls back to the full matrix
 _RDC_GUARD = 1e-9
+#: an update removing at most this many rows from a node updates its ECDF counts instead of sorting again
+_MAX_INCREMENTAL_REMOVALS = 32
 _F64 = torch.float64
 
 
 def _path_hash(path: str) -> int:
     return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little")
+
+
+def _member(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.isin(a, b)`` for ascending arrays of unique row positions (node row lists), by binary search."""
+    if b.size == 0:
+        return np.zeros(a.size, dtype=bool)
+    at = np.searchsorted(b, a).clip(max=b.size - 1)
+    return b[at] == a
 
 
 def _scope_label(variables: Sequence[int]) -> str:
@@ -131,6 +142,7 @@ class _RDCState:
     matrix: np.ndarray  # (s, s)
     components: list[tuple[int, ...]]  # positions within the node's scope
     certificate: tuple[np.ndarray, int] | None  # pairs that certify the components on an update, forest size
+    gauss_counts: torch.Tensor | None = None  # (n, Vg) ECDF counts of the Gaussian variables on the node's rows
 
 
 @dataclass(eq=False)
@@ -351,17 +363,34 @@ class _Conditions:
         projections = (
             stored.projections if stored is not None else self.spn._projections(self.path, self.scope)
         )
-        Z = whitened_features(self.data, cats, projections.to(self.spn.device), p.rdc_scale)  # (s, r, n)
+        Z = whiten(self.data, cats, projections.to(self.spn.device), p.rdc_scale, self._updated_counts(stored))
         if stored is not None and stored.certificate is not None:
             pairs, n_forest = stored.certificate
             holds, values = components_still_hold(Z, pairs, n_forest, p.rdc_threshold, _RDC_GUARD)
             if holds:
                 matrix = stored.matrix.copy()
                 matrix[pairs[:, 0], pairs[:, 1]] = matrix[pairs[:, 1], pairs[:, 0]] = values
-                return _RDCState(projections, matrix, stored.components, stored.certificate)
+                return _RDCState(projections, matrix, stored.components, stored.certificate, Z.gauss_counts)
         R = rdc_from_whitened(Z).cpu().numpy()
         components = dependency_components(R, p.rdc_threshold)
-        return _RDCState(projections, R, components, certificate_pairs(components, R))
+        return _RDCState(projections, R, components, certificate_pairs(components, R), Z.gauss_counts)
+
+    def _updated_counts(self, stored: _RDCState | None) -> torch.Tensor | None:
+        """The Gaussian variables' ECDF counts on the new rows from the stored ones (a few removed rows, none
+        gained: no sort, ``rdc.ecdf_counts_after_removal``); None when they must be recomputed."""
+        if stored is None or stored.gauss_counts is None or self.gained or self.lost_ids is None:
+            return None
+        if not 0 < self.lost_ids.size <= _MAX_INCREMENTAL_REMOVALS:
+            return None
+        old_rows = self.prior.rows
+        kept = _member(old_rows, self.rows)
+        cats = np.asarray(self.spn.params_.n_categories)[self.scope]
+        gauss = self.scope[cats == 0]
+        return ecdf_counts_after_removal(
+            stored.gauss_counts[torch.from_numpy(kept).to(stored.gauss_counts.device)],
+            self.data[:, torch.from_numpy(np.flatnonzero(cats == 0)).to(self.spn.device)],
+            self.spn._gather(old_rows[~kept], gauss),
+        )
 
     @property
     def independencies(self) -> bool:
@@ -559,8 +588,9 @@ class SPN:
         self._counters = self._new_counters()
         if pos.size:
             self._alive[pos] = False
-            rows = self.root.rows[np.isin(self.root.rows, pos, assume_unique=True, invert=True)]
+            rows = self.root.rows[~_member(self.root.rows, pos)]
             self.root = self._update(self.root, rows)
+            self._X[torch.from_numpy(pos).to(self.device)] = 0.0  # the removed rows' values are not kept
             self._circuit = None
         self.last_unlearning_ = {"n_ids": int(pos.size), **self._counters}
         return self
@@ -616,8 +646,8 @@ class SPN:
         """
         if rows.size == node.rows.size and np.array_equal(rows, node.rows):  # Alg. 2 l. 2-3
             return node
-        lost = node.rows[~np.isin(node.rows, rows, assume_unique=True)]
-        gained = rows[~np.isin(rows, node.rows, assume_unique=True)]
+        lost = node.rows[~_member(node.rows, rows)]
+        gained = rows[~_member(rows, node.rows)]
         self._counters["nodes_updated"] += 1
         if node.op == CREATE_LEAF:  # Alg. 4
             self._update_leaves([node], rows, lost, gained)
@@ -687,7 +717,7 @@ class SPN:
         labels = cond.qkmeans.labels_.cpu().numpy()  # (n',) aligned with rows (both in stable-id order)
         new_rows = [rows[labels == c] for c in range(len(node.children))]
         gains = [
-            not np.isin(r, child.rows, assume_unique=True).all()
+            not _member(r, child.rows).all()
             for r, child in zip(new_rows, node.children, strict=True)
         ]
         self._counters["partitions_changed"] += any(gains)  # rows moved between the clusters
