@@ -111,6 +111,11 @@ def _path_hash(path: str) -> int:
     return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little")
 
 
+def _as_int32(counts: torch.Tensor | None) -> torch.Tensor | None:
+    """ECDF counts as stored per node: int32 (counts <= rows < 2^31) halves the O(n V) state per RDC node."""
+    return None if counts is None else counts.to(torch.int32)
+
+
 def _member(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``np.isin(a, b)`` for ascending arrays of unique row positions (node row lists), by binary search."""
     if b.size == 0:
@@ -142,7 +147,7 @@ class _RDCState:
     matrix: np.ndarray  # (s, s)
     components: list[tuple[int, ...]]  # positions within the node's scope
     certificate: tuple[np.ndarray, int] | None  # pairs that certify the components on an update, forest size
-    gauss_counts: torch.Tensor | None = None  # (n, Vg) ECDF counts of the Gaussian variables on the node's rows
+    gauss_counts: torch.Tensor | None = None  # (n, Vg) int32 ECDF counts of the Gaussian variables (node rows)
 
 
 @dataclass(eq=False)
@@ -370,10 +375,10 @@ class _Conditions:
             if holds:
                 matrix = stored.matrix.copy()
                 matrix[pairs[:, 0], pairs[:, 1]] = matrix[pairs[:, 1], pairs[:, 0]] = values
-                return _RDCState(projections, matrix, stored.components, stored.certificate, Z.gauss_counts)
+                return _RDCState(projections, matrix, stored.components, stored.certificate, _as_int32(Z.gauss_counts))
         R = rdc_from_whitened(Z).cpu().numpy()
         components = dependency_components(R, p.rdc_threshold)
-        return _RDCState(projections, R, components, certificate_pairs(components, R), Z.gauss_counts)
+        return _RDCState(projections, R, components, certificate_pairs(components, R), _as_int32(Z.gauss_counts))
 
     def _updated_counts(self, stored: _RDCState | None) -> torch.Tensor | None:
         """The Gaussian variables' ECDF counts on the new rows from the stored ones (a few removed rows, none
