@@ -134,6 +134,12 @@ def test_factorised_pair_blocks_equal_dense_ones_for_every_kind_of_pair():
     R = rdc_from_whitened(Z).numpy()
     np.testing.assert_allclose(rdc_pairs(parts, pairs).numpy(), R[pairs[:, 0], pairs[:, 1]], atol=1e-12)
     np.testing.assert_allclose(rdc_from_whitened(parts).numpy(), R, atol=1e-12)
+    # a categorical domain too large for tables on few rows falls back to per-row features, same blocks
+    Xw = np.column_stack([X[:40, :4], np.arange(40) % 37])
+    big = whiten(torch.from_numpy(Xw), [0, 0, 0, 4, 37], projections([0, 0, 0, 4, 37]))
+    Zw = big.dense()
+    dense_w = torch.bmm(Zw[[3, 0]], Zw[[4, 4]].mT) / 39
+    np.testing.assert_allclose(big.pair_blocks(np.array([[3, 4], [0, 4]])).numpy(), dense_w.numpy(), atol=1e-12)
 
 
 def test_ecdf_counts_after_removal_equal_a_fresh_sort():

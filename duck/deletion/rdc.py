@@ -229,6 +229,8 @@ class Whitened:
         pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         is_cat, index = self._slot()
         both = is_cat[pairs].all(1)
+        if self.z_tables is not None and self.z_tables.shape[2] ** 2 > self.rank * self.n:
+            both[:] = False  # many categories: the (K, K) tables cost more than the rows (r K^2 vs r^2 n flops)
         ref = self.Zg if self.Zg is not None else self.z_tables
         out = torch.empty(pairs.shape[0], self.rank, self.rank, dtype=ref.dtype, device=ref.device)
         denom = max(self.n - 1, 1)
