@@ -29,8 +29,9 @@ Sampling (Har-Peled & Mahabadi 2019, seeds/002 §3-5). For a query q, ``G`` = it
   ``1/(deg Delta)`` (Lemma 3.8: (1 +- eps)-uniform).
 
 Preparing a query batch scans its buckets once (the usual LSH query cost: ids, distances of the distinct
-candidates), after which a draw costs O(1) (uniform, weighted), O(L) (exact_degree) or O(L/deg) expected
-(approx_degree) operations.
+candidates; deg(p) of every distinct candidate is counted on the way, and approx_degree builds the
+(candidate, table) bucket-membership table its probes look up), after which a draw costs O(1) (uniform,
+weighted, exact_degree) or O(L/deg) expected (approx_degree: real probes, one lookup each) operations.
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ class _Candidates:
     entry_id: torch.Tensor  # (E,) point id of each entry
     entry_near: torch.Tensor  # (E,) the point lies within r of the query
     near_ids: list[torch.Tensor]  # M(q) per query, sorted ids
+    entry_pair: torch.Tensor  # (E,) index of the entry's distinct (query, point) pair
+    entry_table: torch.Tensor  # (E,) table of the entry's bucket
+    pair_degree: torch.Tensor  # (P,) deg(p): number of the query's L buckets holding the point
+    member: torch.Tensor | None = None  # (P, L) bucket membership, built on first use (approx_degree)
+
+    def bucket_membership(self, n_tables: int) -> torch.Tensor:
+        """(P, L) bool: does bucket t of the query hold the point? The lookup a probe makes (§3.4)."""
+        member = torch.zeros(self.pair_degree.numel(), n_tables, dtype=torch.bool, device=self.entry_pair.device)
+        member[self.entry_pair, self.entry_table] = True
+        return member
 
 
 @dataclass
@@ -233,7 +244,11 @@ class LSHIndex:
             pair_near[s : s + block] = diff.square().sum(1) <= r * r
         near_per_query = torch.bincount(pair_query[pair_near], minlength=n_q)
         near_ids = list(torch.split(pair_id[pair_near], near_per_query.tolist()))
-        return _Candidates(qkeys, size, bucket_offset, query_offset, query_entries, entry_id, pair_near[inverse], near_ids)
+        degree = torch.bincount(inverse, minlength=pair.numel())  # each (pair, table) is one entry
+        return _Candidates(
+            qkeys, size, bucket_offset, query_offset, query_entries, entry_id, pair_near[inverse], near_ids,
+            inverse, table, degree,
+        )
 
     def query(self, queries: Any, r: float) -> list[torch.Tensor]:
         """``M(q)`` for each query: ids of the stored points within ``r`` found in q's L buckets (sorted).
@@ -373,53 +388,51 @@ class LSHIndex:
             return ids, accepted, 0
         near = accepted.nonzero().flatten()  # only near proposals need a degree (independent rejections)
         coin = torch.rand(near.numel(), generator=gen, dtype=torch.float64, device=self.device)
-        if method == "exact_degree":
-            degree = (self._keys[ids[near]] == cand.query_keys[query_idx[near]]).sum(1)  # over all L tables
-            accepted[near] = coin * degree < 1.0
+        pair = cand.entry_pair[entry[near]]
+        if method == "exact_degree":  # deg over all L tables, counted once per (query, point) in the scan
+            accepted[near] = coin * cand.pair_degree[pair] < 1.0
             return ids, accepted, 0
         # approx_degree. With i the first probe that hits, the heuristic accepts iff coin < min(1, i/(L Delta)),
         # i.e. iff the first m = floor(coin L Delta) probes all miss: probing stops at the first hit or after
         # m probes (same distribution, fewer probes than finding i). Lemma 3.7 also needs a hit by probe
         # L Delta + 1.
         must_miss = torch.floor(coin * (self.L * delta)).to(torch.int64)
-        hit, probes = self._probe(ids[near], query_idx[near], must_miss, cand, gen)
+        member = cand.bucket_membership(self.L) if cand.member is None else cand.member
+        cand.member = member  # built once per sample() call, on the first approx_degree round
+        hit, probes = self._probe(pair, must_miss, member, gen)
         accept = ~hit
         if lemma37:
             survivors = accept.nonzero().flatten()
-            late_hit, more = self._probe(
-                ids[near][survivors], query_idx[near][survivors],
-                self.L * delta + 1 - must_miss[survivors], cand, gen,
-            )
+            late_hit, more = self._probe(pair[survivors], self.L * delta + 1 - must_miss[survivors], member, gen)
             accept[survivors] = late_hit
             probes += more
         accepted[near] = accept
         return ids, accepted, probes
 
     def _probe(
-        self, ids: torch.Tensor, query_idx: torch.Tensor, budget: torch.Tensor, cand: _Candidates, gen: torch.Generator
+        self, pair: torch.Tensor, budget: torch.Tensor, member: torch.Tensor, gen: torch.Generator
     ) -> tuple[torch.Tensor, int]:
-        """Probe uniformly random tables of each query (with replacement, Lemma 3.6) until one holds the
-        point or ``budget`` probes are spent; returns (hit found (B,) bool, probes made within budget).
+        """Probe uniformly random tables of each query (with replacement, Lemma 3.6) until one of its buckets
+        holds the point or ``budget`` probes are spent; returns (hit found (B,) bool, probes made within budget).
 
-        All undecided points are probed together in chunks of doubling width (4, 8, 16, ...), masked beyond
-        each point's budget: few Python steps, at most twice the probes a one-at-a-time loop would make.
+        A probe is one lookup in the (pair, table) bucket-membership table of the scan. All undecided points
+        are probed together in chunks of doubling width (4, 8, 16, ...), masked beyond each point's budget:
+        few Python steps, at most twice the probes a one-at-a-time loop would make.
         """
-        hit = torch.zeros(ids.numel(), dtype=torch.bool, device=self.device)
+        hit = torch.zeros(pair.numel(), dtype=torch.bool, device=self.device)
         active = (budget > 0).nonzero().flatten()
-        point_base, query_base = ids[active, None] * self.L, query_idx[active, None] * self.L  # flat row offsets
+        base = pair[active, None] * self.L  # (A, 1) row offsets into the flat membership table
         left = budget[active, None]
         width, probes = 4, 0
+        small = torch.uint8 if self.L <= 256 else torch.int32  # table indices: fewer random bytes to draw
         while active.numel():
-            tables = torch.randint(self.L, (active.numel(), width), generator=gen, device=self.device)  # (A, T)
+            tables = torch.randint(self.L, (active.numel(), width), generator=gen, device=self.device, dtype=small)
             in_budget = torch.arange(width, device=self.device) < left  # (A, T)
-            holds = torch.take(self._keys, point_base + tables) == torch.take(cand.query_keys, query_base + tables)
-            found = (holds & in_budget).any(1)
+            found = (torch.take(member, base + tables) & in_budget).any(1)
             probes += int(in_budget.sum())
             hit[active[found]] = True
             left = left - width
             undecided = ~found & (left[:, 0] > 0)
-            active, point_base, query_base, left = (
-                active[undecided], point_base[undecided], query_base[undecided], left[undecided]
-            )
+            active, base, left = active[undecided], base[undecided], left[undecided]
             width *= 2
         return hit, probes
