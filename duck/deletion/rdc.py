@@ -71,10 +71,10 @@ def ecdf_counts_after_removal(counts: torch.Tensor, kept: torch.Tensor, removed:
     ``counts - #{removed u <= u_i}`` -- integers, equal to :func:`ecdf_counts` of ``kept``. O(l m c) work
     instead of a sort: the unlearning path of a node (seeds/001 Alg. 2) loses one row at a time.
     """
-    if removed.shape[0] == 0:
-        return counts
-    lower = (removed[:, None, :] <= kept[None]).sum(0) if removed.shape[0] > 1 else (removed <= kept).long()
-    return counts - lower
+    counts = counts.to(torch.int64)
+    for row in removed:  # one (m, c) comparison per removed row: no (l, m, c) temporary
+        counts = counts - (row[None] <= kept).to(torch.int64)
+    return counts
 
 
 def draw_projections(
