@@ -98,8 +98,8 @@ TYPES = ("gaussian", "categorical")
 #: generator tags of the per-node random draws: derive_seed(seed, tag, path hash)
 _RDC_TAG, _QK_TAG = 11, 12
 _QK_KEYS = ("n_iter", "gamma", "eps", "eps_scale", "n_local_trials")
-#: SplitData's Q-k-means defaults: a lattice 4x coarser than QKMeans' own (eps = 2 sigma_hat); see docs/spn.md
-QKMEANS_DEFAULTS: dict[str, Any] = {"eps_scale": 2.0}
+#: SplitData's Q-k-means defaults: a lattice 8x coarser than QKMeans' own (eps = 4 sigma_hat); see docs/spn.md
+QKMEANS_DEFAULTS: dict[str, Any] = {"eps_scale": 4.0}
 #: margin around the RDC threshold inside which a component check falls back to the full matrix
 _RDC_GUARD = 1e-9
 #: an update removing at most this many rows from a node updates its ECDF counts instead of sorting again
@@ -961,7 +961,7 @@ def learn_spn(
         n_categories: declared K per column (None for Gaussian columns, or None to infer ``max code + 1``).
             The domain is part of the model: removals never shrink it.
         qkmeans: keyword arguments for the SplitData Q-k-means (``n_iter``, ``gamma``, ``eps``, ``eps_scale``,
-            ``n_local_trials``); QKMeans' defaults otherwise, except ``eps_scale=2`` (``QKMEANS_DEFAULTS``).
+            ``n_local_trials``); QKMeans' defaults otherwise, except ``eps_scale=4`` (``QKMEANS_DEFAULTS``).
         device: "auto" | "cpu" | "cuda".
         relearn: how unlearning brings a cluster that *gained* rows (moved from the other cluster when a
             removal changed a Q-k-means partition) up to date: "replay" updates its sub-SPN node by node,
