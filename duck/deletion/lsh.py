@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -68,11 +69,13 @@ class _Candidates:
     entry_pair: torch.Tensor  # (E,) index of the entry's distinct (query, point) pair
     entry_table: torch.Tensor  # (E,) table of the entry's bucket
     pair_degree: torch.Tensor  # (P,) deg(p): number of the query's L buckets holding the point
-    member: torch.Tensor | None = None  # (P, L) bucket membership, built on first use (approx_degree)
+    n_tables: int  # L
 
-    def bucket_membership(self, n_tables: int) -> torch.Tensor:
-        """(P, L) bool: does bucket t of the query hold the point? The lookup a probe makes (§3.4)."""
-        member = torch.zeros(self.pair_degree.numel(), n_tables, dtype=torch.bool, device=self.entry_pair.device)
+    @cached_property
+    def member(self) -> torch.Tensor:
+        """(P, L) bool: does bucket t of the query hold the point? The lookup a probe makes (§3.4); built on
+        first use (approx_degree), once per ``sample`` call."""
+        member = torch.zeros(self.pair_degree.numel(), self.n_tables, dtype=torch.bool, device=self.entry_pair.device)
         member[self.entry_pair, self.entry_table] = True
         return member
 
@@ -247,7 +250,7 @@ class LSHIndex:
         degree = torch.bincount(inverse, minlength=pair.numel())  # each (pair, table) is one entry
         return _Candidates(
             qkeys, size, bucket_offset, query_offset, query_entries, entry_id, pair_near[inverse], near_ids,
-            inverse, table, degree,
+            inverse, table, degree, self.L,
         )
 
     def query(self, queries: Any, r: float) -> list[torch.Tensor]:
@@ -397,8 +400,7 @@ class LSHIndex:
         # m probes (same distribution, fewer probes than finding i). Lemma 3.7 also needs a hit by probe
         # L Delta + 1.
         must_miss = torch.floor(coin * (self.L * delta)).to(torch.int64)
-        member = cand.bucket_membership(self.L) if cand.member is None else cand.member
-        cand.member = member  # built once per sample() call, on the first approx_degree round
+        member = cand.member
         hit, probes = self._probe(pair, must_miss, member, gen)
         accept = ~hit
         if lemma37:

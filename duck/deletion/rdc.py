@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -187,8 +188,9 @@ class Whitened:
     def rank(self) -> int:
         return int((self.Zg if self.Zg is not None else self.z_tables).shape[1])
 
+    @cached_property
     def _slot(self) -> tuple[np.ndarray, np.ndarray]:
-        """(is categorical, index within its kind) of every variable position."""
+        """(is categorical, index within its kind) of every variable position (computed once)."""
         is_cat = np.zeros(self.n_vars, dtype=bool)
         is_cat[self.categorical] = True
         index = np.empty(self.n_vars, dtype=np.int64)
@@ -198,7 +200,7 @@ class Whitened:
     def rows(self, variables: np.ndarray) -> torch.Tensor:
         """Per-row whitened features of ``variables`` (positions), (len, r, n)."""
         variables = np.asarray(variables, dtype=np.int64)
-        is_cat, index = self._slot()
+        is_cat, index = self._slot
         if not is_cat[variables].any():
             return self._gauss_rows(index[variables])
         if is_cat[variables].all():
@@ -227,7 +229,7 @@ class Whitened:
     def pair_blocks(self, pairs: np.ndarray) -> torch.Tensor:
         """The (r, r) blocks ``Z_i Z_j^T / (n - 1)`` of the pairs (P, 2) of variable positions. -> (P, r, r)"""
         pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-        is_cat, index = self._slot()
+        is_cat, index = self._slot
         both = is_cat[pairs].all(1)
         if self.z_tables is not None and self.z_tables.shape[2] ** 2 > self.rank * self.n:
             both[:] = False  # many categories: the (K, K) tables cost more than the rows (r K^2 vs r^2 n flops)
@@ -241,8 +243,9 @@ class Whitened:
             ) / denom
         if not both.all():
             sel = pairs[~both]
-            left, right = self.rows(sel[:, 0]), self.rows(sel[:, 1])  # (P', r, n)
-            out[torch.from_numpy(np.flatnonzero(~both)).to(ref.device)] = torch.bmm(left, right.mT) / denom
+            out[torch.from_numpy(np.flatnonzero(~both)).to(ref.device)] = _cross_blocks(
+                self.rows(sel[:, 0]), self.rows(sel[:, 1])
+            )
         return out
 
     def _contingency_blocks(self, a: np.ndarray, b: np.ndarray) -> torch.Tensor:
@@ -308,6 +311,11 @@ def whitened_features(
     return whiten(X, n_categories, projections, scale).dense()
 
 
+def _cross_blocks(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """``Z_i Z_j^T / (n - 1)`` of paired per-row whitened features, left/right (P, r, n) -> (P, r, r)."""
+    return torch.bmm(left, right.mT) / max(left.shape[2] - 1, 1)
+
+
 def _largest_singular_value(B: torch.Tensor) -> torch.Tensor:
     """sigma_max of every (r, r) block: sqrt of the largest eigenvalue of B B^T, clipped to [0, 1]. -> (P,)"""
     if B.shape[0] == 0:
@@ -340,10 +348,8 @@ def rdc_pairs(Z: torch.Tensor | Whitened, pairs: np.ndarray) -> torch.Tensor:
     -> (P,)"""
     if isinstance(Z, Whitened):
         return _largest_singular_value(Z.pair_blocks(pairs))
-    n = Z.shape[2]
     idx = torch.from_numpy(np.asarray(pairs, dtype=np.int64).reshape(-1, 2)).to(Z.device)
-    left, right = Z.index_select(0, idx[:, 0]), Z.index_select(0, idx[:, 1])  # (P, r, n)
-    return _largest_singular_value(torch.bmm(left, right.mT) / max(n - 1, 1))  # blocks (P, r, r)
+    return _largest_singular_value(_cross_blocks(Z.index_select(0, idx[:, 0]), Z.index_select(0, idx[:, 1])))
 
 
 def rdc_matrix(

@@ -111,11 +111,6 @@ def _path_hash(path: str) -> int:
     return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little")
 
 
-def _as_int32(counts: torch.Tensor | None) -> torch.Tensor | None:
-    """ECDF counts as stored per node: int32 (counts <= rows < 2^31) halves the O(n V) state per RDC node."""
-    return None if counts is None else counts.to(torch.int32)
-
-
 def _member(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``np.isin(a, b)`` for ascending arrays of unique row positions (node row lists), by binary search."""
     if b.size == 0:
@@ -369,16 +364,17 @@ class _Conditions:
             stored.projections if stored is not None else self.spn._projections(self.path, self.scope)
         )
         Z = whiten(self.data, cats, projections.to(self.spn.device), p.rdc_scale, self._updated_counts(stored))
+        counts = None if Z.gauss_counts is None else Z.gauss_counts.to(torch.int32)  # int32: half the state
         if stored is not None and stored.certificate is not None:
             pairs, n_forest = stored.certificate
             holds, values = components_still_hold(Z, pairs, n_forest, p.rdc_threshold, _RDC_GUARD)
             if holds:
                 matrix = stored.matrix.copy()
                 matrix[pairs[:, 0], pairs[:, 1]] = matrix[pairs[:, 1], pairs[:, 0]] = values
-                return _RDCState(projections, matrix, stored.components, stored.certificate, _as_int32(Z.gauss_counts))
+                return _RDCState(projections, matrix, stored.components, stored.certificate, counts)
         R = rdc_from_whitened(Z).cpu().numpy()
         components = dependency_components(R, p.rdc_threshold)
-        return _RDCState(projections, R, components, certificate_pairs(components, R), _as_int32(Z.gauss_counts))
+        return _RDCState(projections, R, components, certificate_pairs(components, R), counts)
 
     def _updated_counts(self, stored: _RDCState | None) -> torch.Tensor | None:
         """The Gaussian variables' ECDF counts on the new rows from the stored ones (a few removed rows, none
