@@ -11,6 +11,9 @@ from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 from scipy.stats import rankdata
 
 from duck.deletion.rdc import (
+    EIG_RCOND,
+    canonical_directions,
+    centred_features,
     certificate_pairs,
     components_still_hold,
     dependency_components,
@@ -20,6 +23,7 @@ from duck.deletion.rdc import (
     ecdf_counts_after_removal,
     random_features,
     rdc_from_whitened,
+    rdc_lower_bounds,
     rdc_matrix,
     rdc_pairs,
     spanning_forest,
@@ -219,3 +223,68 @@ def test_component_certificate_never_disagrees_with_the_full_matrix():
                 n_holds += holds
                 assert not holds or full == comps
     assert n_holds > 10
+
+
+def test_raw_feature_helpers_equal_dense_computations():
+    """covariances / sq_sums / projected of the factorised raw features equal the same sums on the dense
+    per-row features (categorical variables are handled through their category tables)."""
+    X, cats = mixed_data(200, seed=3)
+    F = centred_features(torch.from_numpy(X), cats, projections(cats))
+    D = F.dense()  # (V, k, n)
+    raw = random_features(torch.from_numpy(X), cats, projections(cats), 1 / 6)  # (n, V, k)
+    np.testing.assert_allclose(D.numpy(), (raw - raw.mean(0)).permute(1, 2, 0).numpy(), atol=1e-12)
+    np.testing.assert_allclose(F.covariances().numpy(), (D @ D.mT / 199).numpy(), atol=1e-12)
+    np.testing.assert_allclose(F.sq_sums().numpy(), (D * D).sum((1, 2)).numpy(), atol=1e-12)
+    variables = np.array([3, 0, 4, 3, 5, 0, 2, 0])
+    coef = torch.randn(8, D.shape[1], generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    expected = torch.einsum("mkn,mk->mn", D[variables], coef)
+    np.testing.assert_allclose(F.projected(variables, coef).numpy(), expected.numpy(), atol=1e-12)
+    # the whitened features are the raw ones times P_v, and identity-covariance on the kept directions
+    Z = F.whitened()
+    np.testing.assert_allclose(Z.dense().numpy(), (Z.whitening.mT @ D).numpy(), atol=1e-12)
+    reference = whitened_features(torch.from_numpy(X), cats, projections(cats))
+    np.testing.assert_allclose(Z.dense().numpy(), reference.numpy(), atol=1e-12)
+
+
+def test_rdc_lower_bounds_never_exceed_the_rdc_of_the_new_rows():
+    """The bound (rdc_lower_bounds) holds for any coefficient vectors: canonical directions of earlier rows,
+    random ones, and directions through nearly-dropped eigen-directions (where the truncation term matters);
+    with the directions of the same rows it is the restricted canonical correlation minus a small term."""
+    rng = np.random.default_rng(4)
+    pairs = np.array([[0, 2], [0, 3], [3, 4], [1, 5], [0, 1], [2, 5], [4, 1]])
+    n_tight = 0
+    for trial in range(10):
+        X, cats = mixed_data(160, seed=200 + trial)
+        W = projections(cats, seed=trial)
+        Z = whiten(torch.from_numpy(X), cats, W)
+        a, b = canonical_directions(Z, pairs)
+        same = rdc_lower_bounds(centred_features(torch.from_numpy(X), cats, W), pairs, a, b)
+        exact = rdc_pairs(Z, pairs)
+        assert (same <= exact + 1e-12).all()
+        n_tight += int(((exact - same) < 0.1)[exact > 0.3].all())
+        k = a.shape[1]
+        candidates = [
+            (a, b),
+            (torch.randn(len(pairs), k, dtype=torch.float64), torch.randn(len(pairs), k, dtype=torch.float64)),
+            canonical_directions(Z, pairs, rcond=EIG_RCOND),  # through the smallest kept directions
+        ]
+        keep = np.ones(len(X), dtype=bool)
+        for _ in range(4):
+            keep[rng.choice(np.flatnonzero(keep), int(rng.integers(1, 6)), replace=False)] = False
+            Xk = torch.from_numpy(X[keep])
+            F = centred_features(Xk, cats, W)
+            exact = rdc_pairs(whiten(Xk, cats, W), pairs)
+            for ca, cb in candidates:
+                bound = rdc_lower_bounds(F, pairs, ca, cb)
+                assert (bound <= exact + 1e-12).all(), (trial, (bound - exact).max())
+    assert n_tight >= 8
+
+
+def test_rdc_lower_bound_of_a_degenerate_direction_certifies_nothing():
+    X, cats = mixed_data(100, seed=1)
+    W = projections(cats)
+    F = centred_features(torch.from_numpy(X), cats, W)
+    a = torch.ones(2, W.shape[2], dtype=torch.float64)
+    bound = rdc_lower_bounds(F, np.array([[0, 3], [3, 2]]), a, torch.zeros_like(a))  # v = 0: no correlation
+    assert (bound == -1.0).all()
+    assert rdc_lower_bounds(F, np.zeros((0, 2), dtype=np.int64), a[:0], a[:0]).shape == (0,)

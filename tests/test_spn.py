@@ -143,7 +143,8 @@ def test_revision_function_is_learnspn_on_the_remaining_rows():
 def test_certified_removal_after_any_sequence_of_removals():
     """The core property: unlearned SPN == fresh LearnSPN on the remaining rows replaying the draws (same
     paths, operations, scopes, row ids, flags, components, Q-k-means centroids; parameters to rounding),
-    checked after every request, over removal sequences that flip operations and change analyses."""
+    checked after every request, over removal sequences that flip operations and change analyses, and whose
+    unchanged components are certified both ways (RDC lower bounds, whitened certificate pairs)."""
     seen = Counter()
     for seed in range(8):
         X, types = synthetic(seed)
@@ -156,12 +157,18 @@ def test_certified_removal_after_any_sequence_of_removals():
             info = spn.last_unlearning_
             seen.update(f"{a}->{b}" for _, a, b in info["operation_changes"])
             seen.update(
-                {k: info[k] for k in ("partitions_changed", "components_changed", "uninformative_changed")}
+                {
+                    k: info[k]
+                    for k in (
+                        "partitions_changed", "components_changed", "uninformative_changed", "components_bounded"
+                    )
+                }
             )
     # the sequences did exercise every kind of change
     assert seen["SD->NF"] + seen["SV->NF"] > 0, seen
     assert sum(v for k, v in seen.items() if k.endswith("->SU")) + seen["uninformative_changed"] > 0, seen
     assert seen["partitions_changed"] > 0 and seen["components_changed"] > 0, seen
+    assert seen["components_bounded"] > 0, seen  # components certified by the RDC lower bound, no whitening
 
 
 def test_certified_removal_with_fresh_relearning_and_batches():

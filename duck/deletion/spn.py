@@ -83,13 +83,16 @@ from duck.deletion._spn_rules import (
 )
 from duck.deletion.qkmeans import QKMeans
 from duck.deletion.rdc import (
+    Features,
+    canonical_directions,
+    centred_features,
     certificate_pairs,
     components_still_hold,
     dependency_components,
     draw_projections,
     ecdf_counts_after_removal,
     rdc_from_whitened,
-    whiten,
+    rdc_lower_bounds,
 )
 from duck.errors import DuckInputError
 from duck.utils import real_array_tensor, resolve_device
@@ -102,6 +105,10 @@ _QK_KEYS = ("n_iter", "gamma", "eps", "eps_scale", "n_local_trials")
 QKMEANS_DEFAULTS: dict[str, Any] = {"eps_scale": 4.0}
 #: margin around the RDC threshold inside which a component check falls back to the full matrix
 _RDC_GUARD = 1e-9
+#: margin above the RDC threshold a forest edge's lower bound (rdc.rdc_lower_bounds) must clear to certify it
+#: without whitening: covers the rounding of the whitened RDC that a fresh LearnSPN computes (~1e-6 at worst,
+#: unit roundoff times the 1e10 condition the EIG_RCOND truncation allows)
+_BOUND_GUARD = 1e-4
 #: an update removing at most this many rows from a node updates its ECDF counts instead of sorting again
 _MAX_INCREMENTAL_REMOVALS = 32
 _F64 = torch.float64
@@ -143,6 +150,9 @@ class _RDCState:
     components: list[tuple[int, ...]]  # positions within the node's scope
     certificate: tuple[np.ndarray, int] | None  # pairs that certify the components on an update, forest size
     gauss_counts: torch.Tensor | None = None  # (n, Vg) int32 ECDF counts of the Gaussian variables (node rows)
+    #: canonical directions (a, b), each (P, k), of the certificate pairs when they are a spanning forest only
+    #: (one component): certify the next update by rdc.rdc_lower_bounds, without whitening
+    directions: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass(eq=False)
@@ -352,10 +362,12 @@ class _Conditions:
     def rdc(self) -> _RDCState:
         """The RDC split of the node's variables, with the stored projections when the node had them.
 
-        On an update the stored components are first confirmed by the cheap sufficient test of
-        ``components_still_hold`` (a spanning forest stays above the threshold, pairs across components stay
-        below, both by more than ``_RDC_GUARD``); only if it fails is the full matrix recomputed. Either way
-        the components are those of the full RDC matrix on the new rows.
+        On an update the stored components are confirmed, cheapest test first: (1) for a single component,
+        lower bounds (``rdc_lower_bounds``, no eigendecomposition) on its spanning forest's RDCs clear the
+        threshold by ``_BOUND_GUARD``; (2) ``components_still_hold`` on the whitened features (a spanning
+        forest stays above the threshold, pairs across components stay below, both by more than
+        ``_RDC_GUARD``); (3) the full matrix is recomputed. Either way the components are those of the full
+        RDC matrix on the new rows. Matrix entries not re-evaluated keep their last computed value.
         """
         p = self.spn.params_
         cats = [p.n_categories[v] for v in self.scope]
@@ -363,18 +375,44 @@ class _Conditions:
         projections = (
             stored.projections if stored is not None else self.spn._projections(self.path, self.scope)
         )
-        Z = whiten(self.data, cats, projections.to(self.spn.device), p.rdc_scale, self._updated_counts(stored))
-        counts = None if Z.gauss_counts is None else Z.gauss_counts.to(torch.int32)  # int32: half the state
+        F = centred_features(
+            self.data, cats, projections.to(self.spn.device), p.rdc_scale, self._updated_counts(stored)
+        )
+        counts = None if F.gauss_counts is None else F.gauss_counts.to(torch.int32)  # int32: half the state
+        if stored is not None and stored.directions is not None:
+            pairs, _ = stored.certificate
+            bounds = rdc_lower_bounds(F, pairs, *stored.directions)
+            if bool((bounds >= p.rdc_threshold + _BOUND_GUARD).all()):
+                self.spn._counters["components_bounded"] += 1
+                return _RDCState(
+                    projections, stored.matrix, stored.components, stored.certificate, counts, stored.directions
+                )
+        Z = F.whitened()
         if stored is not None and stored.certificate is not None:
             pairs, n_forest = stored.certificate
             holds, values = components_still_hold(Z, pairs, n_forest, p.rdc_threshold, _RDC_GUARD)
             if holds:
                 matrix = stored.matrix.copy()
                 matrix[pairs[:, 0], pairs[:, 1]] = matrix[pairs[:, 1], pairs[:, 0]] = values
-                return _RDCState(projections, matrix, stored.components, stored.certificate, counts)
+                return _RDCState(
+                    projections, matrix, stored.components, stored.certificate, counts,
+                    self._directions(Z, stored.certificate),
+                )
         R = rdc_from_whitened(Z).cpu().numpy()
         components = dependency_components(R, p.rdc_threshold)
-        return _RDCState(projections, R, components, certificate_pairs(components, R), counts)
+        certificate = certificate_pairs(components, R)
+        directions = None if stored is None else self._directions(Z, certificate)  # a fresh learn: none
+        return _RDCState(projections, R, components, certificate, counts, directions)
+
+    @staticmethod
+    def _directions(
+        Z: Features, certificate: tuple[np.ndarray, int] | None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Canonical directions of the certificate pairs for the next update's lower-bound test, when the
+        certificate is a spanning forest only (no pairs across components, which would need upper bounds)."""
+        if certificate is None or certificate[0].shape[0] == 0 or certificate[1] != certificate[0].shape[0]:
+            return None
+        return canonical_directions(Z, certificate[0])
 
     def _updated_counts(self, stored: _RDCState | None) -> torch.Tensor | None:
         """The Gaussian variables' ECDF counts on the new rows from the stored ones (a few removed rows, none
@@ -607,6 +645,7 @@ class SPN:
             "operation_changes": [],
             "partitions_changed": 0,
             "components_changed": 0,
+            "components_bounded": 0,
             "uninformative_changed": 0,
         }
 
