@@ -12,6 +12,7 @@ from scipy.stats import rankdata
 
 from duck.deletion.rdc import (
     EIG_RCOND,
+    Combinations,
     canonical_directions,
     centred_features,
     certificate_pairs,
@@ -21,6 +22,7 @@ from duck.deletion.rdc import (
     ecdf,
     ecdf_counts,
     ecdf_counts_after_removal,
+    pair_sides,
     random_features,
     rdc_from_whitened,
     rdc_lower_bounds,
@@ -238,7 +240,7 @@ def test_raw_feature_helpers_equal_dense_computations():
     variables = np.array([3, 0, 4, 3, 5, 0, 2, 0])
     coef = torch.randn(8, D.shape[1], generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     expected = torch.einsum("mkn,mk->mn", D[variables], coef)
-    np.testing.assert_allclose(F.projected(variables, coef).numpy(), expected.numpy(), atol=1e-12)
+    np.testing.assert_allclose(F.projected(Combinations.of(F, variables, coef)).numpy(), expected.numpy(), atol=1e-12)
     # the whitened features are the raw ones times P_v, and identity-covariance on the kept directions
     Z = F.whitened()
     np.testing.assert_allclose(Z.dense().numpy(), (Z.whitening.mT @ D).numpy(), atol=1e-12)
@@ -257,15 +259,15 @@ def test_rdc_lower_bounds_never_exceed_the_rdc_of_the_new_rows():
         X, cats = mixed_data(160, seed=200 + trial)
         W = projections(cats, seed=trial)
         Z = whiten(torch.from_numpy(X), cats, W)
-        a, b = canonical_directions(Z, pairs)
-        same = rdc_lower_bounds(centred_features(torch.from_numpy(X), cats, W), pairs, a, b)
+        sides = canonical_directions(Z, pairs)
+        same = rdc_lower_bounds(centred_features(torch.from_numpy(X), cats, W), sides)
         exact = rdc_pairs(Z, pairs)
         assert (same <= exact + 1e-12).all()
         n_tight += int(((exact - same) < 0.1)[exact > 0.3].all())
-        k = a.shape[1]
+        random_a, random_b = torch.randn(2, len(pairs), W.shape[2], dtype=torch.float64)
         candidates = [
-            (a, b),
-            (torch.randn(len(pairs), k, dtype=torch.float64), torch.randn(len(pairs), k, dtype=torch.float64)),
+            sides,
+            pair_sides(Z, pairs, random_a, random_b),
             canonical_directions(Z, pairs, rcond=EIG_RCOND),  # through the smallest kept directions
         ]
         keep = np.ones(len(X), dtype=bool)
@@ -274,8 +276,8 @@ def test_rdc_lower_bounds_never_exceed_the_rdc_of_the_new_rows():
             Xk = torch.from_numpy(X[keep])
             F = centred_features(Xk, cats, W)
             exact = rdc_pairs(whiten(Xk, cats, W), pairs)
-            for ca, cb in candidates:
-                bound = rdc_lower_bounds(F, pairs, ca, cb)
+            for candidate in candidates:
+                bound = rdc_lower_bounds(F, candidate)
                 assert (bound <= exact + 1e-12).all(), (trial, (bound - exact).max())
     assert n_tight >= 8
 
@@ -285,6 +287,6 @@ def test_rdc_lower_bound_of_a_degenerate_direction_certifies_nothing():
     W = projections(cats)
     F = centred_features(torch.from_numpy(X), cats, W)
     a = torch.ones(2, W.shape[2], dtype=torch.float64)
-    bound = rdc_lower_bounds(F, np.array([[0, 3], [3, 2]]), a, torch.zeros_like(a))  # v = 0: no correlation
+    bound = rdc_lower_bounds(F, pair_sides(F, np.array([[0, 3], [3, 2]]), a, torch.zeros_like(a)))  # v = 0
     assert (bound == -1.0).all()
-    assert rdc_lower_bounds(F, np.zeros((0, 2), dtype=np.int64), a[:0], a[:0]).shape == (0,)
+    assert rdc_lower_bounds(F, pair_sides(F, np.zeros((0, 2), dtype=np.int64), a[:0], a[:0])).shape == (0,)

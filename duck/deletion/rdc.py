@@ -70,12 +70,12 @@ def ecdf_counts_after_removal(counts: torch.Tensor, kept: torch.Tensor, removed:
 
     ``counts`` (m, c) are the kept rows' counts on the old rows (kept and removed together), ``kept`` (m, c)
     and ``removed`` (l, c) their values: every removed value ``<=`` a kept value lowered its count by one, so
-    ``counts - #{removed u <= u_i}`` -- integers, equal to :func:`ecdf_counts` of ``kept``. O(l m c) work
-    instead of a sort: the unlearning path of a node (seeds/001 Alg. 2) loses one row at a time.
+    ``counts - #{removed u <= u_i}`` -- integers (of ``counts``' dtype), equal to :func:`ecdf_counts` of
+    ``kept``. O(l m c) work instead of a sort: the unlearning path of a node (seeds/001 Alg. 2) loses one row at
+    a time.
     """
-    counts = counts.to(torch.int64)
     for row in removed:  # one (m, c) comparison per removed row: no (l, m, c) temporary
-        counts = counts - (row[None] <= kept).to(torch.int64)
+        counts = counts - (row[None] <= kept).to(counts.dtype)
     return counts
 
 
@@ -226,45 +226,25 @@ class Features:
         tables, codes = self.z_tables.index_select(0, i), self.codes.index_select(0, i)  # (m, r, D), (m, n)
         return torch.gather(tables, 2, codes[:, None, :].expand(-1, self.rank, -1))
 
-    def projected(self, variables: np.ndarray, coef: torch.Tensor) -> torch.Tensor:
-        """Per-row values of the combinations ``coef_i^T Z_{v_i}`` (variables (m,) positions, coef (m, r)).
-        -> (m, n); a categorical variable's table is projected first (K values), then read per row."""
-        variables = np.asarray(variables, dtype=np.int64)
-        is_cat, index = self._slot
-        ref = self.Zg if self.Zg is not None else self.z_tables
-        coef = coef.to(device=ref.device, dtype=ref.dtype)
+    def projected(self, comb: Combinations) -> torch.Tensor:
+        """Per-row values ``coef_i^T Z_{v_i}`` of the linear combinations ``comb`` (laid out for variables of
+        this kind: :meth:`Combinations.of`). -> (m, n)
+
+        A categorical variable's table is projected first (K values), then read per row; the Gaussian
+        combinations are applied without gathering (m, r, n) features: stacked per variable (padded to the
+        largest count) and applied in one batched product over ``Zg``."""
         parts = []
-        for categorical in (False, True):
-            mask = is_cat[variables] == categorical
-            if not mask.any():
-                continue
-            sel = torch.from_numpy(np.flatnonzero(mask)).to(ref.device)
-            i = torch.from_numpy(index[variables[mask]]).to(ref.device)
-            c = coef.index_select(0, sel)[:, None, :]  # (m', 1, r)
-            if categorical:
-                values = torch.bmm(c, self.z_tables.index_select(0, i))[:, 0]  # (m', Dmax)
-                parts.append((sel, torch.gather(values, 1, self.codes.index_select(0, i))))
-            else:
-                parts.append((sel, self._gauss_projected(index[variables[mask]], c[:, 0])))
+        if comb.gauss_at is not None:
+            parts.append((comb.gauss_sel, torch.bmm(comb.gauss_stack, self.Zg)[comb.gauss_at]))  # (mg, n)
+        if comb.cat_index is not None:
+            values = torch.bmm(comb.cat_coef, self.z_tables.index_select(0, comb.cat_index))[:, 0]  # (mc, Dmax)
+            parts.append((comb.cat_sel, torch.gather(values, 1, self.codes.index_select(0, comb.cat_index))))
         if len(parts) == 1:
             return parts[0][1]
-        out = torch.empty(variables.size, self.n, dtype=ref.dtype, device=ref.device)
+        out = torch.empty(comb.size, self.n, dtype=comb.coef.dtype, device=comb.coef.device)
         for sel, values in parts:
             out[sel] = values
         return out
-
-    def _gauss_projected(self, index: np.ndarray, coef: torch.Tensor) -> torch.Tensor:
-        """``coef_i^T Zg[index_i]`` without gathering the (m, r, n) features: the combinations of each variable
-        are stacked (padded to the largest count) and applied in one batched product over Zg. -> (m, n)"""
-        degree = np.bincount(index, minlength=self.gauss.size)
-        order = np.argsort(index, kind="stable")
-        slot = np.empty_like(index)
-        slot[order] = np.arange(index.size) - np.repeat(np.cumsum(degree) - degree, degree)
-        dev = self.Zg.device
-        at = (torch.from_numpy(index).to(dev), torch.from_numpy(slot).to(dev))
-        C = torch.zeros(self.gauss.size, int(degree.max()), self.rank, dtype=coef.dtype, device=dev)
-        C[at] = coef
-        return torch.bmm(C, self.Zg)[at]  # (Vg, max degree, n) -> (m, n)
 
     def sq_sums(self) -> torch.Tensor:
         """``sum_rows |Z_v|^2`` of every variable, (V,) (``(n - 1) tr(Cxx_v)`` for raw features)."""
@@ -347,6 +327,92 @@ class Features:
         return self.z_tables.index_select(0, ia) @ N @ self.z_tables.index_select(0, ib).mT
 
 
+@dataclass(frozen=True)
+class Combinations:
+    """Linear combinations ``coef_i`` (m, k) of the features of variables ``v_i`` (positions), laid out once for
+    repeated evaluation (:meth:`Features.projected`) on the features of the same variables over other rows:
+    the index tensors of each kind on the device, and the Gaussian coefficients stacked per variable."""
+
+    variables: np.ndarray  # (m,)
+    coef: torch.Tensor  # (m, k)
+    var_index: torch.Tensor  # (m,) the positions on the device
+    gauss_sel: torch.Tensor | None  # which combinations are on Gaussian variables
+    gauss_at: tuple[torch.Tensor, torch.Tensor] | None  # (variable among the Gaussian ones, slot) of each
+    gauss_stack: torch.Tensor | None  # (Vg, largest count, k) coefficients by variable, zero-padded
+    cat_sel: torch.Tensor | None  # which combinations are on categorical variables
+    cat_index: torch.Tensor | None  # their variables among the categorical ones
+    cat_coef: torch.Tensor | None  # (mc, 1, k)
+
+    @property
+    def size(self) -> int:
+        return int(self.variables.size)
+
+    @classmethod
+    def of(cls, F: Features, variables: np.ndarray, coef: torch.Tensor) -> Combinations:
+        """Lay out ``coef`` (m, k) on ``variables`` (m,) for features with F's variable kinds."""
+        variables = np.asarray(variables, dtype=np.int64)
+        is_cat, index = F._slot
+        dev = coef.device
+
+        def on(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a)).to(dev)
+
+        gauss_sel = gauss_at = gauss_stack = cat_sel = cat_index = cat_coef = None
+        g = np.flatnonzero(~is_cat[variables])
+        if g.size:
+            gi = index[variables[g]]
+            degree = np.bincount(gi, minlength=F.gauss.size)
+            slot = np.empty_like(gi)
+            slot[np.argsort(gi, kind="stable")] = np.arange(gi.size) - np.repeat(np.cumsum(degree) - degree, degree)
+            gauss_sel, gauss_at = on(g), (on(gi), on(slot))
+            gauss_stack = coef.new_zeros(F.gauss.size, int(degree.max()), coef.shape[1])
+            gauss_stack[gauss_at] = coef[gauss_sel]
+        c = np.flatnonzero(is_cat[variables])
+        if c.size:
+            cat_sel, cat_index = on(c), on(index[variables[c]])
+            cat_coef = coef[cat_sel][:, None, :]
+        return cls(variables, coef, on(variables), gauss_sel, gauss_at, gauss_stack, cat_sel, cat_index, cat_coef)
+
+
+@dataclass(frozen=True)
+class FeatureMap:
+    """The random feature map of a node's variables (steps 1-2), prepared once for repeated use on its rows:
+    the scaled projections ``(s / (D_v + 1)) W_v`` split by kind and the index tensors, on the data's device
+    and dtype. Calling it gives the centred features of X (:class:`Features`)."""
+
+    gauss: np.ndarray  # positions of the Gaussian variables
+    categorical: np.ndarray  # positions of the categorical variables
+    g_index: torch.Tensor  # gauss on the device
+    c_index: torch.Tensor  # categorical on the device
+    Wg: torch.Tensor  # (Vg, 2, k, 1) [W_0, W_1] of the Gaussian variables
+    Wc: torch.Tensor  # (Vc, Dmax+1, k) of the categorical variables
+
+    @classmethod
+    def build(
+        cls, n_categories: Sequence[int], projections: torch.Tensor, scale: float, like: torch.Tensor
+    ) -> FeatureMap:
+        cats = np.asarray(n_categories, dtype=np.int64)
+        W = _scaled_projections(projections, np.maximum(cats, 1), scale, like)  # (V, Dmax+1, k)
+        gauss, categorical = np.flatnonzero(cats == 0), np.flatnonzero(cats > 0)
+        g, c = (torch.from_numpy(v).to(like.device) for v in (gauss, categorical))
+        return cls(gauss, categorical, g, c, W[g][:, :2, :, None].contiguous(), W[c])
+
+    def __call__(self, X: torch.Tensor, gauss_counts: torch.Tensor | None = None) -> Features:
+        n = X.shape[0]
+        Fg = codes = tables = counts = None
+        if self.gauss.size:
+            if gauss_counts is None:
+                gauss_counts = ecdf_counts(X.index_select(1, self.g_index) if self.categorical.size else X)
+            P_rank = (gauss_counts.to(X.dtype) / n).T  # (Vg, n)
+            Fg = torch.addcmul(self.Wg[:, 0], self.Wg[:, 1], P_rank[:, None, :]).sin_()  # (Vg, k, n)
+            Fg -= Fg.mean(dim=2, keepdim=True)
+        if self.categorical.size:
+            codes = X.index_select(1, self.c_index).long().T.contiguous()  # (Vc, n)
+            tables, counts = _category_tables(codes.T, self.Wc)  # (Vc, Dmax, k), (Vc, Dmax)
+            tables = (tables - torch.bmm(counts[:, None, :], tables) / n).mT  # centred, (Vc, k, D)
+        return Features(n, self.gauss, self.categorical, Fg, tables, codes, gauss_counts, counts)
+
+
 def centred_features(
     X: torch.Tensor,
     n_categories: Sequence[int],
@@ -355,32 +421,14 @@ def centred_features(
     gauss_counts: torch.Tensor | None = None,
 ) -> Features:
     """Centred random features ``phi(x_v) - mean`` of every variable of X (n, V) (steps 1-2), factorised and
-    not yet whitened (r = k).
+    not yet whitened (r = k): :class:`FeatureMap` built and applied once.
 
     Categorical variables are centred on their K feature values weighted by the category counts (the same
     moments as over the rows, at O(K k) instead of O(n k) cost). ``gauss_counts`` (n, Vg) are the Gaussian
     columns' ECDF counts when the caller already has them (an update after a removal,
     :func:`ecdf_counts_after_removal`); otherwise they are computed by sorting.
     """
-    n, V = X.shape
-    cats = np.asarray(n_categories, dtype=np.int64)
-    W = _scaled_projections(projections, np.maximum(cats, 1), scale, X)  # (V, Dmax+1, k)
-    gauss, categorical = np.flatnonzero(cats == 0), np.flatnonzero(cats > 0)
-    Fg = codes = tables = counts = None
-    if gauss.size:
-        g = torch.from_numpy(gauss).to(X.device)
-        if gauss_counts is None:
-            gauss_counts = ecdf_counts(X[:, g] if categorical.size else X)  # (n, Vg)
-        P_rank = (gauss_counts.to(X.dtype) / n).T  # (Vg, n)
-        Wg = W[g]
-        Fg = torch.addcmul(Wg[:, 0, :, None], Wg[:, 1, :, None], P_rank[:, None, :]).sin_()  # (Vg, k, n)
-        Fg -= Fg.mean(dim=2, keepdim=True)
-    if categorical.size:
-        c = torch.from_numpy(categorical).to(X.device)
-        codes = X[:, c].long().T.contiguous()  # (Vc, n)
-        tables, counts = _category_tables(codes.T, W[c])  # (Vc, Dmax, k), (Vc, Dmax)
-        tables = (tables - torch.bmm(counts[:, None, :], tables) / n).mT  # centred, (Vc, k, D)
-    return Features(n, gauss, categorical, Fg, tables, codes, gauss_counts, counts)
+    return FeatureMap.build(n_categories, projections, scale, X)(X, gauss_counts)
 
 
 def whiten(
@@ -540,16 +588,14 @@ def components_still_hold(
 CERT_RCOND = 1e-8
 
 
-def canonical_directions(
-    Z: Features, pairs: np.ndarray, rcond: float = CERT_RCOND
-) -> tuple[torch.Tensor, torch.Tensor]:
+def canonical_directions(Z: Features, pairs: np.ndarray, rcond: float = CERT_RCOND) -> Combinations:
     """Coefficient vectors ``(a, b)`` on the raw sine features of each pair's top canonical correlation,
     restricted to every variable's eigen-directions above ``rcond`` times its largest eigenvalue.
 
     ``Z`` are whitened features (:meth:`Features.whitened`). The restricted block of pair (x, y) is
     ``B_xy`` with the rows and columns of the dropped directions zeroed; its top singular vectors (u, v) give
     ``a = P_x u``, ``b = P_y v`` (k-vectors), the directions :func:`rdc_lower_bounds` evaluates on later rows.
-    pairs (P, 2) -> a (P, k), b (P, k)
+    pairs (P, 2) -> the 2P combinations (:func:`pair_sides`): ``a`` on every x, then ``b`` on every y.
     """
     if Z.whitening is None:
         raise ValueError("canonical_directions needs whitened features (Features.whitened())")
@@ -560,14 +606,22 @@ def canonical_directions(
     mask = usable.to(Z.whitening.dtype)
     B = Z.pair_blocks(pairs) * mask[x][:, :, None] * mask[y][:, None, :]  # (P, r, r)
     U, _, Vh = torch.linalg.svd(B)
-    a = torch.einsum("pkr,pr->pk", Z.whitening[x], U[:, :, 0] * mask[x])
-    b = torch.einsum("pkr,pr->pk", Z.whitening[y], Vh[:, 0, :] * mask[y])
-    return a, b
+    a = torch.bmm(Z.whitening[x], (U[:, :, 0] * mask[x])[:, :, None])[:, :, 0]  # (P, k)
+    b = torch.bmm(Z.whitening[y], (Vh[:, 0, :] * mask[y])[:, :, None])[:, :, 0]
+    return pair_sides(Z, pairs, a, b)
 
 
-def rdc_lower_bounds(F: Features, pairs: np.ndarray, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def pair_sides(F: Features, pairs: np.ndarray, a: torch.Tensor, b: torch.Tensor) -> Combinations:
+    """The combinations ``a_p`` on x_p and ``b_p`` on y_p of pairs (P, 2), laid out for features of F's kinds
+    (the argument of :func:`rdc_lower_bounds`): the P x-sides, then the P y-sides."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    return Combinations.of(F, pairs.T.reshape(-1), torch.cat([a, b]))
+
+
+def rdc_lower_bounds(F: Features, sides: Combinations) -> torch.Tensor:
     """A lower bound on the RDC (as :func:`rdc_pairs` defines it, with the ``EIG_RCOND`` truncation) of each
-    pair, from raw features F (:func:`centred_features`) and any coefficient vectors a, b (P, k). -> (P,)
+    pair, from raw features F (:func:`centred_features`) and any coefficient vectors a, b (P, k) on its two
+    variables (``sides`` = :func:`pair_sides`, or :func:`canonical_directions`). -> (P,)
 
     With ``u = phi_x a``, ``v = phi_y b`` (centred), ``C = Cov``:
 
@@ -593,17 +647,14 @@ def rdc_lower_bounds(F: Features, pairs: np.ndarray, a: torch.Tensor, b: torch.T
     """
     if F.whitening is not None:
         raise ValueError("rdc_lower_bounds needs the raw centred features (centred_features)")
-    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    P = pairs.shape[0]
+    P = sides.size // 2
     if P == 0:
-        return a.new_zeros(0)
-    variables = pairs.T.reshape(-1)  # x of every pair, then y
-    coef = torch.cat([a, b])  # (2P, k)
-    uv = F.projected(variables, coef)  # (2P, n): u then v, centred
-    coef = coef.to(uv.dtype)
+        return sides.coef.new_zeros(0)
+    uv = F.projected(sides)  # (2P, n): u then v, centred
     ss = (uv * uv).sum(1)  # (n - 1) C(u, u) then (n - 1) C(v, v)
     q = (uv[:P] * uv[P:]).sum(1) / (ss[:P] * ss[P:]).sqrt()
-    traces = F.sq_sums()[torch.from_numpy(variables).to(uv.device)]  # (n - 1) tr(Cxx) of each side
+    traces = F.sq_sums().index_select(0, sides.var_index)  # (n - 1) tr(Cxx) of each side
+    coef = sides.coef
     eps = (2 * EIG_RCOND * traces * (coef * coef).sum(1) / ss).sqrt()  # the factors (n - 1) cancel
     bound = q - eps[:P] - eps[P:] - eps[:P] * eps[P:]
     return torch.where((ss[:P] > 0) & (ss[P:] > 0), bound, torch.full_like(bound, -1.0)).nan_to_num(-1.0)

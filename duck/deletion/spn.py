@@ -83,9 +83,10 @@ from duck.deletion._spn_rules import (
 )
 from duck.deletion.qkmeans import QKMeans
 from duck.deletion.rdc import (
+    Combinations,
+    FeatureMap,
     Features,
     canonical_directions,
-    centred_features,
     certificate_pairs,
     components_still_hold,
     dependency_components,
@@ -150,9 +151,10 @@ class _RDCState:
     components: list[tuple[int, ...]]  # positions within the node's scope
     certificate: tuple[np.ndarray, int] | None  # pairs that certify the components on an update, forest size
     gauss_counts: torch.Tensor | None = None  # (n, Vg) int32 ECDF counts of the Gaussian variables (node rows)
-    #: canonical directions (a, b), each (P, k), of the certificate pairs when they are a spanning forest only
-    #: (one component): certify the next update by rdc.rdc_lower_bounds, without whitening
-    directions: tuple[torch.Tensor, torch.Tensor] | None = None
+    #: canonical directions of the certificate pairs when they are a spanning forest only (one component):
+    #: certify the next update by rdc.rdc_lower_bounds, without whitening
+    directions: Combinations | None = None
+    feature_map: FeatureMap | None = None  # the projections prepared for the node's features (rdc.FeatureMap)
 
 
 @dataclass(eq=False)
@@ -348,6 +350,9 @@ class _Conditions:
     def constant(self) -> np.ndarray:
         """(s,) sigma^2(X_v) = 0, tested exactly as max == min."""
         d = self.data
+        if d.device.type == "cpu":  # numpy: two reductions without device-op overhead
+            x = d.numpy()
+            return x.max(0) == x.min(0)
         return (d.amax(0) == d.amin(0)).cpu().numpy()
 
     @property
@@ -375,17 +380,17 @@ class _Conditions:
         projections = (
             stored.projections if stored is not None else self.spn._projections(self.path, self.scope)
         )
-        F = centred_features(
-            self.data, cats, projections.to(self.spn.device), p.rdc_scale, self._updated_counts(stored)
-        )
+        fmap = stored.feature_map if stored is not None else None
+        if fmap is None:
+            fmap = FeatureMap.build(cats, projections.to(self.spn.device), p.rdc_scale, self.data)
+        F = fmap(self.data, self._updated_counts(stored))
         counts = None if F.gauss_counts is None else F.gauss_counts.to(torch.int32)  # int32: half the state
         if stored is not None and stored.directions is not None:
-            pairs, _ = stored.certificate
-            bounds = rdc_lower_bounds(F, pairs, *stored.directions)
+            bounds = rdc_lower_bounds(F, stored.directions)
             if bool((bounds >= p.rdc_threshold + _BOUND_GUARD).all()):
                 self.spn._counters["components_bounded"] += 1
                 return _RDCState(
-                    projections, stored.matrix, stored.components, stored.certificate, counts, stored.directions
+                    projections, stored.matrix, stored.components, stored.certificate, counts, stored.directions, fmap
                 )
         Z = F.whitened()
         if stored is not None and stored.certificate is not None:
@@ -396,18 +401,18 @@ class _Conditions:
                 matrix[pairs[:, 0], pairs[:, 1]] = matrix[pairs[:, 1], pairs[:, 0]] = values
                 return _RDCState(
                     projections, matrix, stored.components, stored.certificate, counts,
-                    self._directions(Z, stored.certificate),
+                    self._directions(Z, stored.certificate), fmap,
                 )
         R = rdc_from_whitened(Z).cpu().numpy()
         components = dependency_components(R, p.rdc_threshold)
         certificate = certificate_pairs(components, R)
         directions = None if stored is None else self._directions(Z, certificate)  # a fresh learn: none
-        return _RDCState(projections, R, components, certificate, counts, directions)
+        return _RDCState(projections, R, components, certificate, counts, directions, fmap)
 
     @staticmethod
     def _directions(
         Z: Features, certificate: tuple[np.ndarray, int] | None
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    ) -> Combinations | None:
         """Canonical directions of the certificate pairs for the next update's lower-bound test, when the
         certificate is a spanning forest only (no pairs across components, which would need upper bounds)."""
         if certificate is None or certificate[0].shape[0] == 0 or certificate[1] != certificate[0].shape[0]:
@@ -423,11 +428,11 @@ class _Conditions:
             return None
         old_rows = self.prior.rows
         kept = _member(old_rows, self.rows)
-        cats = np.asarray(self.spn.params_.n_categories)[self.scope]
-        gauss = self.scope[cats == 0]
+        gauss = self.scope[np.asarray(self.spn.params_.n_categories)[self.scope] == 0]
+        counts = stored.gauss_counts
         return ecdf_counts_after_removal(
-            stored.gauss_counts[torch.from_numpy(kept).to(stored.gauss_counts.device)],
-            self.data[:, torch.from_numpy(np.flatnonzero(cats == 0)).to(self.spn.device)],
+            counts.index_select(0, torch.from_numpy(np.flatnonzero(kept)).to(counts.device)),
+            self.spn._gather(self.rows, gauss),
             self.spn._gather(old_rows[~kept], gauss),
         )
 
@@ -489,6 +494,7 @@ class SPN:
         self.removal_enabled = removal_enabled
         self._ids = ids[order]  # (N,) stable ids, ascending
         self._X = X[torch.from_numpy(order)].to(device)  # (N, V) float64 storage in id order
+        self._X_host = self._X.numpy() if self._X.device.type == "cpu" else None  # the same memory, as numpy
         self._alive = np.ones(ids.size, dtype=bool)
         self._replay_nodes = None if replay is None else replay["nodes"]
         self._circuit: Circuit | None = None
@@ -497,7 +503,7 @@ class SPN:
         self.root = self._build(np.arange(ids.size), np.arange(X.shape[1]), "")
         self._replay_nodes = None  # a replay serves only the learning call it was passed to
         if not removal_enabled:
-            self._X = None
+            self._X = self._X_host = None
             self._drop_state(self.root)
 
     # ------------------------------------------------------------------------------------ random draws
@@ -536,9 +542,16 @@ class SPN:
 
     # -------------------------------------------------------------------------------------- data access
     def _gather(self, rows: np.ndarray, scope: np.ndarray) -> torch.Tensor:
+        """``X[rows][:, scope]`` on the device (on the CPU through numpy indexing: a few rows, many calls)."""
+        if self._X_host is not None:
+            return torch.from_numpy(self._X_host[rows][:, scope])
         r = torch.from_numpy(rows).to(self.device)
         s = torch.from_numpy(scope).to(self.device)
         return self._X.index_select(0, r).index_select(1, s)
+
+    def _gather_host(self, rows: np.ndarray, scope: np.ndarray) -> np.ndarray:
+        """``X[rows][:, scope]`` as a host array."""
+        return self._X_host[rows][:, scope] if self._X_host is not None else self._gather(rows, scope).cpu().numpy()
 
     # ---------------------------------------------------------------------------------------- LearnSPN
     def _build(
@@ -598,17 +611,17 @@ class SPN:
 
     def _leaf_stats(self, rows: np.ndarray, variables: np.ndarray) -> list[np.ndarray]:
         """Sufficient statistics of every variable on ``rows``: Gaussian [sum x, sum x^2], categorical counts
-        (K,)."""
+        (K,). Computed on the host: the statistics are host arrays, and on the update path ``rows`` are the
+        few removed ones, where one (n, s) copy beats a dozen device ops."""
         cats = np.asarray(self.params_.n_categories)[variables]  # (s,)
-        d = self._gather(rows, variables)  # (n, s)
-        sums = torch.stack([d.sum(0), (d * d).sum(0)], dim=1).cpu().numpy()  # (s, 2)
+        d = self._gather_host(rows, variables)  # (n, s)
+        sums = np.stack([d.sum(0), (d * d).sum(0)], axis=1)  # (s, 2)
         is_cat = cats > 0
         counts = np.zeros((variables.size, max(int(cats.max()), 1)))
         if is_cat.any():
-            cat_cols = torch.from_numpy(np.flatnonzero(is_cat)).to(self.device)
-            codes = d.index_select(1, cat_cols).long().T  # (sc, n)
-            acc = torch.zeros(codes.shape[0], counts.shape[1], dtype=_F64, device=self.device)
-            counts[is_cat] = acc.scatter_add_(1, codes, torch.ones_like(codes, dtype=_F64)).cpu().numpy()
+            K = counts.shape[1]
+            codes = d[:, is_cat].astype(np.int64) + K * np.arange(int(is_cat.sum()))  # (n, sc), offset per column
+            counts[is_cat] = np.bincount(codes.ravel(), minlength=codes.shape[1] * K).reshape(-1, K)
         return [counts[j, : cats[j]].copy() if is_cat[j] else sums[j].copy() for j in range(variables.size)]
 
     # --------------------------------------------------------------------------------------- UnlearnSPN
