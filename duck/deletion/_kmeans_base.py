@@ -146,7 +146,7 @@ class DeletableKMeansBase:
         if self._row_table is not None:
             inside = (ids >= 0) & (ids < self._row_table.size)
             return np.where(inside, self._row_table[np.where(inside, ids, 0)], -1)
-        pos = np.searchsorted(self._sorted_ids, ids).clip(max=self._sorted_ids.size - 1)
+        pos = np.minimum(np.searchsorted(self._sorted_ids, ids), self._sorted_ids.size - 1)
         return np.where(self._sorted_ids[pos] == ids, self._sort_order[pos], -1)
 
     def _rows_to_delete(self, ids: Any) -> np.ndarray:

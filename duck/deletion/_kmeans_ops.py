@@ -54,6 +54,14 @@ def uniforms(generator: torch.Generator, n: int) -> torch.Tensor:
     return torch.rand(n, generator=generator, dtype=torch.float64)
 
 
+def host_take(t: torch.Tensor, index: np.ndarray, dim: int = 0) -> np.ndarray:
+    """``t.index_select(dim, index)`` as a host array; a CPU tensor is indexed through its numpy view (a few
+    rows of a deletion check: no device-op overhead)."""
+    if t.device.type == "cpu":
+        return np.take(t.numpy(), index, axis=dim)
+    return t.index_select(dim, torch.from_numpy(np.asarray(index)).to(t.device)).cpu().numpy()
+
+
 def sq_norms(X: torch.Tensor) -> torch.Tensor:
     """Squared row norms ``||x_i||^2``. (n, d) -> (n,)
 

@@ -57,6 +57,7 @@ from duck.deletion._kmeans_base import DeletableKMeansBase, to_ids
 from duck.deletion._kmeans_ops import (
     Partition,
     default_local_trials,
+    host_take,
     kmeans_plusplus,
     make_generator,
     partition,
@@ -307,12 +308,11 @@ class QKMeans(DeletableKMeansBase):
         if any(int(r) in seeds for r in rows):
             return _Verdict(False, "seed", 1)
         T1, k = self._n_computed, self.n_clusters
-        r_dev = torch.from_numpy(rows).to(self.device)
-        x = self._X[r_dev].cpu().numpy().astype(np.float64)  # (r, d)
-        lab = self._labels_hist[: T1 + 1, r_dev].cpu().numpy()  # (T1+1, r) cluster of each row in pi^tau
+        x = np.asarray(host_take(self._X, rows), dtype=np.float64)  # (r, d)
+        lab = host_take(self._labels_hist[: T1 + 1], rows, dim=1)  # (T1+1, r) cluster of each row in pi^tau
         centers = self._centers_np[: T1 + 1]  # (T1+1, k, d)
         diff = x[None] - centers[np.arange(T1 + 1)[:, None], lab]  # (T1+1, r, d)
-        new_losses = self._losses_np[: T1 + 1] - np.einsum("trd,trd->t", diff, diff)  # (T1+1,)
+        new_losses = self._losses_np[: T1 + 1] - (diff * diff).sum(axis=(1, 2))  # (T1+1,)
         member = (lab[:T1, :, None] == np.arange(k)).astype(np.float64)  # (T1, r, k)
         new_sizes = self._sizes_np[:T1] - member.sum(1)  # (T1, k)
         new_sums = self._sums_np[:T1] - np.swapaxes(member, 1, 2) @ x  # (T1, k, d)

@@ -248,14 +248,20 @@ class Features:
 
     def sq_sums(self) -> torch.Tensor:
         """``sum_rows |Z_v|^2`` of every variable, (V,) (``(n - 1) tr(Cxx_v)`` for raw features)."""
-        ref = self.Zg if self.Zg is not None else self.z_tables
-        out = torch.empty(self.n_vars, dtype=ref.dtype, device=ref.device)
+        by_kind = self.sq_sums_by_kind()
+        is_cat, index = self._slot
+        at = np.where(is_cat, self.gauss.size + index, index)
+        return by_kind.index_select(0, torch.from_numpy(at).to(by_kind.device))
+
+    def sq_sums_by_kind(self) -> torch.Tensor:
+        """:meth:`sq_sums` of the Gaussian variables, then of the categorical ones, (Vg + Vc,)."""
+        parts = []
         if self.gauss.size:
-            out[torch.from_numpy(self.gauss).to(ref.device)] = torch.linalg.vector_norm(self.Zg, dim=(1, 2)) ** 2
+            parts.append(torch.linalg.vector_norm(self.Zg, dim=(1, 2)) ** 2)
         if self.categorical.size:
             per_category = (self.z_tables * self.z_tables).sum(1)  # (Vc, Dmax)
-            out[torch.from_numpy(self.categorical).to(ref.device)] = (per_category * self.cat_counts).sum(1)
-        return out
+            parts.append((per_category * self.cat_counts).sum(1))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def dense(self) -> torch.Tensor:
         """All variables per row, (V, r, n), variable-major."""
@@ -335,7 +341,7 @@ class Combinations:
 
     variables: np.ndarray  # (m,)
     coef: torch.Tensor  # (m, k)
-    var_index: torch.Tensor  # (m,) the positions on the device
+    kind_index: torch.Tensor  # (m,) each variable's position among the Gaussian, then the categorical ones
     gauss_sel: torch.Tensor | None  # which combinations are on Gaussian variables
     gauss_at: tuple[torch.Tensor, torch.Tensor] | None  # (variable among the Gaussian ones, slot) of each
     gauss_stack: torch.Tensor | None  # (Vg, largest count, k) coefficients by variable, zero-padded
@@ -371,7 +377,8 @@ class Combinations:
         if c.size:
             cat_sel, cat_index = on(c), on(index[variables[c]])
             cat_coef = coef[cat_sel][:, None, :]
-        return cls(variables, coef, on(variables), gauss_sel, gauss_at, gauss_stack, cat_sel, cat_index, cat_coef)
+        kind_index = on(np.where(is_cat[variables], F.gauss.size + index[variables], index[variables]))
+        return cls(variables, coef, kind_index, gauss_sel, gauss_at, gauss_stack, cat_sel, cat_index, cat_coef)
 
 
 @dataclass(frozen=True)
@@ -653,7 +660,7 @@ def rdc_lower_bounds(F: Features, sides: Combinations) -> torch.Tensor:
     uv = F.projected(sides)  # (2P, n): u then v, centred
     ss = (uv * uv).sum(1)  # (n - 1) C(u, u) then (n - 1) C(v, v)
     q = (uv[:P] * uv[P:]).sum(1) / (ss[:P] * ss[P:]).sqrt()
-    traces = F.sq_sums().index_select(0, sides.var_index)  # (n - 1) tr(Cxx) of each side
+    traces = F.sq_sums_by_kind().index_select(0, sides.kind_index)  # (n - 1) tr(Cxx) of each side
     coef = sides.coef
     eps = (2 * EIG_RCOND * traces * (coef * coef).sum(1) / ss).sqrt()  # the factors (n - 1) cancel
     bound = q - eps[:P] - eps[P:] - eps[:P] * eps[P:]

@@ -123,7 +123,7 @@ def _member(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``np.isin(a, b)`` for ascending arrays of unique row positions (node row lists), by binary search."""
     if b.size == 0:
         return np.zeros(a.size, dtype=bool)
-    at = np.searchsorted(b, a).clip(max=b.size - 1)
+    at = np.minimum(np.searchsorted(b, a), b.size - 1)
     return b[at] == a
 
 
@@ -457,10 +457,15 @@ class _Conditions:
             return self.spn._fit_qkmeans(self.data, ids, self.path, replay=qk.random_state_)
         return qk
 
+    @cached_property
+    def labels(self) -> np.ndarray:
+        """(n,) the Q-k-means cluster of every row, aligned with ``rows`` (both in stable-id order)."""
+        return self.qkmeans.labels_.cpu().numpy()
+
     @property
     def clusters(self) -> bool:
-        labels = self.qkmeans.labels_
-        return bool((labels == 0).any()) and bool((labels == 1).any())
+        sizes = np.bincount(self.labels, minlength=2)
+        return bool(sizes[0] > 0 and sizes[1] > 0)
 
     def evaluated(self, name: str) -> Any:
         """The cached value of a lazy analysis, or None when it was not computed."""
@@ -576,7 +581,7 @@ class SPN:
                 for comp in cond.rdc.components
             ]
         else:  # SPLIT_DATA
-            labels = cond.qkmeans.labels_.cpu().numpy()  # (n,) aligned with rows (both in id order)
+            labels = cond.labels
             node.children = [self._build(rows[labels == c], scope, f"{path}/d{c}") for c in (0, 1)]
         return node
 
@@ -670,7 +675,7 @@ class SPN:
         req = to_ids(ids)
         if req.size > 1 and np.unique(req).size != req.size:
             raise DuckInputError(f"ids to remove contain duplicates: {req[:10].tolist()}; pass each id once")
-        pos = np.searchsorted(self._ids, req).clip(max=self._ids.size - 1)
+        pos = np.minimum(np.searchsorted(self._ids, req), self._ids.size - 1)
         unknown = self._ids[pos] != req
         if unknown.any():
             raise DuckInputError(
@@ -767,7 +772,7 @@ class SPN:
         the children holding removed rows change; rows that moved between clusters are removed from one child
         and added to the other (``relearn="fresh"``: a child that gained rows is relearned from fresh
         draws)."""
-        labels = cond.qkmeans.labels_.cpu().numpy()  # (n',) aligned with rows (both in stable-id order)
+        labels = cond.labels
         new_rows = [rows[labels == c] for c in range(len(node.children))]
         gains = [
             not _member(r, child.rows).all()
