@@ -178,7 +178,10 @@ class DeletableKMeansBase:
 
     def _mark_deleted(self, rows: np.ndarray) -> None:
         """Mask the rows out and erase their values (the model's own copy; a deletion check has read them)."""
-        self._X[torch.from_numpy(rows).to(self._X.device)] = 0.0
+        if self._X.device.type == "cpu":
+            self._X.numpy()[rows] = 0.0  # the same memory, without a device op
+        else:
+            self._X[torch.from_numpy(rows).to(self._X.device)] = 0.0
         self._deleted_ids.update(self._ids[rows].tolist())
         self._alive[rows] = False
         self._n_alive -= int(rows.size)

@@ -554,6 +554,13 @@ class SPN:
         s = torch.from_numpy(scope).to(self.device)
         return self._X.index_select(0, r).index_select(1, s)
 
+    def _erase(self, rows: np.ndarray) -> None:
+        """Zero the stored values of ``rows``."""
+        if self._X_host is not None:
+            self._X_host[rows] = 0.0
+        else:
+            self._X[torch.from_numpy(rows).to(self.device)] = 0.0
+
     def _gather_host(self, rows: np.ndarray, scope: np.ndarray) -> np.ndarray:
         """``X[rows][:, scope]`` as a host array."""
         return self._X_host[rows][:, scope] if self._X_host is not None else self._gather(rows, scope).cpu().numpy()
@@ -647,7 +654,7 @@ class SPN:
             self._alive[pos] = False
             rows = self.root.rows[~_member(self.root.rows, pos)]
             self.root = self._update(self.root, rows)
-            self._X[torch.from_numpy(pos).to(self.device)] = 0.0  # the removed rows' values are not kept
+            self._erase(pos)  # the removed rows' values are not kept
             self._circuit = None
         self.last_unlearning_ = {"n_ids": int(pos.size), **self._counters}
         return self
@@ -704,8 +711,10 @@ class SPN:
         """
         if rows.size == node.rows.size and np.array_equal(rows, node.rows):  # Alg. 2 l. 2-3
             return node
-        lost = node.rows[~_member(node.rows, rows)]
-        gained = rows[~_member(rows, node.rows)]
+        kept = _member(node.rows, rows)
+        lost = node.rows[~kept]
+        # rows are unique: when every new row is a kept old one, nothing was gained (no second search)
+        gained = rows[:0] if node.rows.size - lost.size == rows.size else rows[~_member(rows, node.rows)]
         self._counters["nodes_updated"] += 1
         if node.op == CREATE_LEAF:  # Alg. 4
             self._update_leaves([node], rows, lost, gained)
