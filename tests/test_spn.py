@@ -10,6 +10,7 @@ normalisation by enumeration / integration, and sampling against the exact distr
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections import Counter
@@ -207,6 +208,11 @@ def test_removed_rows_leave_no_values_in_the_model_storage():
     stored = spn._X.cpu().numpy()
     assert not stored[[3, 10]].any()
     np.testing.assert_array_equal(stored[spn.ids_], X[spn.ids_])
+    # a deep copy unlearns into its own storage (no stale views), leaving the original untouched
+    twin = copy.deepcopy(spn)
+    twin.unlearn([20])
+    assert not twin._X.cpu().numpy()[20].any() and spn._X.cpu().numpy()[20].any()
+    assert_same(twin.describe(), fresh_replay(twin, X, types).describe())
 
 
 def test_operations_flip_as_rows_go():

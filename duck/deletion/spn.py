@@ -499,7 +499,6 @@ class SPN:
         self.removal_enabled = removal_enabled
         self._ids = ids[order]  # (N,) stable ids, ascending
         self._X = X[torch.from_numpy(order)].to(device)  # (N, V) float64 storage in id order
-        self._X_host = self._X.numpy() if self._X.device.type == "cpu" else None  # the same memory, as numpy
         self._alive = np.ones(ids.size, dtype=bool)
         self._replay_nodes = None if replay is None else replay["nodes"]
         self._circuit: Circuit | None = None
@@ -508,7 +507,7 @@ class SPN:
         self.root = self._build(np.arange(ids.size), np.arange(X.shape[1]), "")
         self._replay_nodes = None  # a replay serves only the learning call it was passed to
         if not removal_enabled:
-            self._X = self._X_host = None
+            self._X = None
             self._drop_state(self.root)
 
     # ------------------------------------------------------------------------------------ random draws
@@ -546,24 +545,33 @@ class SPN:
         return qk.fit(data, ids=ids, replay=replay)
 
     # -------------------------------------------------------------------------------------- data access
+    @property
+    def _X_host(self) -> np.ndarray | None:
+        """The CPU storage as a numpy view of the same memory (taken per use, so it can never go stale, e.g.
+        in a deep copy); None on a GPU."""
+        return self._X.numpy() if self._X is not None and self._X.device.type == "cpu" else None
+
     def _gather(self, rows: np.ndarray, scope: np.ndarray) -> torch.Tensor:
         """``X[rows][:, scope]`` on the device (on the CPU through numpy indexing: a few rows, many calls)."""
-        if self._X_host is not None:
-            return torch.from_numpy(self._X_host[rows][:, scope])
+        host = self._X_host
+        if host is not None:
+            return torch.from_numpy(host[rows][:, scope])
         r = torch.from_numpy(rows).to(self.device)
         s = torch.from_numpy(scope).to(self.device)
         return self._X.index_select(0, r).index_select(1, s)
 
     def _erase(self, rows: np.ndarray) -> None:
         """Zero the stored values of ``rows``."""
-        if self._X_host is not None:
-            self._X_host[rows] = 0.0
+        host = self._X_host
+        if host is not None:
+            host[rows] = 0.0
         else:
             self._X[torch.from_numpy(rows).to(self.device)] = 0.0
 
     def _gather_host(self, rows: np.ndarray, scope: np.ndarray) -> np.ndarray:
         """``X[rows][:, scope]`` as a host array."""
-        return self._X_host[rows][:, scope] if self._X_host is not None else self._gather(rows, scope).cpu().numpy()
+        host = self._X_host
+        return host[rows][:, scope] if host is not None else self._gather(rows, scope).cpu().numpy()
 
     # ---------------------------------------------------------------------------------------- LearnSPN
     def _build(
