@@ -79,6 +79,8 @@ def balanced_means(sums: Any, sizes: Any, prev_centers: Any, m: float) -> Any:
     For ``s >= m``: ``S / s``. For ``s < m`` (imbalanced, including empty): ``(s/m)(S/s) + (1 - s/m) c_prev``,
     written as ``S/m + (1 - s/m) c_prev``. Shapes: sums (..., k, d), sizes (..., k, 1), prev (..., k, d).
     """
+    if isinstance(sums, np.ndarray) and not (sizes < m).any():
+        return sums / sizes  # no cluster is imbalanced (the usual deletion check): the same values, 2 ops
     where = torch.where if isinstance(sums, torch.Tensor) else np.where
     corrected = sums / m + (1.0 - sizes / m) * prev_centers
     return where(sizes < m, corrected, sums / sizes.clip(min=1.0))
@@ -304,8 +306,7 @@ class QKMeans(DeletableKMeansBase):
         Vectorised over the T_run stored iterations: O(T k d) work on the CPU metadata plus one gather of
         the rows and their T_run+1 labels from the device.
         """
-        seeds = set(self._seed_rows)
-        if any(int(r) in seeds for r in rows):
+        if not set(rows.tolist()).isdisjoint(self._seed_rows):
             return _Verdict(False, "seed", 1)
         T1, k = self._n_computed, self.n_clusters
         x = np.asarray(host_take(self._X, rows), dtype=np.float64)  # (r, d)
@@ -326,9 +327,9 @@ class QKMeans(DeletableKMeansBase):
         cells = lattice_cells(means, self.eps_, self._phases_np[:T1, None])  # (T1, k, d)
         cells_ok = (cells == self._cells_np[1 : T1 + 1]).reshape(T1, -1).all(1)  # (T1,)
         decisions_ok = (new_losses[1:] < new_losses[:-1]) == self._accepted_np[1 : T1 + 1]  # (T1,)
-        ok = np.stack([flags_ok, cells_ok, decisions_ok])  # (3, T1)
-        if ok.all():
+        if flags_ok.all() and cells_ok.all() and decisions_ok.all():
             return _Verdict(True, "", 0, new_sizes, new_sums, new_losses)
+        ok = np.stack([flags_ok, cells_ok, decisions_ok])  # (3, T1)
         first = int(np.flatnonzero(~ok.all(0))[0])
         reason = ("imbalance", "centroid", "decision")[int(np.flatnonzero(~ok[:, first])[0])]
         return _Verdict(False, reason, first + 1, new_sizes, new_sums, new_losses)
@@ -408,6 +409,8 @@ class QKMeans(DeletableKMeansBase):
     def labels_(self) -> torch.Tensor:
         """(n,) cluster of every row of ``ids_`` (the partition of the final centroids)."""
         self._check_fitted()
+        if self._labels_hist.device.type == "cpu":  # through the numpy view: no device-op overhead
+            return torch.from_numpy(self._labels_hist.numpy()[self._n_accepted][self._alive])
         return self._labels_hist[self._n_accepted][self._alive_rows()]
 
     @property

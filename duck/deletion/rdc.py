@@ -37,9 +37,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 import torch
+
+ArrayT = TypeVar("ArrayT", torch.Tensor, np.ndarray)
 
 #: eigenvalues of a feature covariance below this fraction of its largest are treated as zero
 EIG_RCOND = 1e-10
@@ -65,17 +68,18 @@ def ecdf(U: torch.Tensor) -> torch.Tensor:
     return ecdf_counts(U).to(U.dtype) / U.shape[0]
 
 
-def ecdf_counts_after_removal(counts: torch.Tensor, kept: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
+def ecdf_counts_after_removal(counts: ArrayT, kept: ArrayT, removed: ArrayT) -> ArrayT:
     """The ECDF counts of the kept rows once ``removed`` rows are gone, without sorting.
 
     ``counts`` (m, c) are the kept rows' counts on the old rows (kept and removed together), ``kept`` (m, c)
     and ``removed`` (l, c) their values: every removed value ``<=`` a kept value lowered its count by one, so
     ``counts - #{removed u <= u_i}`` -- integers (of ``counts``' dtype), equal to :func:`ecdf_counts` of
     ``kept``. O(l m c) work instead of a sort: the unlearning path of a node (seeds/001 Alg. 2) loses one row at
-    a time.
+    a time. Torch tensors or numpy arrays (the host path of the CPU).
     """
     for row in removed:  # one (m, c) comparison per removed row: no (l, m, c) temporary
-        counts = counts - (row[None] <= kept).to(counts.dtype)
+        below = row[None] <= kept
+        counts = counts - (below.astype(counts.dtype) if isinstance(below, np.ndarray) else below.to(counts.dtype))
     return counts
 
 

@@ -56,6 +56,7 @@ Everything is float64.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 from collections.abc import Sequence
@@ -95,6 +96,7 @@ from duck.deletion.rdc import (
     rdc_from_whitened,
     rdc_lower_bounds,
 )
+from duck.deletion.rdc_taylor import TaylorReference
 from duck.errors import DuckInputError
 from duck.utils import real_array_tensor, resolve_device
 
@@ -155,6 +157,11 @@ class _RDCState:
     #: certify the next update by rdc.rdc_lower_bounds, without whitening
     directions: Combinations | None = None
     feature_map: FeatureMap | None = None  # the projections prepared for the node's features (rdc.FeatureMap)
+    #: first-order reference of the certified directions (rdc_taylor): certifies later removals without features
+    taylor: TaylorReference | None = None
+    #: when fresh directions could not certify the components (the lower bound fell below the threshold), how
+    #: far below the forest's smallest RDC their bound was: refreshing them waits until that RDC has risen
+    bound_gap: float | None = None
 
 
 @dataclass(eq=False)
@@ -176,6 +183,9 @@ class _Node:
     qkmeans: QKMeans | None = None
     var: int = -1  # leaf: its variable
     stats: np.ndarray | None = None  # leaf: Gaussian [sum x, sum x^2]; categorical counts (K,)
+    #: per variable, rows holding its largest and smallest value (-1: constant variable), kept once an update
+    #: has evaluated them: while both are present a removal cannot make the variable constant
+    witnesses: np.ndarray | None = None  # (2, s)
 
 
 # ------------------------------------------------------------------------------------------ parameters
@@ -338,6 +348,7 @@ class _Conditions:
     ) -> None:
         self.spn, self.rows, self.scope, self.path = spn, rows, scope, path
         self.prior, self.lost_ids, self.gained = prior, lost_ids, gained
+        self.witnesses: np.ndarray | None = None  # set by ``constant`` on an update
         self.n = int(rows.size)
         self.n_vars = int(scope.size)
 
@@ -348,12 +359,32 @@ class _Conditions:
 
     @cached_property
     def constant(self) -> np.ndarray:
-        """(s,) sigma^2(X_v) = 0, tested exactly as max == min."""
+        """(s,) sigma^2(X_v) = 0, tested exactly as max == min.
+
+        On an update that only removed rows, the prior node's flags stand when every non-constant variable
+        still has two rows with different values (its stored ``witnesses``): a constant variable stays
+        constant, and one with two distinct values left is not constant. Otherwise (and for a fresh learn)
+        max == min on the data; updates then store new witnesses."""
+        prior = self.prior
+        if prior is not None and prior.witnesses is not None and not self.gained:
+            w = prior.witnesses
+            informative = w[0] >= 0
+            if _member(w[:, informative].ravel(), self.rows).all():
+                self.witnesses = w
+                return ~informative
         d = self.data
         if d.device.type == "cpu":  # numpy: two reductions without device-op overhead
             x = d.numpy()
-            return x.max(0) == x.min(0)
-        return (d.amax(0) == d.amin(0)).cpu().numpy()
+            top, bottom = x.argmax(0), x.argmin(0)
+            cols = np.arange(x.shape[1])
+            constant = x[top, cols] == x[bottom, cols]
+        else:
+            hi, top = d.max(0)
+            lo, bottom = d.min(0)
+            constant, top, bottom = (hi == lo).cpu().numpy(), top.cpu().numpy(), bottom.cpu().numpy()
+        if prior is not None:  # an update: keep witnesses for the next one (a fresh learn has no use for them)
+            self.witnesses = np.where(constant, -1, np.stack([self.rows[top], self.rows[bottom]]))
+        return constant
 
     @property
     def exist_uninformative(self) -> bool:
@@ -367,30 +398,44 @@ class _Conditions:
     def rdc(self) -> _RDCState:
         """The RDC split of the node's variables, with the stored projections when the node had them.
 
-        On an update the stored components are confirmed, cheapest test first: (1) for a single component,
-        lower bounds (``rdc_lower_bounds``, no eigendecomposition) on its spanning forest's RDCs clear the
-        threshold by ``_BOUND_GUARD``; (2) ``components_still_hold`` on the whitened features (a spanning
-        forest stays above the threshold, pairs across components stay below, both by more than
-        ``_RDC_GUARD``); (3) the full matrix is recomputed. Either way the components are those of the full
+        On an update the stored components are confirmed, cheapest test first: (0) for a single component
+        after removals only, the first-order bound of ``rdc_taylor`` (no features: the stored reference and
+        the exact new ECDF counts) clears the threshold by ``_BOUND_GUARD``; (1) lower bounds
+        (``rdc_lower_bounds``, no eigendecomposition) on its spanning forest's RDCs do (skipped when (0) was
+        evaluated and failed: it is within ~1e-3 of this bound); (2) ``components_still_hold`` on the whitened
+        features (a spanning forest stays above the threshold, pairs across components stay below, both by more
+        than ``_RDC_GUARD``); (3) the full matrix is recomputed. Either way the components are those of the full
         RDC matrix on the new rows. Matrix entries not re-evaluated keep their last computed value.
         """
         p = self.spn.params_
-        cats = [p.n_categories[v] for v in self.scope]
         stored = None if self.prior is None else self.prior.rdc
         projections = (
             stored.projections if stored is not None else self.spn._projections(self.path, self.scope)
         )
         fmap = stored.feature_map if stored is not None else None
         if fmap is None:
+            cats = [p.n_categories[v] for v in self.scope]
             fmap = FeatureMap.build(cats, projections.to(self.spn.device), p.rdc_scale, self.data)
-        F = fmap(self.data, self._updated_counts(stored))
+        counts = self._updated_counts(stored)
+        taylor_failed = False
+        if stored is not None and stored.taylor is not None:
+            bounds = self._taylor_bounds(stored.taylor, counts, fmap)
+            if bounds is not None and bool((bounds >= p.rdc_threshold + _BOUND_GUARD).all()):
+                self.spn._counters["components_taylor"] += 1
+                state = copy.copy(stored)  # the same analysis; only the counts follow the rows
+                state.gauss_counts = None if counts is None else counts.to(torch.int32)
+                return state
+            # within ~1e-3 of the direct bound with the same directions: that one would fail as well
+            taylor_failed = bounds is not None
+        F = fmap(self.data, counts)
         counts = None if F.gauss_counts is None else F.gauss_counts.to(torch.int32)  # int32: half the state
-        if stored is not None and stored.directions is not None:
+        if stored is not None and stored.directions is not None and not taylor_failed:
             bounds = rdc_lower_bounds(F, stored.directions)
             if bool((bounds >= p.rdc_threshold + _BOUND_GUARD).all()):
                 self.spn._counters["components_bounded"] += 1
                 return _RDCState(
-                    projections, stored.matrix, stored.components, stored.certificate, counts, stored.directions, fmap
+                    projections, stored.matrix, stored.components, stored.certificate, counts, stored.directions,
+                    fmap, TaylorReference.build(fmap, F, stored.directions, self.rows),
                 )
         Z = F.whitened()
         if stored is not None and stored.certificate is not None:
@@ -399,9 +444,13 @@ class _Conditions:
             if holds:
                 matrix = stored.matrix.copy()
                 matrix[pairs[:, 0], pairs[:, 1]] = matrix[pairs[:, 1], pairs[:, 0]] = values
+                weakest = float(values[:n_forest].min()) if n_forest else 1.0
+                directions = taylor = None
+                gap = stored.bound_gap
+                if gap is None or weakest - gap >= p.rdc_threshold + _BOUND_GUARD:
+                    directions, taylor, gap = self._certifying(fmap, F, self._directions(Z, stored.certificate), weakest)
                 return _RDCState(
-                    projections, matrix, stored.components, stored.certificate, counts,
-                    self._directions(Z, stored.certificate), fmap,
+                    projections, matrix, stored.components, stored.certificate, counts, directions, fmap, taylor, gap
                 )
         R = rdc_from_whitened(Z).cpu().numpy()
         components = dependency_components(R, p.rdc_threshold)
@@ -419,6 +468,34 @@ class _Conditions:
             return None
         return canonical_directions(Z, certificate[0])
 
+    def _certifying(
+        self, fmap: FeatureMap, F: Features, directions: Combinations | None, weakest: float
+    ) -> tuple[Combinations | None, TaylorReference | None, float | None]:
+        """Fresh directions with their first-order reference when their lower bound certifies the current rows
+        (then the next removals are checked without features); otherwise (None, None, the bound's gap below
+        the weakest forest RDC), since a bound below the threshold now would only fail later."""
+        if directions is None:
+            return None, None, None
+        taylor = TaylorReference.build(fmap, F, directions, self.rows)
+        counts = np.zeros((self.n, 0), dtype=np.int64) if F.gauss_counts is None else F.gauss_counts.cpu().numpy()
+        fresh = taylor.bounds(np.arange(self.n), counts)  # no rank moves: rdc_lower_bounds on these rows
+        if bool((fresh >= self.spn.params_.rdc_threshold + _BOUND_GUARD).all()):
+            return directions, taylor, None
+        return None, None, weakest - float(fresh.min())
+
+    def _taylor_bounds(
+        self, taylor: TaylorReference, counts: torch.Tensor | None, fmap: FeatureMap
+    ) -> np.ndarray | None:
+        """``rdc_taylor`` lower bounds on the node's rows when they are a subset of the reference's (removals
+        only) and their ECDF counts are known; None otherwise."""
+        if self.gained or self.n < 2 or (counts is None and fmap.gauss.size):
+            return None
+        kept = np.minimum(np.searchsorted(taylor.rows, self.rows), taylor.rows.size - 1)
+        if not np.array_equal(taylor.rows[kept], self.rows):
+            return None
+        host = np.zeros((self.n, 0), dtype=np.int64) if counts is None else counts.cpu().numpy()
+        return taylor.bounds(kept, host)
+
     def _updated_counts(self, stored: _RDCState | None) -> torch.Tensor | None:
         """The Gaussian variables' ECDF counts on the new rows from the stored ones (a few removed rows, none
         gained: no sort, ``rdc.ecdf_counts_after_removal``); None when they must be recomputed."""
@@ -430,8 +507,16 @@ class _Conditions:
         kept = _member(old_rows, self.rows)
         gauss = self.scope[np.asarray(self.spn.params_.n_categories)[self.scope] == 0]
         counts = stored.gauss_counts
+        if counts.device.type == "cpu":  # host path: a few numpy ops on the same memory, no device-op overhead
+            return torch.from_numpy(
+                ecdf_counts_after_removal(
+                    counts.numpy()[kept],
+                    self.spn._gather_host(self.rows, gauss),
+                    self.spn._gather_host(old_rows[~kept], gauss),
+                )
+            )
         return ecdf_counts_after_removal(
-            counts.index_select(0, torch.from_numpy(np.flatnonzero(kept)).to(counts.device)),
+            counts[torch.from_numpy(kept).to(counts.device)],
             self.spn._gather(self.rows, gauss),
             self.spn._gather(old_rows[~kept], gauss),
         )
@@ -608,6 +693,7 @@ class SPN:
     def _store_conditions(node: _Node, cond: _Conditions) -> None:
         """The node's flags and analyses are exactly those LearnSPN evaluated for it."""
         node.n = cond.n
+        node.witnesses = cond.witnesses
         node.exist_uninformative = cond.exist_uninformative
         node.all_uninformative = cond.all_uninformative
         rdc, qk = cond.evaluated("rdc"), cond.evaluated("qkmeans")
@@ -633,16 +719,23 @@ class SPN:
         """Sufficient statistics of every variable on ``rows``: Gaussian [sum x, sum x^2], categorical counts
         (K,). Computed on the host: the statistics are host arrays, and on the update path ``rows`` are the
         few removed ones, where one (n, s) copy beats a dozen device ops."""
+        sums, counts, cats = self._leaf_moments(rows, variables)
+        return [counts[j, : cats[j]].copy() if cats[j] else sums[j].copy() for j in range(variables.size)]
+
+    def _leaf_moments(self, rows: np.ndarray, variables: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(s, 2) sums of x and x^2, (s, Kmax) category counts (categorical variables' rows) and (s,) K (0:
+        Gaussian) of ``variables`` on ``rows``."""
         cats = np.asarray(self.params_.n_categories)[variables]  # (s,)
         d = self._gather_host(rows, variables)  # (n, s)
-        sums = np.stack([d.sum(0), (d * d).sum(0)], axis=1)  # (s, 2)
+        sums = np.empty((variables.size, 2))
+        sums[:, 0], sums[:, 1] = d.sum(0), np.einsum("ij,ij->j", d, d)
         is_cat = cats > 0
         counts = np.zeros((variables.size, max(int(cats.max()), 1)))
         if is_cat.any():
             K = counts.shape[1]
             codes = d[:, is_cat].astype(np.int64) + K * np.arange(int(is_cat.sum()))  # (n, sc), offset per column
             counts[is_cat] = np.bincount(codes.ravel(), minlength=codes.shape[1] * K).reshape(-1, K)
-        return [counts[j, : cats[j]].copy() if is_cat[j] else sums[j].copy() for j in range(variables.size)]
+        return sums, counts, cats
 
     # --------------------------------------------------------------------------------------- UnlearnSPN
     def unlearn(self, ids: Any) -> SPN:
@@ -679,6 +772,7 @@ class SPN:
             "partitions_changed": 0,
             "components_changed": 0,
             "components_bounded": 0,
+            "components_taylor": 0,
             "uninformative_changed": 0,
         }
 
@@ -757,12 +851,15 @@ class SPN:
         """UnlearnCreateLeaf (Alg. 4) for leaves over the same rows: subtract the lost rows' statistics (and
         add the gained rows')."""
         variables = np.array([leaf.var for leaf in leaves])
-        delta = [-s for s in self._leaf_stats(lost, variables)] if lost.size else [0.0] * len(leaves)
-        if gained.size:
-            delta = [d + s for d, s in zip(delta, self._leaf_stats(gained, variables), strict=True)]
-        for leaf, d in zip(leaves, delta, strict=True):
-            leaf.stats = leaf.stats + d
-            leaf.rows, leaf.n = rows, int(rows.size)
+        n = int(rows.size)
+        for moved, add in ((lost, False), (gained, True)):
+            if moved.size:
+                sums, counts, cats = self._leaf_moments(moved, variables)
+                for leaf, K, count, moment in zip(leaves, cats.tolist(), counts, sums, strict=True):
+                    delta = count[:K] if K else moment  # new arrays: a deep copy never shares statistics
+                    leaf.stats = leaf.stats + delta if add else leaf.stats - delta
+        for leaf in leaves:
+            leaf.rows, leaf.n = rows, n
 
     def _update_split_uninformative(
         self, node: _Node, cond: _Conditions, rows: np.ndarray, lost: np.ndarray, gained: np.ndarray
