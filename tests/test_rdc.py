@@ -14,6 +14,7 @@ from duck.deletion.rdc import (
     EIG_RCOND,
     Combinations,
     canonical_directions,
+    category_tables,
     centred_features,
     certificate_pairs,
     components_still_hold,
@@ -290,3 +291,15 @@ def test_rdc_lower_bound_of_a_degenerate_direction_certifies_nothing():
     bound = rdc_lower_bounds(F, pair_sides(F, np.array([[0, 3], [3, 2]]), a, torch.zeros_like(a)))  # v = 0
     assert (bound == -1.0).all()
     assert rdc_lower_bounds(F, pair_sides(F, np.zeros((0, 2), dtype=np.int64), a[:0], a[:0])).shape == (0,)
+
+
+def test_category_tables_agree_on_torch_and_numpy():
+    """The host path (numpy) gives the torch path's category tables and counts."""
+    rng = np.random.default_rng(0)
+    codes = np.column_stack([rng.integers(0, 4, 90), rng.integers(0, 2, 90)])  # (n, Vc), domains 4 and 2
+    W = projections([4, 2])
+    tables_t, counts_t = category_tables(torch.from_numpy(codes), W)
+    tables_n, counts_n = category_tables(codes, W.numpy())
+    np.testing.assert_allclose(tables_n, tables_t.numpy(), atol=1e-14)
+    np.testing.assert_array_equal(counts_n, counts_t.numpy())
+    np.testing.assert_array_equal(counts_n[1, 2:], 0)  # padded categories of the 2-category variable

@@ -112,21 +112,27 @@ def _gaussian_features(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     return torch.addcmul(W[:, 0][None], ecdf(x)[:, :, None], W[:, 1][None]).sin_()
 
 
-def _category_tables(codes: torch.Tensor, W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def category_tables(codes: ArrayT, W: ArrayT) -> tuple[ArrayT, ArrayT]:
     """Feature value of every category of every categorical variable, and the category counts.
 
     The ECDF of the indicator column of category j is ``q_j = (n - n_j) / n`` where the indicator is 0 and 1
     where it is 1, so a row of category c has ``[1, P(x)] W = W_0 + sum_j q_j W_j + (1 - q_c) W_c``: the
     features take only K distinct values per variable. codes (n, Vc), W (Vc, Dmax+1, k) scaled
-    -> tables (Vc, Dmax, k), counts (Vc, Dmax) (padded categories: count 0, q = 1, W = 0)
+    -> tables (Vc, Dmax, k), counts (Vc, Dmax) (padded categories: count 0, q = 1, W = 0). Torch tensors, or
+    numpy arrays for a host path (``rdc_taylor``).
     """
     n, Vc = codes.shape
     d_max = W.shape[1] - 1
-    counts = torch.zeros(Vc, d_max, dtype=W.dtype, device=W.device)
-    counts.scatter_add_(1, codes.T, torch.ones(Vc, n, dtype=W.dtype, device=W.device))
+    if isinstance(codes, np.ndarray):
+        flat = (codes + d_max * np.arange(Vc)).ravel()  # (variable, category) of every entry
+        counts = np.bincount(flat, minlength=Vc * d_max).reshape(Vc, d_max).astype(W.dtype)
+    else:
+        counts = torch.zeros(Vc, d_max, dtype=W.dtype, device=W.device)
+        counts.scatter_add_(1, codes.T, torch.ones(Vc, n, dtype=W.dtype, device=W.device))
     q = (n - counts) / n  # (Vc, Dmax)
-    base = torch.baddbmm(W[:, :1], q[:, None, :], W[:, 1:])  # (Vc, 1, k): W_0 + sum_j q_j W_j (bmm: no einsum parse)
-    return torch.addcmul(base, W[:, 1:], (1.0 - q)[:, :, None]).sin_(), counts
+    base = W[:, :1] + q[:, None, :] @ W[:, 1:]  # (Vc, 1, k): W_0 + sum_j q_j W_j
+    angles = base + (1.0 - q)[:, :, None] * W[:, 1:]
+    return (np.sin(angles) if isinstance(angles, np.ndarray) else angles.sin_()), counts
 
 
 def random_features(
@@ -144,7 +150,7 @@ def random_features(
     if categorical.size:
         c = torch.from_numpy(categorical).to(X.device)
         codes = X[:, c].long()  # (n, Vc)
-        tables, _ = _category_tables(codes, W[c])
+        tables, _ = category_tables(codes, W[c])
         F[:, c] = tables[torch.arange(c.numel(), device=X.device)[None, :], codes]
     return F
 
@@ -419,7 +425,7 @@ class FeatureMap:
             Fg -= Fg.mean(dim=2, keepdim=True)
         if self.categorical.size:
             codes = X.index_select(1, self.c_index).long().T.contiguous()  # (Vc, n)
-            tables, counts = _category_tables(codes.T, self.Wc)  # (Vc, Dmax, k), (Vc, Dmax)
+            tables, counts = category_tables(codes.T, self.Wc)  # (Vc, Dmax, k), (Vc, Dmax)
             tables = (tables - torch.bmm(counts[:, None, :], tables) / n).mT  # centred, (Vc, k, D)
         return Features(n, self.gauss, self.categorical, Fg, tables, codes, gauss_counts, counts)
 

@@ -39,18 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from duck.deletion.rdc import EIG_RCOND, Combinations, FeatureMap, Features
-
-
-def _category_tables_host(codes: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Numpy twin of ``rdc._category_tables`` for the host path: codes (Vc, n), W (Vc, D + 1, k) scaled ->
-    tables (Vc, D, k) (uncentred feature value of each category) and counts (Vc, D)."""
-    Vc, n = codes.shape
-    D = W.shape[1] - 1
-    counts = np.bincount((codes + D * np.arange(Vc)[:, None]).ravel(), minlength=Vc * D).reshape(Vc, D)
-    q = (n - counts) / n
-    base = W[:, :1] + q[:, None, :] @ W[:, 1:]  # (Vc, 1, k)
-    return np.sin(base + (1.0 - q)[:, :, None] * W[:, 1:]), counts.astype(np.float64)
+from duck.deletion.rdc import EIG_RCOND, Combinations, FeatureMap, Features, category_tables
 
 
 @dataclass
@@ -132,7 +121,7 @@ class TaylorReference:
             trace[:G] += self.w1_norm * d2
         if self.cat_slot.size:  # exact: the tables of the category counts of the kept rows
             codes = self.codes[:, kept]  # (Vu, n)
-            tables, cat_counts = _category_tables_host(codes, self.Wc)
+            tables, cat_counts = category_tables(codes.T, self.Wc)
             centred = tables - np.einsum("vd,vdk->vk", cat_counts, tables)[:, None, :] / n  # (Vu, D, k)
             per_category = np.einsum("sdk,sk->sd", centred[self.cat_slot], self.cat_coef)  # (Cs, D)
             D_cat = per_category.shape[1]
