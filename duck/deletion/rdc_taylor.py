@@ -99,16 +99,16 @@ class TaylorReference:
             (coef * coef).sum(1), where[:P], where[P:],
         )
 
-    def bounds(self, kept: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    def bounds(self, kept: np.ndarray, counts: torch.Tensor | None) -> np.ndarray:
         """Lower bounds on ``rdc_lower_bounds`` of every pair on the rows ``self.rows[kept]`` (kept: ascending
-        positions among the reference rows, at least 2), whose ECDF counts are ``counts`` (len(kept), Vg).
-        -> (P,); -1 where nothing is certified."""
+        positions among the reference rows, at least 2), whose ECDF counts are ``counts`` (len(kept), Vg; None
+        without Gaussian variables). -> (P,); -1 where nothing is certified."""
         n, G = kept.size, self.gauss_var.size
         values = np.empty((self.coef_sq.size, n))
         rho = np.zeros(self.coef_sq.size)
         trace = self.sqrt_traces.copy()
         if G:
-            rank = counts.T / n  # (Vg, n) exact new ranks
+            rank = counts.cpu().numpy().T / n  # (Vg, n) exact new ranks
             D = rank - self.rank[:, kept]  # their moves
             base, g1 = self.taylor[:, :, kept]
             np.multiply(g1, rank[self.gauss_var], out=values[:G])

@@ -345,9 +345,11 @@ class _Conditions:
         prior: _Node | None = None,
         lost_ids: np.ndarray | None = None,
         gained: bool = False,
+        kept: np.ndarray | None = None,
     ) -> None:
         self.spn, self.rows, self.scope, self.path = spn, rows, scope, path
         self.prior, self.lost_ids, self.gained = prior, lost_ids, gained
+        self.kept = kept  # (prior's n,) which of the prior node's rows are among ``rows``
         self.witnesses: np.ndarray | None = None  # set by ``constant`` on an update
         self.n = int(rows.size)
         self.n_vars = int(scope.size)
@@ -477,8 +479,7 @@ class _Conditions:
         if directions is None:
             return None, None, None
         taylor = TaylorReference.build(fmap, F, directions, self.rows)
-        counts = np.zeros((self.n, 0), dtype=np.int64) if F.gauss_counts is None else F.gauss_counts.cpu().numpy()
-        fresh = taylor.bounds(np.arange(self.n), counts)  # no rank moves: rdc_lower_bounds on these rows
+        fresh = taylor.bounds(np.arange(self.n), F.gauss_counts)  # no rank moves: rdc_lower_bounds on these rows
         if bool((fresh >= self.spn.params_.rdc_threshold + _BOUND_GUARD).all()):
             return directions, taylor, None
         return None, None, weakest - float(fresh.min())
@@ -493,19 +494,17 @@ class _Conditions:
         kept = np.minimum(np.searchsorted(taylor.rows, self.rows), taylor.rows.size - 1)
         if not np.array_equal(taylor.rows[kept], self.rows):
             return None
-        host = np.zeros((self.n, 0), dtype=np.int64) if counts is None else counts.cpu().numpy()
-        return taylor.bounds(kept, host)
+        return taylor.bounds(kept, counts)
 
     def _updated_counts(self, stored: _RDCState | None) -> torch.Tensor | None:
         """The Gaussian variables' ECDF counts on the new rows from the stored ones (a few removed rows, none
         gained: no sort, ``rdc.ecdf_counts_after_removal``); None when they must be recomputed."""
-        if stored is None or stored.gauss_counts is None or self.gained or self.lost_ids is None:
+        if stored is None or stored.gauss_counts is None or self.gained or self.kept is None:
             return None
         if not 0 < self.lost_ids.size <= _MAX_INCREMENTAL_REMOVALS:
             return None
-        old_rows = self.prior.rows
-        kept = _member(old_rows, self.rows)
-        gauss = self.scope[np.asarray(self.spn.params_.n_categories)[self.scope] == 0]
+        old_rows, kept = self.prior.rows, self.kept
+        gauss = self.scope[stored.feature_map.gauss]  # the counts' columns (FeatureMap: Gaussian positions)
         counts = stored.gauss_counts
         if counts.device.type == "cpu":  # host path: a few numpy ops on the same memory, no device-op overhead
             return torch.from_numpy(
@@ -822,7 +821,8 @@ class SPN:
             self._update_leaves([node], rows, lost, gained)
             return node
         cond = _Conditions(
-            self, rows, node.scope, node.path, prior=node, lost_ids=self._ids[lost], gained=gained.size > 0
+            self, rows, node.scope, node.path, prior=node, lost_ids=self._ids[lost], gained=gained.size > 0,
+            kept=kept,
         )
         t = self.params_.min_instances
         op_new = revise_operation(node.op, node, cond, t) if gained.size == 0 else learnspn_operation(cond, t)
