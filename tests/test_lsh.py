@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from duck.deletion import LSHIndex
+from duck.deletion.lsh import approx_acceptance
 from duck.errors import DuckInputError
 
 
@@ -137,6 +138,7 @@ def test_bad_query_arguments_raise():
         lambda: index.sample(q, 1.0, n_samples=[1, 2, 3]),
         lambda: index.sample(q, 1.0, method="approx_degree", approx_delta=2, gamma=0.1),
         lambda: index.sample(q, 1.0, method="approx_degree", gamma=1.5),
+        lambda: index.sample(q, 1.0, method="approx_degree", probes="lookup"),
     ):
         with pytest.raises(DuckInputError):
             call()
@@ -155,8 +157,22 @@ def acceptance_lemma37(degree: np.ndarray, L: int, delta: int) -> np.ndarray:
     return ((1 - p) ** m * (1 - (1 - p) ** (L * delta + 1 - m))).sum(1) / (L * delta)
 
 
-@pytest.mark.parametrize("method", ["uniform", "weighted", "exact_degree", "approx_degree", "lemma37"])
-def test_sampler_distributions_match_closed_forms(method):
+def test_approx_acceptance_closed_form_matches_the_sums():
+    """approx_acceptance against the explicit sums over m of P(i > m) (and Lemma 3.7's P(m < i <= L Delta + 1))."""
+    degree = np.arange(1, 13)
+    for L, delta in ((12, 1), (12, 3), (40, 2)):
+        d = degree[degree <= L]
+        for lemma37, reference in ((False, acceptance_heuristic), (True, acceptance_lemma37)):
+            got = approx_acceptance(torch.as_tensor(d), L, delta, lemma37).numpy()
+            np.testing.assert_allclose(got, reference(d.astype(float), L, delta), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("method", "probes"),
+    [("uniform", None), ("weighted", None), ("exact_degree", None), ("approx_degree", "closed_form"),
+     ("approx_degree", "tables"), ("lemma37", "closed_form"), ("lemma37", "tables")],
+)
+def test_sampler_distributions_match_closed_forms(method, probes):
     X = clustered_points(5, n=300, dim=4)
     index = LSHIndex(4, k=2, L=8, w=3.0, seed=4, device="cpu")
     index.add(X)
@@ -181,6 +197,8 @@ def test_sampler_distributions_match_closed_forms(method):
     expected = weights / weights.sum()
     n = 50_000 if method == "lemma37" else 100_000
     kwargs = {"gamma": 0.3} if method == "lemma37" else {}  # Delta = ceil(ln 1/0.3) + 4 = 6 - 1 = 5
+    if probes is not None:
+        kwargs["probes"] = probes
     samples = index.sample(q, r, "approx_degree" if method == "lemma37" else method, n, seed=0, **kwargs)[0]
     freq = np.bincount(np.searchsorted(ids, samples.numpy()), minlength=len(ids)) / n
     assert np.isin(samples.numpy(), ids).all()

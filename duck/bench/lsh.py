@@ -21,6 +21,7 @@ training subset, pixels / 255, and 100 test images as queries):
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -100,6 +101,8 @@ def sampler_variants(cfg: DictConfig) -> list[tuple[str, str, dict[str, Any]]]:
     for delta in cfg.approx_deltas:
         label = "approx_degree" if int(delta) == 1 else f"approx_degree (Delta={int(delta)})"
         variants.append((label, "approx_degree", {"approx_delta": int(delta)}))
+    if cfg.approx_table_probes:
+        variants.append(("approx_degree (table probes)", "approx_degree", {"probes": "tables"}))
     if cfg.lemma37_gamma is not None:
         variants.append((f"approx_degree (Lemma 3.7, gamma={cfg.lemma37_gamma})", "approx_degree",
                          {"gamma": float(cfg.lemma37_gamma)}))
@@ -134,10 +137,10 @@ def run_dataset(name: str, cfg: DictConfig, device: torch.device) -> dict[str, A
     total_samples = int(n_samples.sum())
     q_valid = q[valid.to(device)]
 
-    results: dict[str, Any] = {}
-    for label, method, kwargs in sampler_variants(cfg):
-        tvds, times, draw_times = [], [], []
-        for rep in tqdm(range(int(cfg.repeats)), desc=f"{name} {label}", leave=False):
+    variants = sampler_variants(cfg)
+    runs: dict[str, dict[str, list[float]]] = {label: defaultdict(list) for label, _, _ in variants}
+    for rep in tqdm(range(int(cfg.repeats)), desc=f"{name} samplers", leave=False):
+        for label, method, kwargs in variants:  # interleaved: every sampler sees the same machine state
             samples, seconds = timed(
                 lambda: index.sample(q_valid, r, method, n_samples.to(device), seed=int(cfg.seed) + rep, **kwargs),
                 device,
@@ -145,17 +148,23 @@ def run_dataset(name: str, cfg: DictConfig, device: torch.device) -> dict[str, A
             stats = index.last_sample_stats
             per_query = [total_variation(samples[j, : n_samples[j]], members[int(i)])
                          for j, i in enumerate(valid.tolist())]
-            tvds.append(float(np.mean(per_query)))
-            times.append(seconds)
-            draw_times.append(stats.draw_seconds)
-        results[label] = {
-            "tvd": mean_std(tvds),
-            "seconds": mean_std(times),
-            "us_per_sample": 1e6 * float(np.mean(times)) / total_samples,
-            "draw_us_per_sample": 1e6 * float(np.mean(draw_times)) / total_samples,
-            "proposals_per_sample": stats.proposals / total_samples,
-            "probes_per_sample": stats.probes / total_samples,
+            run = runs[label]
+            run["tvd"].append(float(np.mean(per_query)))
+            run["seconds"].append(seconds)
+            run["draw_seconds"].append(stats.draw_seconds)
+            run["proposals"].append(stats.proposals)
+            run["probes"].append(stats.probes)
+    results = {
+        label: {
+            "tvd": mean_std(run["tvd"]),
+            "seconds": mean_std(run["seconds"]),
+            "us_per_sample": 1e6 * float(np.mean(run["seconds"])) / total_samples,
+            "draw_us_per_sample": 1e6 * float(np.mean(run["draw_seconds"])) / total_samples,
+            "proposals_per_sample": float(np.mean(run["proposals"])) / total_samples,
+            "probes_per_sample": float(np.mean(run["probes"])) / total_samples,
         }
+        for label, run in runs.items()
+    }
     return {
         "description": description,
         "n_points": n,

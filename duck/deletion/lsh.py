@@ -28,10 +28,21 @@ Sampling (Har-Peled & Mahabadi 2019, seeds/002 §3-5). For a query q, ``G`` = it
   after ``L Delta + 1`` probes with acceptance 0, and the acceptance probability is within gamma of
   ``1/(deg Delta)`` (Lemma 3.8: (1 +- eps)-uniform).
 
+  Only the index i of the first hit enters the decision, and for probes of uniformly random tables with
+  replacement (Lemma 3.6) i is Geometric(deg(p)/L), so a proposal is accepted with a probability that
+  depends on deg(p) alone (:func:`approx_acceptance`, closed form). The paper probes because it does not
+  know deg(p); the batched scan below counts deg(p) of every candidate anyway, so the default
+  ``probes="closed_form"`` accepts with that probability in O(1) instead of making the probes, and
+  ``probes="tables"`` makes them (one lookup each, O(L/deg) expected per proposal). Both give exactly the
+  same distribution of samples (tested against the closed form): a faster simulation of the paper's
+  sampler, not a different sampler -- its bias (P(p) proportional to deg E[min(1, i/(L Delta))], not
+  constant) is the paper's.
+
 Preparing a query batch scans its buckets once (the usual LSH query cost: ids, distances of the distinct
 candidates; deg(p) of every distinct candidate is counted on the way, and approx_degree builds the
-(candidate, table) bucket-membership table its probes look up), after which a draw costs O(1) (uniform,
-weighted, exact_degree) or O(L/deg) expected (approx_degree: real probes, one lookup each) operations.
+(candidate, table) bucket-membership table when its probes are made one by one), after which a draw costs
+O(1) (uniform, weighted, exact_degree, approx_degree with closed-form probes) or O(L/deg) expected
+(approx_degree with ``probes="tables"``: one lookup per probe) operations.
 """
 
 from __future__ import annotations
@@ -50,6 +61,25 @@ from duck.utils import as_tensor, check_positive_int, check_radius, resolve_devi
 
 _PRIME = 2_147_483_647  # 2^31 - 1: (value mod p) * multiplier < 2^62 fits in int64
 SAMPLING_METHODS = ("uniform", "weighted", "exact_degree", "approx_degree")
+PROBE_MODES = ("closed_form", "tables")
+
+
+def approx_acceptance(degree: torch.Tensor, L: int, delta: int, lemma37: bool) -> torch.Tensor:
+    """P(approx_degree accepts a proposed near point of degree ``deg``), float64, elementwise.
+
+    Probes of uniformly random tables (with replacement, Lemma 3.6) first hit at i ~ Geometric(p), p = deg/L,
+    so with s = 1 - p, P(i > m) = s^m. The heuristic accepts iff coin < min(1, i/(L Delta)), i.e. iff
+    i > m for m = floor(coin L Delta) uniform on {0, ..., L Delta - 1}:
+    ``sum_m s^m / (L Delta) = (1 - s^(L Delta)) / (L Delta p)``. Lemma 3.7 also needs i <= L Delta + 1:
+    ``P(m < i <= L Delta + 1) = s^m - s^(L Delta + 1)``, i.e. the same minus ``s^(L Delta + 1)``.
+    (deg = L gives 1 / (L Delta) and, for Lemma 3.7, the same: s = 0.)
+    """
+    p = degree.to(torch.float64) / L
+    s = 1.0 - p
+    n = L * delta
+    accept = (1.0 - s**n) / (n * p)
+    return accept - s ** (n + 1) if lemma37 else accept
+
 
 
 
@@ -74,7 +104,7 @@ class _Candidates:
     @cached_property
     def member(self) -> torch.Tensor:
         """(P, L) bool: does bucket t of the query hold the point? The lookup a probe makes (§3.4); built on
-        first use (approx_degree), once per ``sample`` call."""
+        first use (approx_degree with ``probes="tables"``), once per ``sample`` call."""
         member = torch.zeros(self.pair_degree.numel(), self.n_tables, dtype=torch.bool, device=self.entry_pair.device)
         member[self.entry_pair, self.entry_table] = True
         return member
@@ -271,6 +301,7 @@ class LSHIndex:
         *,
         approx_delta: int = 1,
         gamma: float | None = None,
+        probes: str = "closed_form",
         seed: int | torch.Generator | None = None,
         max_proposals: int = 1 << 22,
     ) -> torch.Tensor:
@@ -283,6 +314,9 @@ class LSHIndex:
             n_samples: samples per query, an int or one count per query.
             approx_delta: Delta of the approx_degree heuristic (paper §5 uses 1).
             gamma: if given, approx_degree uses Lemma 3.7 with Delta = ceil(ln 1/gamma) + 4.
+            probes: how approx_degree decides: "closed_form" accepts with the probability that the probing
+                accepts (:func:`approx_acceptance`, from deg(p), known from the scan), O(1) per proposal;
+                "tables" makes the probes (one membership lookup each, O(L/deg)). Same output distribution.
             seed: None (fresh OS entropy), an int, or a torch.Generator on the index device.
             max_proposals: proposals drawn per round at most (memory bound).
         Returns:
@@ -290,6 +324,8 @@ class LSHIndex:
         """
         if method not in SAMPLING_METHODS:
             raise DuckInputError(f"method={method!r} is not supported; use one of {', '.join(SAMPLING_METHODS)}")
+        if probes not in PROBE_MODES:
+            raise DuckInputError(f"probes={probes!r} is not supported; use one of {', '.join(PROBE_MODES)}")
         r = check_radius(r)
         q = self._as_queries(queries)
         n_q = q.shape[0]
@@ -307,6 +343,14 @@ class LSHIndex:
         t_start = time.perf_counter()
         cand = self._candidates(q, r)
         self._sync()
+        if method == "exact_degree":  # deg over all L tables, counted once per (query, point) in the scan
+            pair_accept = 1.0 / cand.pair_degree.to(torch.float64)
+        elif method == "approx_degree" and probes == "closed_form":
+            pair_accept = approx_acceptance(cand.pair_degree, self.L, delta, gamma is not None)
+        else:
+            pair_accept = None
+        # acceptance probability of each bucket entry; 0 for outliers (farther than r: rejected, §3.5)
+        accept_prob = None if pair_accept is None else pair_accept[cand.entry_pair] * cand.entry_near
         t_scanned = time.perf_counter()
         has_near = torch.tensor([ids.numel() > 0 for ids in cand.near_ids], dtype=torch.bool, device=self.device)
         remaining = torch.where(has_near, wanted, torch.zeros_like(wanted))
@@ -319,19 +363,18 @@ class LSHIndex:
             if int(per_query.sum()) > max_proposals:
                 per_query = torch.clamp(per_query * max_proposals // int(per_query.sum()), min=1) * (remaining > 0)
             query_idx = torch.repeat_interleave(torch.arange(n_q, device=self.device), per_query)  # (B,) grouped
-            ids, accepted, probes = self._propose(cand, query_idx, method, delta, gamma is not None, gen)
+            ids, accepted, probes = self._propose(cand, query_idx, method, accept_prob, delta, gamma is not None, gen)
             stats.rounds += 1
             stats.proposals += int(query_idx.numel())
             stats.probes += probes
             # keep, per query, the first `remaining` accepted proposals (an acceptance-only stopping rule)
-            acc_pos = accepted.nonzero().flatten()
+            acc_pos = accepted.nonzero().flatten()  # (A,) in proposal order, hence grouped by query
             acc_query, acc_id = query_idx[acc_pos], ids[acc_pos]
-            first_of_query = torch.cumsum(per_query, 0) - per_query  # (Q,) first proposal of each query
-            accepted_before = torch.cumsum(accepted.to(torch.int64), 0) - accepted.to(torch.int64)  # (B,)
-            acc_rank = accepted_before[acc_pos] - accepted_before[first_of_query[acc_query]]  # rank within query
+            n_acc = torch.bincount(acc_query, minlength=n_q)
+            first_acc = torch.cumsum(n_acc, 0) - n_acc  # (Q,) position of each query's first acceptance
+            acc_rank = torch.arange(acc_pos.numel(), device=self.device) - first_acc[acc_query]  # rank within query
             keep = acc_rank < remaining[acc_query]
             out[acc_query[keep], filled[acc_query[keep]] + acc_rank[keep]] = acc_id[keep]
-            n_acc = torch.bincount(acc_query, minlength=n_q)
             taken = torch.minimum(n_acc, remaining)
             filled += taken
             remaining -= taken
@@ -368,9 +411,18 @@ class LSHIndex:
         return math.ceil(math.log(1.0 / gamma)) + 4
 
     def _propose(
-        self, cand: _Candidates, query_idx: torch.Tensor, method: str, delta: int, lemma37: bool, gen: torch.Generator
+        self,
+        cand: _Candidates,
+        query_idx: torch.Tensor,
+        method: str,
+        accept_prob: torch.Tensor | None,
+        delta: int,
+        lemma37: bool,
+        gen: torch.Generator,
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """One round: a proposal per entry of query_idx (B,); returns (ids, accepted mask, probes made)."""
+        """One round: a proposal per entry of query_idx (B,); returns (ids, accepted mask, table probes made).
+        ``accept_prob`` (E,): acceptance probability of each bucket entry when it is known (exact_degree,
+        approx_degree in closed form); None for uniform, weighted and table probes."""
         n = query_idx.numel()
         u = torch.rand(n, generator=gen, dtype=torch.float64, device=self.device)
         if method == "uniform":
@@ -383,7 +435,14 @@ class LSHIndex:
             size = cand.bucket_size[query_idx, table]
             u2 = torch.rand(n, generator=gen, dtype=torch.float64, device=self.device)
             entry = cand.bucket_offset[query_idx, table] + (u2 * size).to(torch.int64)
-        else:  # weighted, exact_degree, approx_degree: a uniform entry = bucket ~ size, then uniform point
+        elif accept_prob is not None:  # a uniform entry and the acceptance coin from one uniform u
+            # entry rank = floor(u m_q); its fractional part is uniform on [0, 1) and independent of the rank
+            # (u has 53 random bits, m_q < 2^31 of them go to the rank)
+            scaled = u * cand.query_entries[query_idx]
+            rank = torch.floor(scaled)
+            entry = cand.query_offset[query_idx] + rank.to(torch.int64)
+            return cand.entry_id[entry], (scaled - rank) < accept_prob[entry], 0
+        else:  # weighted, approx_degree with table probes: a uniform entry = bucket ~ size, then uniform point
             entry = cand.query_offset[query_idx] + (u * cand.query_entries[query_idx]).to(torch.int64)
         ids = cand.entry_id[entry]
         accepted = cand.entry_near[entry].clone()  # outliers (farther than r) are rejected (§3.5)
@@ -392,13 +451,10 @@ class LSHIndex:
         near = accepted.nonzero().flatten()  # only near proposals need a degree (independent rejections)
         coin = torch.rand(near.numel(), generator=gen, dtype=torch.float64, device=self.device)
         pair = cand.entry_pair[entry[near]]
-        if method == "exact_degree":  # deg over all L tables, counted once per (query, point) in the scan
-            accepted[near] = coin * cand.pair_degree[pair] < 1.0
-            return ids, accepted, 0
-        # approx_degree. With i the first probe that hits, the heuristic accepts iff coin < min(1, i/(L Delta)),
-        # i.e. iff the first m = floor(coin L Delta) probes all miss: probing stops at the first hit or after
-        # m probes (same distribution, fewer probes than finding i). Lemma 3.7 also needs a hit by probe
-        # L Delta + 1.
+        # approx_degree with table probes. With i the first probe that hits, the heuristic accepts iff
+        # coin < min(1, i/(L Delta)), i.e. iff the first m = floor(coin L Delta) probes all miss: probing stops
+        # at the first hit or after m probes (same distribution, fewer probes than finding i). Lemma 3.7 also
+        # needs a hit by probe L Delta + 1.
         must_miss = torch.floor(coin * (self.L * delta)).to(torch.int64)
         member = cand.member
         hit, probes = self._probe(pair, must_miss, member, gen)
