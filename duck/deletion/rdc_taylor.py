@@ -60,7 +60,7 @@ class TaylorReference:
     codes: np.ndarray  # (Vu, n) category codes, at the reference rows, of the categorical variables used
     Wc: np.ndarray  # (Vu, D + 1, k) their scaled projections
     sqrt_traces: np.ndarray  # (2P,) sqrt of the reference centred sum of squares of each side's features
-    coef_sq: np.ndarray  # (2P,) |a|^2
+    eps_scale: np.ndarray  # (2P,) sqrt(2 EIG_RCOND |a|^2): the truncation term is this times sqrt(tr) / |norm|
     pair_x: np.ndarray  # (P,) side of each pair's first variable
     pair_y: np.ndarray  # (P,) and of its second
 
@@ -96,7 +96,7 @@ class TaylorReference:
         sqrt_traces = np.sqrt(F.sq_sums_by_kind().cpu().numpy()[kind_o])
         return cls(
             rows.copy(), rank, var, taylor, half_g2, L3, w1_norm, cat_slot.reshape(-1), coef[G:], codes, Wc, sqrt_traces,
-            (coef * coef).sum(1), where[:P], where[P:],
+            np.sqrt(2 * EIG_RCOND * (coef * coef).sum(1)), where[:P], where[P:],
         )
 
     def bounds(self, kept: np.ndarray, counts: torch.Tensor | None) -> np.ndarray:
@@ -104,8 +104,8 @@ class TaylorReference:
         positions among the reference rows, at least 2), whose ECDF counts are ``counts`` (len(kept), Vg; None
         without Gaussian variables). -> (P,); -1 where nothing is certified."""
         n, G = kept.size, self.gauss_var.size
-        values = np.empty((self.coef_sq.size, n))
-        rho = np.zeros(self.coef_sq.size)
+        values = np.empty((self.eps_scale.size, n))
+        rho = np.zeros(self.eps_scale.size)
         trace = self.sqrt_traces.copy()
         if G:
             rank = counts.cpu().numpy().T / n  # (Vg, n) exact new ranks
@@ -115,8 +115,9 @@ class TaylorReference:
             values[:G] += base  # g(p) + g'(p) D, up to the centring constant
             D2 = D * D
             # |E_i| <= (max |g''| / 2 + max |D| L3 / 2) D_i^2, so |E| <= that factor times sqrt(sum D^4)
-            moments = np.stack([np.abs(D).max(1), np.sqrt(np.einsum("vn,vn->v", D2, D2)), np.sqrt(D2.sum(1))])
-            d_max, d4, d2 = moments[:, self.gauss_var]
+            d_max = np.maximum(D.max(1), -D.min(1))[self.gauss_var]
+            d4 = np.sqrt(np.einsum("vn,vn->v", D2, D2))[self.gauss_var]
+            d2 = np.sqrt(np.einsum("vn->v", D2))[self.gauss_var]
             rho[:G] = (self.half_g2 + d_max * self.L3) * d4
             trace[:G] += self.w1_norm * d2
         if self.cat_slot.size:  # exact: the tables of the category counts of the kept rows
@@ -128,15 +129,17 @@ class TaylorReference:
             flat = codes[self.cat_slot] + D_cat * np.arange(self.cat_slot.size)[:, None]
             values[G:] = per_category.ravel()[flat]
             trace[G:] = np.sqrt(np.einsum("sd,sdk->s", cat_counts[self.cat_slot], centred[self.cat_slot] ** 2))
-        values -= values.mean(1, keepdims=True)
+        values -= np.einsum("sn->s", values)[:, None] / n
         norm = np.sqrt(np.einsum("sn,sn->s", values, values))
         x, y = self.pair_x, self.pair_y
         cross = np.einsum("pn,pn->p", values[x], values[y])
         rx, ry, nx, ny = rho[x], rho[y], norm[x], norm[y]
         low = cross - rx * ny - ry * nx - rx * ry
         below = np.maximum(norm - rho, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            eps = np.sqrt(2 * EIG_RCOND * self.coef_sq) * trace / below  # trace holds sqrt(tr) bounds
-            ex, ey = eps[x], eps[y]
-            bound = low / ((nx + rx) * (ny + ry)) - ex - ey - ex * ey
-        return np.where((low > 0) & np.isfinite(bound), bound, -1.0)
+        # eps = inf where a side's norm bound is 0 (then nothing is certified); trace holds sqrt(tr) bounds
+        eps = np.divide(self.eps_scale * trace, below, out=np.full_like(below, np.inf), where=below > 0)
+        ex, ey = eps[x], eps[y]
+        denom = (nx + rx) * (ny + ry)  # > 0 wherever both eps are finite (norm > rho >= 0)
+        certified = (low > 0) & np.isfinite(ex) & np.isfinite(ey)
+        bound = np.divide(low, denom, out=np.zeros_like(low), where=certified) - ex - ey - ex * ey
+        return np.where(certified & np.isfinite(bound), bound, -1.0)
