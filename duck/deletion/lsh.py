@@ -82,8 +82,6 @@ def approx_acceptance(degree: torch.Tensor, L: int, delta: int, lemma37: bool) -
 
 
 
-
-
 @dataclass
 class _Candidates:
     """The buckets of a batch of Q queries, flattened (entries grouped by query, then table)."""
@@ -437,7 +435,7 @@ class LSHIndex:
             entry = cand.bucket_offset[query_idx, table] + (u2 * size).to(torch.int64)
         elif accept_prob is not None:  # a uniform entry and the acceptance coin from one uniform u
             # entry rank = floor(u m_q); its fractional part is uniform on [0, 1) and independent of the rank
-            # (u has 53 random bits, m_q < 2^31 of them go to the rank)
+            # (u has 53 random bits; at most 31 go to the rank since m_q < 2^31, the rest make the coin)
             scaled = u * cand.query_entries[query_idx]
             rank = torch.floor(scaled)
             entry = cand.query_offset[query_idx] + rank.to(torch.int64)
