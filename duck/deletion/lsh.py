@@ -81,7 +81,6 @@ def approx_acceptance(degree: torch.Tensor, L: int, delta: int, lemma37: bool) -
     return accept - s ** (n + 1) if lemma37 else accept
 
 
-
 @dataclass
 class _Candidates:
     """The buckets of a batch of Q queries, flattened (entries grouped by query, then table)."""
