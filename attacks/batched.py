@@ -1,19 +1,22 @@
 """Batched training of K models of one architecture: one forward/backward for all of them
 (ALGORITHMS.md §4 "Batched shadow training").
 
-The K models' parameters are stacked each step (``torch.stack``, differentiable, so gradients reach each
-model's own leaf tensors) and one ``torch.func.vmap`` over ``functional_call`` runs all K forward passes.
-Each model keeps
+The K models' parameters live stacked, one ``(G, ...)`` leaf tensor per parameter name and *cohort*
+(models with the same number and size of batches per epoch: their subsets have about the same size), and
+one ``torch.func.vmap`` over ``functional_call`` runs the forward passes of all models that have a batch at
+this step. Each model keeps
 
 - its own data: the loader :func:`duck.training.train_classifier` would build for it (same indices,
   batch size, ``drop_last`` rule and shuffling seed), iterated in lock step, epoch by epoch;
 - its own BatchNorm running statistics: buffers are stacked ``(K, ...)``; under ``vmap`` batch norm in
   train mode updates the stacked running mean/var/count of each model in place, exactly as it would
   for one model (``num_batches_tracked`` too);
-- its own optimiser state: one optimiser from the recipe over all K models' parameter tensors. Built-in
-  optimisers (SGD, Adam, AdamW, RMSprop...) update each parameter tensor independently, so this equals
-  K separate optimisers; a model without a batch at this step (its subset is smaller, the epoch ended
-  for it) has ``grad = None`` and is skipped, its step count included;
+- its own optimiser state: one optimiser from the recipe per cohort, over the cohort's stacked tensors.
+  The optimisers allowed here (SGD, Adam, AdamW, RMSprop, ...: :func:`check_batchable`) update every
+  entry of a tensor from that entry's gradient and state alone, with per-tensor scalars (the step count)
+  shared; a cohort's models take their steps together, so their step counts agree, and a stacked tensor
+  is updated exactly as its K slices would be by K optimisers. A cohort without a batch at this step (its
+  epoch has ended) gets no gradient and its optimiser does not step;
 - its own augmentation randomness: the global RNG state is swapped per model (seeded like
   ``train_classifier``'s ``seed_everything``), so augmented batches are the same as when trained alone.
 
@@ -25,22 +28,24 @@ differently (same distribution). Mixed precision is not supported here (use sequ
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.func import functional_call, vmap
 
 from duck.data.augment import apply_augment, check_augment
-from duck.data.loaders import make_loader
+from duck.data.loaders import collate_indexed, fetch, make_loader
 from duck.errors import DuckInputError
 from duck.models import Classifier
 from duck.training import Recipe, make_optimizer, make_scheduler
 
-# optimisers that couple parameter tensors (one update depends on several tensors) cannot be shared
-COUPLED_OPTIMIZERS = ("LBFGS",)
+# optimisers whose update of an entry depends on other entries (several tensors: LBFGS; the tensor's shape:
+# Adafactor's factored second moment; sparse gradients: SparseAdam) cannot update stacked models
+COUPLED_OPTIMIZERS = ("LBFGS", "Adafactor", "SparseAdam")
 
 
 class _PerModelRNG:
@@ -73,12 +78,141 @@ class _PerModelRNG:
             self._set(saved)
 
 
+class _MatmulConv2d(nn.Conv2d):
+    """``nn.Conv2d`` whose convolution is an im2col product (shifted strided views of the padded input,
+    stacked, then one matrix product), for the architecture copy that batched training runs under ``vmap``.
+
+    ``vmap`` turns a convolution with per-model weights into one grouped convolution (groups = K models),
+    which cuDNN runs group by group for small layers: hundreds of kernel launches and host syncs per step
+    (measured on an H100: 1.3 ms of host time per grouped forward convolution of the digits CNN). Here the
+    K models' products are one batched matrix product. ``F.unfold`` is not used: its CUDA kernel loops over
+    the samples (one launch per image; measured 1,856 launches per step for K = 64, B = 64). Same function
+    as the convolution (exact in float64; float32 products round differently); it stores the stacked
+    input, ``K B C k_h k_w L`` values per layer, so layers above ``max_elements`` keep the grouped
+    convolution. Off by default: its GPU speed is not measured yet (``scripts/profile_batched.py``)."""
+
+    max_elements: int = 1 << 26
+    n_models: int = 1
+
+    def _conv_forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        n, c, h, w = x.shape
+        (kh, kw), (ph, pw), (sh, sw), (dh, dw) = self.kernel_size, self.padding, self.stride, self.dilation
+        h_out = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        w_out = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        if self.n_models * n * c * kh * kw * h_out * w_out > self.max_elements:
+            return super()._conv_forward(x, weight, bias)
+        xp = F.pad(x, (pw, pw, ph, ph))
+        cols = torch.stack([xp[:, :, i * dh: i * dh + sh * (h_out - 1) + 1: sh,
+                               j * dw: j * dw + sw * (w_out - 1) + 1: sw]
+                            for i in range(kh) for j in range(kw)], 2)  # (N, C, kh kw, h_out, w_out)
+        out = (weight.reshape(weight.shape[0], -1) @ cols.reshape(n, c * kh * kw, -1)).view(n, -1, h_out, w_out)
+        return out if bias is None else out + bias.view(1, -1, 1, 1)
+
+
+def _use_matmul_convs(model: nn.Module, n_models: int, max_elements: int) -> None:
+    """Switch the plain convolutions of ``model`` (a meta-device copy) to :class:`_MatmulConv2d`."""
+    for mod in model.modules():
+        if (type(mod) is nn.Conv2d and mod.groups == 1 and mod.padding_mode == "zeros"
+                and not isinstance(mod.padding, str)):
+            mod.__class__ = _MatmulConv2d  # same parameters and attributes, another forward
+            mod.n_models, mod.max_elements = n_models, max_elements
+
+
+def _matmul_budget(device: torch.device) -> int:
+    """Most unfolded values one layer may hold: 2^28 (1 GiB of float32), on a GPU at most 1/16 of its free
+    memory."""
+    if device.type != "cuda":
+        return 1 << 28
+    return min(1 << 28, torch.cuda.mem_get_info(device)[0] // 64)
+
+
+class _Positions(torch.utils.data.Dataset):
+    """Stand-in for a data set of ``n`` samples whose batched fetch returns the sample indices only: a
+    :func:`~duck.data.loaders.make_loader` over it draws exactly the batches (same generator draws) that one
+    over the real data set would, without touching the data."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitems__(self, idx: list[int]) -> tuple[torch.Tensor]:
+        return (torch.as_tensor(idx, dtype=torch.long),)
+
+
+def device_dataset(dataset: torch.utils.data.Dataset, device: torch.device,
+                   max_fraction: float = 0.25) -> torch.utils.data.Dataset | None:
+    """``dataset`` copied to ``device`` when it holds its tensors in memory (``to`` and ``nbytes``, e.g.
+    :class:`~duck.data.base.TensorImageDataset`) and, on a GPU, takes at most ``max_fraction`` of the free
+    memory; else None (batches are then gathered on the CPU and copied)."""
+    if not (hasattr(dataset, "to") and hasattr(dataset, "nbytes")):
+        return None
+    try:
+        size = dataset.nbytes()
+    except AttributeError:  # a pool over splits that read their files lazily
+        return None
+    if device.type == "cuda" and size > max_fraction * torch.cuda.mem_get_info(device)[0]:
+        return None
+    return dataset.to(device)
+
+
+class _BatchSource:
+    """Each model's batches, epoch after epoch, gathered for all models at once.
+
+    Model ``k`` sees the batches a ``make_loader(dataset, batch_size, shuffle=True, seed=seeds[k],
+    indices=index_sets[k], drop_last=len > batch_size)`` yields, i.e. what
+    :func:`duck.training.train_classifier` feeds it: the index loaders below make the same generator draws.
+    An epoch's indices go to the device in one copy; each step gathers the images of all models of a group
+    in one indexing op from the data set held on the device (:func:`device_dataset`), instead of K loader
+    fetches and 2K small host-to-device copies per step."""
+
+    def __init__(self, dataset: torch.utils.data.Dataset, index_sets: Sequence[np.ndarray],
+                 seeds: Sequence[int], batch_size: int, device: torch.device) -> None:
+        positions = _Positions(len(dataset))
+        self.loaders = [make_loader(positions, batch_size, shuffle=True, seed=int(seed), indices=idx,
+                                    drop_last=len(idx) > batch_size)
+                        for idx, seed in zip(index_sets, seeds, strict=True)]
+        self.n_batches = [len(dl) for dl in self.loaders]
+        assert self.n_batches == [_n_batches(len(i), batch_size) for i in index_sets]
+        self.dataset, self.device = dataset, device
+        self.on_device = device_dataset(dataset, device)
+
+    def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images and labels of the (G, B) sample indices ``ids``, on the device: (G, B, ...), (G, B)."""
+        flat = ids.flatten()
+        if self.on_device is not None:
+            x, y, _ = self.on_device.__getitems__(flat)
+        else:
+            x, y, _ = collate_indexed(fetch(self.dataset, flat.cpu().tolist()))
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        return x.view(*ids.shape, *x.shape[1:]), y.view(ids.shape)
+
+    def epoch(self) -> Iterator[list[tuple[list[int], torch.Tensor, torch.Tensor]]]:
+        """Yields, per step, ``[(models, x (G, B, ...), y (G, B)), ...]``: models grouped by batch size."""
+        iters = [iter(dl) for dl in self.loaders]
+        steps = []
+        for step in range(max(self.n_batches)):
+            # exactly len(loader) batches per epoch and no further next(): like Lightning's loop, which
+            # never exhausts the sampler (exhausting it would draw one more permutation from its generator)
+            groups: dict[int, list[tuple[int, torch.Tensor]]] = {}
+            for k, it in enumerate(iters):
+                if step < self.n_batches[k]:
+                    ids = next(it)[0]
+                    groups.setdefault(len(ids), []).append((k, ids))
+            steps.append([([k for k, _ in g], torch.stack([ids for _, ids in g])) for g in groups.values()])
+        flat = torch.cat([ids.flatten() for step in steps for _, ids in step]).to(self.device, non_blocking=True)
+        views = iter(flat.split([ids.numel() for step in steps for _, ids in step]))
+        for step in steps:
+            yield [(group, *self._gather(next(views).view(ids.shape))) for group, ids in step]
+
+
 def check_batchable(recipe: Recipe, precision: Any = None) -> None:
     """Raise if the recipe cannot be trained batched (coupled optimiser, mixed precision)."""
     spec = recipe.optimizer
     name = str(getattr(spec, "func", None) or (spec.get("_target_") if isinstance(spec, dict) else spec))
     if any(c in name for c in COUPLED_OPTIMIZERS):
-        raise DuckInputError(f"optimizer {name} couples parameter tensors and cannot be trained batched; "
+        raise DuckInputError(f"optimizer {name} couples parameter entries and cannot be trained batched; "
                              "set attack.mode=sequential")
     if precision not in (None, 32, "32", "32-true"):
         raise DuckInputError(f"trainer.precision={precision} is not supported by batched shadow training "
@@ -87,10 +221,13 @@ def check_batchable(recipe: Recipe, precision: Any = None) -> None:
 
 def train_batched(models: Sequence[Classifier], dataset: torch.utils.data.Dataset, recipe: Recipe,
                   index_sets: Sequence[np.ndarray], seeds: Sequence[int], *, augment: Sequence[str] = (),
-                  device: torch.device | str = "cpu", progress: bool = False) -> list[Classifier]:
+                  device: torch.device | str = "cpu", progress: bool = False,
+                  matmul_convs: bool = False) -> list[Classifier]:
     """Train ``models[k]`` on ``dataset[index_sets[k]]`` with ``recipe`` and seed ``seeds[k]``, all at once.
 
     ``models`` must be freshly built, identical architectures (their initial weights are used as given).
+    ``matmul_convs``: run convolutions as im2col products (:class:`_MatmulConv2d`) instead of the grouped
+    convolution ``vmap`` makes (default off).
     Returns the trained models (moved to ``device``, left in train mode like ``train_classifier``)."""
     if not (len(models) == len(index_sets) == len(seeds)) or not models:
         raise DuckInputError(f"need one index set and one seed per model (got {len(models)} models, "
@@ -98,23 +235,31 @@ def train_batched(models: Sequence[Classifier], dataset: torch.utils.data.Datase
     augment = check_augment(list(augment))
     device = torch.device(device)
     k_models = len(models)
-    for m in models:
-        m.to(device).train()
+    # cohorts: same (batch length, batches per epoch), i.e. the same steps; ordered so that the models with a
+    # batch at any step form one contiguous range per batch length (by length, then most batches first)
+    batch_len = [len(i) if len(i) <= recipe.batch_size else recipe.batch_size for i in index_sets]
+    n_batches = [_n_batches(len(i), recipe.batch_size) for i in index_sets]
+    order = sorted(range(k_models), key=lambda k: (batch_len[k], -n_batches[k]))
+    cohorts: list[tuple[int, int, int]] = []  # (start, end, batches per epoch) in sorted positions
+    for pos, k in enumerate(order):
+        if cohorts and (batch_len[order[cohorts[-1][0]]], cohorts[-1][2]) == (batch_len[k], n_batches[k]):
+            cohorts[-1] = (cohorts[-1][0], pos + 1, n_batches[k])
+        else:
+            cohorts.append((pos, pos + 1, n_batches[k]))
+    sorted_models = [models[k].to(device).train() for k in order]
     base = copy.deepcopy(models[0]).to("meta")  # the architecture; weights come from the stacked tensors
-    param_names = [n for n, _ in models[0].named_parameters()]
-    buffer_names = [n for n, _ in models[0].named_buffers()]
-    leaves = [dict(m.named_parameters()) for m in models]  # each model's own leaf tensors
-    buffers = {n: torch.stack([dict(m.named_buffers())[n] for m in models]) for n in buffer_names}  # (K, ...)
-
-    optimizer = make_optimizer(recipe.optimizer, [p for m in models for p in m.parameters()])
-    scheduler = make_scheduler(recipe.scheduler, optimizer)
-    loaders = []
-    for idx, seed in zip(index_sets, seeds, strict=True):
-        n = len(idx)
-        loaders.append(make_loader(dataset, recipe.batch_size, shuffle=True, seed=int(seed), indices=idx,
-                                   drop_last=n > recipe.batch_size))
-    n_batches = [len(dl) for dl in loaders]
-    rng = _PerModelRNG(seeds, device) if augment else None
+    if matmul_convs:
+        _use_matmul_convs(base, k_models, _matmul_budget(device))
+    with torch.no_grad():
+        stacked = [{n: torch.stack([dict(m.named_parameters())[n] for m in sorted_models[a:b]]).requires_grad_()
+                    for n, _ in models[0].named_parameters()} for a, b, _ in cohorts]
+        buffers = {n: torch.stack([dict(m.named_buffers())[n] for m in sorted_models])
+                   for n, _ in models[0].named_buffers()}  # (K, ...)
+    optimizers = [make_optimizer(recipe.optimizer, list(p.values())) for p in stacked]
+    schedulers = [make_scheduler(recipe.scheduler, opt) for opt in optimizers]
+    source = _BatchSource(dataset, [index_sets[k] for k in order], [seeds[k] for k in order],
+                          recipe.batch_size, device)
+    rng = _PerModelRNG([seeds[k] for k in order], device) if augment else None
 
     def forward(params: dict[str, torch.Tensor], bufs: dict[str, torch.Tensor],
                 x: torch.Tensor) -> torch.Tensor:
@@ -125,43 +270,44 @@ def train_batched(models: Sequence[Classifier], dataset: torch.utils.data.Datase
 
     for _ in tqdm(range(recipe.epochs), desc=f"batched training of {k_models} models", disable=not progress,
                   leave=False):
-        iters = [iter(dl) for dl in loaders]
-        for step in range(max(n_batches)):
-            # exactly len(loader) batches per epoch and no further next(): like Lightning's loop, which
-            # never exhausts the sampler (exhausting it would draw one more permutation from its generator)
-            batches = [next(iters[k]) if step < n_batches[k] else None for k in range(k_models)]
-            active = [k for k, b in enumerate(batches) if b is not None]
-            # models whose batches have the same size share one vmap call (normally all of them)
-            groups: dict[int, list[int]] = {}
-            for k in active:
-                groups.setdefault(len(batches[k][1]), []).append(k)
+        for step, step_groups in enumerate(source.epoch()):
             losses = []
-            for group in groups.values():
-                xs = []
-                for k in group:
-                    x = batches[k][0].to(device, non_blocking=True)
-                    xs.append(rng.run(k, apply_augment, x, augment) if rng is not None else x)
-                x = torch.stack(xs)  # (G, B, C, H, W)
-                y = torch.stack([batches[k][1] for k in group]).to(device)  # (G, B)
-                params = {n: torch.stack([leaves[k][n] for k in group]) for n in param_names}
-                gidx = torch.tensor(group, device=device)
-                bufs = {n: b.index_select(0, gidx) for n, b in buffers.items()}  # (G, ...) updated in place
+            for group, x, y in step_groups:  # models with the same batch size (normally all active ones)
+                a, b = group[0], group[-1] + 1
+                assert group == list(range(a, b)), "active models must be contiguous (cohort order)"
+                if rng is not None:
+                    x = torch.stack([rng.run(k, apply_augment, xk, augment) for k, xk in zip(group, x, strict=True)])
+                parts = [c for c, (ca, cb, _) in enumerate(cohorts) if a <= ca and cb <= b]
+                params = {n: stacked[parts[0]][n] if len(parts) == 1 else torch.cat([stacked[c][n] for c in parts])
+                          for n in stacked[0]}
+                bufs = {n: t[a:b] for n, t in buffers.items()}  # views: batch norm updates them in place
                 logits = batched_forward(params, bufs, x)  # (G, B, num_classes)
-                for n, b in bufs.items():
-                    buffers[n].index_copy_(0, gidx, b)
                 ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none",
                                      label_smoothing=recipe.label_smoothing)  # (G·B,)
-                losses.append(ce.view(len(group), -1).mean(1).sum())  # sum of the per-model mean losses
-            optimizer.zero_grad(set_to_none=True)  # inactive models keep grad None: the optimiser skips them
+                losses.append(ce.view(b - a, -1).mean(1).sum())  # sum of the per-model mean losses
+            for opt in optimizers:
+                opt.zero_grad(set_to_none=True)
             torch.stack(losses).sum().backward()
-            optimizer.step()
-        if scheduler is not None:
-            scheduler.step()  # epoch interval, as ClassifierModule configures it
+            for opt, (_, _, nb) in zip(optimizers, cohorts, strict=True):
+                if step < nb:  # a cohort whose epoch has ended takes no step (no gradient either)
+                    opt.step()
+        for sched in schedulers:
+            if sched is not None:
+                sched.step()  # epoch interval, as ClassifierModule configures it
     with torch.no_grad():
-        for k, m in enumerate(models):
-            for n, b in m.named_buffers():
-                b.copy_(buffers[n][k])
+        for (a, b, _), params in zip(cohorts, stacked, strict=True):
+            for i, m in enumerate(sorted_models[a:b]):
+                for n, p in m.named_parameters():
+                    p.copy_(params[n][i])
+        for pos, m in enumerate(sorted_models):
+            for n, t in m.named_buffers():
+                t.copy_(buffers[n][pos])
     return list(models)
+
+
+def _n_batches(n: int, batch_size: int) -> int:
+    """Batches per epoch of a loader over ``n`` samples with the ``drop_last = n > batch_size`` rule."""
+    return n // batch_size if n > batch_size else int(n > 0)
 
 
 def calibrate(model_factory: Any, dataset: torch.utils.data.Dataset, recipe: Recipe, n_models: int, *,

@@ -98,30 +98,43 @@ class PoolDataset(IndexedDataset):
         self.train, self.test, self.n_train = train, test, len(train)
         self.labels = np.concatenate([np.asarray(train.labels), np.asarray(test.labels)])
 
-    def _fetch(self, ds: IndexedDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        if hasattr(ds, "__getitems__"):
+    @staticmethod
+    def _fetch(ds: IndexedDataset, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if hasattr(ds, "to"):  # in-memory tensors: gather where they live (ids on the same device)
             x, y, _ = ds.__getitems__(ids)
             return x, y
-        items = [ds[i] for i in ids]
+        ids_list = ids.tolist()
+        if hasattr(ds, "__getitems__"):
+            x, y, _ = ds.__getitems__(ids_list)
+            return x, y
+        items = [ds[i] for i in ids_list]
         return torch.stack([it[0] for it in items]), torch.stack([torch.as_tensor(it[1]) for it in items])
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         x, y, _ = self.train[i] if i < self.n_train else self.test[i - self.n_train]
         return x, y, int(i)
 
-    def __getitems__(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ids = np.asarray(idx, dtype=np.int64)
+    def __getitems__(self, idx: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids = torch.as_tensor(idx, dtype=torch.long)
         in_train = ids < self.n_train
         x = y = None
         for mask, ds, offset in ((in_train, self.train, 0), (~in_train, self.test, self.n_train)):
-            if mask.any():
-                xs, ys = self._fetch(ds, (ids[mask] - offset).tolist())
+            pos = mask.nonzero().flatten()
+            if pos.numel():
+                xs, ys = self._fetch(ds, ids[pos] - offset)
                 if x is None:
                     x = xs.new_empty((len(ids), *xs.shape[1:]))
                     y = ys.new_empty((len(ids),))
-                pos = torch.from_numpy(np.flatnonzero(mask))
                 x[pos], y[pos] = xs, ys
-        return x, y, torch.from_numpy(ids)
+        return x, y, ids
+
+    def to(self, device: torch.device | str) -> PoolDataset:
+        """Both splits on ``device`` (only when both hold their tensors in memory: see
+        :func:`attacks.batched.device_dataset`)."""
+        return PoolDataset(self.train.to(device), self.test.to(device))
+
+    def nbytes(self) -> int:
+        return self.train.nbytes() + self.test.nbytes()
 
 
 def _data_fingerprint(data: DatasetSplits) -> str:

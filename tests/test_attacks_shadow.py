@@ -63,8 +63,8 @@ def test_shadow_seeds_are_distinct() -> None:
 
 
 # --------------------------------------------------------------------- batched == separately trained
-@pytest.mark.parametrize("opt,augment", [("adam", ["flip"]), ("sgd", [])])
-def test_batched_models_equal_separately_trained_ones(data, opt: str, augment: list[str]) -> None:
+@pytest.mark.parametrize("opt,augment,matmul", [("adam", ["flip"], False), ("sgd", [], False), ("adam", [], True)])
+def test_batched_models_equal_separately_trained_ones(data, opt: str, augment: list[str], matmul: bool) -> None:
     """K models trained at once equal K models trained one after another by the target's recipe
     (``train_classifier``, Lightning) with the same seeds: same init, data order, augmentation, BatchNorm
     running statistics and optimiser state — up to float rounding."""
@@ -81,7 +81,8 @@ def test_batched_models_equal_separately_trained_ones(data, opt: str, augment: l
     separate = [train_classifier(fresh(s), data.train, rec, indices=i, augment=augment, seed=s,
                                  trainer_cfg=CPU)[0]
                 for i, s in zip(index_sets, seeds, strict=True)]
-    batched = train_batched([fresh(s) for s in seeds], data.train, rec, index_sets, seeds, augment=augment)
+    batched = train_batched([fresh(s) for s in seeds], data.train, rec, index_sets, seeds, augment=augment,
+                            matmul_convs=matmul)
     for a, b in zip(separate, batched, strict=True):
         sa, sb = a.state_dict(), b.state_dict()
         assert sa.keys() == sb.keys()
@@ -96,6 +97,9 @@ def test_batching_refuses_coupled_optimisers_and_mixed_precision() -> None:
     lbfgs = Recipe(epochs=1, batch_size=8, optimizer={"_target_": "torch.optim.LBFGS", "_partial_": True})
     with pytest.raises(DuckInputError, match="attack.mode=sequential"):
         check_batchable(lbfgs)
+    adafactor = Recipe(epochs=1, batch_size=8, optimizer={"_target_": "torch.optim.Adafactor", "_partial_": True})
+    with pytest.raises(DuckInputError, match="Adafactor"):
+        check_batchable(adafactor)
     with pytest.raises(DuckInputError, match="precision"):
         check_batchable(recipe(), "16-mixed")
 
@@ -224,10 +228,19 @@ def test_batched_training_on_cuda_matches_cpu_sequential(data) -> None:
 
     separate = [train_classifier(fresh(s), data.train, rec, indices=i, seed=s, trainer_cfg=CPU)[0]
                 for i, s in zip(index_sets, seeds, strict=True)]
-    batched = train_batched([fresh(s) for s in seeds], data.train, rec, index_sets, seeds, device="cuda")
+    # full float32 on the GPU (cuDNN convolutions default to TF32, ~1e-3 relative error per product,
+    # which two epochs of Adam amplify past any fixed tolerance)
+    matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True, allow_tf32=False):
+            batched = train_batched([fresh(s) for s in seeds], data.train, rec, index_sets, seeds, device="cuda")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
     for a, b in zip(separate, batched, strict=True):
         for name, t in a.state_dict().items():
-            torch.testing.assert_close(b.state_dict()[name].cpu(), t, rtol=1e-3, atol=1e-4, msg=name)
+            torch.testing.assert_close(b.state_dict()[name].cpu(), t, rtol=1e-3, atol=1e-4,
+                                       msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_attacks_package_is_light() -> None:
@@ -249,3 +262,25 @@ def test_thread_setting_is_scoped() -> None:
     assert resolve_threads("auto") in (1, None)
     with pytest.raises(DuckInputError, match="attack.threads"):
         resolve_threads("many")
+
+
+@pytest.mark.parametrize("stride,padding,dilation,bias", [(1, 1, 1, False), (2, 0, 1, True), (1, 2, 2, True)])
+def test_matmul_conv_equals_conv2d_under_vmap(stride: int, padding: int, dilation: int, bias: bool) -> None:
+    """The im2col convolution of batched training is F.conv2d (float64, forward and gradients), per model."""
+    from torch.func import functional_call, vmap
+
+    from attacks.batched import _use_matmul_convs
+
+    conv = torch.nn.Conv2d(3, 5, 3, stride=stride, padding=padding, dilation=dilation, bias=bias).double()
+    fast = torch.nn.Conv2d(3, 5, 3, stride=stride, padding=padding, dilation=dilation, bias=bias).double()
+    _use_matmul_convs(fast, n_models=4, max_elements=1 << 30)
+    assert type(fast).__name__ == "_MatmulConv2d"
+    params = {n: torch.randn(4, *p.shape, dtype=torch.float64, requires_grad=True) for n, p in conv.named_parameters()}
+    x = torch.randn(4, 2, 3, 9, 9, dtype=torch.float64)
+    outs = [vmap(lambda p, xi, m=m: functional_call(m, p, (xi,)))(params, x) for m in (conv, fast)]
+    torch.testing.assert_close(outs[1], outs[0])
+    grads = [torch.autograd.grad((o ** 2).sum(), list(params.values())) for o in outs]
+    for g_fast, g_ref in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(g_fast, g_ref)
+    fast.max_elements = 10  # too large for the budget: the grouped convolution runs instead
+    torch.testing.assert_close(vmap(lambda p, xi: functional_call(fast, p, (xi,)))(params, x), outs[0])

@@ -7,6 +7,7 @@ all refer to samples by this index.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,19 @@ class TensorImageDataset(IndexedDataset):
     def __getitems__(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ids = torch.as_tensor(idx, dtype=torch.long)
         return self._normalise(self.images[ids]), self._labels_t[ids], ids
+
+    def to(self, device: torch.device | str) -> TensorImageDataset:
+        """The same data set with its images, labels and normalisation on ``device`` (images keep their
+        dtype, so uint8 data costs a quarter of float). ``__getitems__`` then takes device index tensors and
+        gathers batches there; a copy shares nothing mutable with ``self``."""
+        out = copy.copy(self)
+        out.images, out._labels_t = self.images.to(device), self._labels_t.to(device)
+        out.mean, out.std = self.mean.to(device), self.std.to(device)
+        return out
+
+    def nbytes(self) -> int:
+        """Bytes of the stored images and labels (what :meth:`to` copies)."""
+        return self.images.numel() * self.images.element_size() + self._labels_t.numel() * 8
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All samples at once: ``(x (N,C,H,W) normalised float, y (N,))``."""

@@ -18,6 +18,14 @@ def collate_indexed(data: Any) -> Any:
     return default_collate(data)
 
 
+def fetch(dataset: Dataset, ids: list[int]) -> Any:
+    """The samples ``ids`` of ``dataset`` as one batch: its batched fetch (``__getitems__``) where it has
+    one, else its items one by one (pass the result through :func:`collate_indexed`)."""
+    if hasattr(dataset, "__getitems__"):
+        return dataset.__getitems__(ids)
+    return [dataset[i] for i in ids]
+
+
 def subset(dataset: Dataset, indices: Sequence[int] | np.ndarray | None) -> Dataset:
     """``Subset`` keeping the base data set's stable sample indices (``None`` = everything)."""
     if indices is None:

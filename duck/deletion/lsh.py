@@ -326,7 +326,7 @@ class LSHIndex:
         r = check_radius(r)
         q = self._as_queries(queries)
         n_q = q.shape[0]
-        wanted = self._sample_counts(n_samples, n_q)
+        wanted = self._sample_counts(n_samples, n_q).to(self.device)
         delta = self._approx_delta(approx_delta, gamma)
         if isinstance(seed, torch.Generator):
             gen = seed

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# GPU figures for README "Performance", in one go on a CUDA machine (used on the lent H100 through the
+# device tool; any CUDA machine with the project's dependencies works the same).
+#
+#   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit kmeans lsh spn duck
+#
+# Each stage runs `duck-bench SUITE` (through `python -m duck.cli.bench`, so an uninstalled checkout works)
+# into $RUNS/SUITE and copies its bench.json and log to $OUT (default: ./gpu_out). Extra wheels in .whl/
+# (hydra-core, omegaconf, antlr4 when the machine lacks them) are installed to /tmp/site first; a
+# Fashion-MNIST copy in .fmnist/ is used when /usr/share/datasets/fashion-mnist is missing. To prepare both
+# for a machine without package access (both folders are git-ignored; carry them):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl hydra-core==1.3.8 omegaconf==2.3.1
+#   .venv/bin/pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
+#   cp -r /usr/share/datasets/fashion-mnist .fmnist
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}
+RUNS=${RUNS:-/tmp/duck_gpu_runs}
+PY=${PY:-python3}
+mkdir -p "$OUT" "$RUNS"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
+if [ ! -d /usr/share/datasets/fashion-mnist ] && [ -d .fmnist ]; then
+  mkdir -p /usr/share/datasets && ln -sfn "$PWD/.fmnist" /usr/share/datasets/fashion-mnist
+fi
+
+bench() {  # bench NAME LIMIT_S SUITE [overrides...]
+  local name=$1 limit=$2 suite=$3; shift 3
+  echo "=== $name: duck-bench $suite $*"
+  local t0=$SECONDS
+  timeout "$limit" $PY -m duck.cli.bench "$suite" "$@" "hydra.run.dir=$RUNS/$name" 2>&1 | tee "$OUT/$name.log" | tail -40
+  echo "=== $name: rc ${PIPESTATUS[0]}, $((SECONDS - t0)) s"
+  cp "$RUNS/$name/bench.json" "$OUT/$name.json" 2>/dev/null || true
+}
+
+for stage in "$@"; do
+  case $stage in
+    env)
+      nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+      $PY -c "import torch, lightning, timm, sklearn; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+torch.cuda.get_device_name(0), 'lightning', lightning.__version__, 'timm', timm.__version__, 'sklearn', sklearn.__version__)"
+      nproc ;;
+    tests)  # the CUDA tests, then the fast suite with CUDA visible
+      timeout 150 $PY -m pytest -q -p no:cacheprovider -m "not slow" -n 8 tests 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+    gputests)  # the test files with CUDA paths only
+      timeout 150 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_lsh.py tests/test_lsh_bench.py \
+        tests/test_attacks_shadow.py tests/test_spn.py tests/test_kmeans_pp.py tests/test_kmeans_inputs.py 2>&1 \
+        | tee "$OUT/gputests.log" | tail -15 ;;
+    profile)  # where a batched shadow-training step goes (scripts/profile_batched.py)
+      timeout 200 $PY scripts/profile_batched.py --models 64 --width 32 2>&1 | tee "$OUT/profile.log" | tail -75 ;;
+    audit)  # issue 4: batched vs sequential shadow training, E = 64 small CNNs on digits; ResNet-18 CIFAR-shaped
+      bench audit 420 audit bench.device=cuda bench.threads=null bench.correctness.enabled=false \
+        bench.throughput.setups.0.n_models=64 bench.throughput.setups.0.chunk_size=64 \
+        bench.throughput.setups.1.n_models=16 bench.throughput.setups.1.chunk_size=16 \
+        bench.throughput.setups.1.data.n_train=10000 bench.throughput.setups.1.recipe_overrides.epochs=3 ;;
+    kmeans)
+      bench kmeans 150 kmeans bench.device=cuda bench.datasets=[gaussian] bench.replicates=3 ;;
+    lsh)
+      bench lsh 150 lsh bench.device=cuda bench.repeats=3 ;;
+    spn)
+      bench spn 200 spn bench.device=cuda bench.spflow=false bench.repetitions=3 ;;
+    duck)
+      bench duck 270 duck bench.trainer=auto bench.recipe_epochs=[24] bench.classes=[0] bench.seeds=[0] ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
