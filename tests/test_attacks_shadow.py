@@ -284,3 +284,32 @@ def test_matmul_conv_equals_conv2d_under_vmap(stride: int, padding: int, dilatio
         torch.testing.assert_close(g_fast, g_ref)
     fast.max_elements = 10  # too large for the budget: the grouped convolution runs instead
     torch.testing.assert_close(vmap(lambda p, xi: functional_call(fast, p, (xi,)))(params, x), outs[0])
+
+
+def test_direct_batch_draws_equal_the_loaders(data) -> None:
+    """The batch plan drawn directly equals what the models' own loaders yield, epoch after epoch, for
+    subsets above, at and below the batch size (a partial batch exhausts the sampler: one more draw)."""
+    from attacks.batched import _BatchSource
+
+    sizes = [100, 37, 16, 15, 64, 65, 1]
+    index_sets = [np.sort(np.random.default_rng(n).choice(len(data.train), n, replace=False)) for n in sizes]
+    seeds = [shadow_seed(3, k) for k in range(len(sizes))]
+    direct = _BatchSource(data.train, index_sets, seeds, 16, torch.device("cpu"))
+    loaders = _BatchSource(data.train, index_sets, seeds, 16, torch.device("cpu"))
+    loaders.direct = False
+    assert direct.direct
+    for _ in range(3):
+        for step_a, step_b in zip(direct.epoch(), loaders.epoch(), strict=True):
+            assert [g for g, _, _ in step_a] == [g for g, _, _ in step_b]
+            for (_, xa, ya), (_, xb, yb) in zip(step_a, step_b, strict=True):
+                assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_batch_source_falls_back_to_loaders_when_draws_differ(data, monkeypatch) -> None:
+    from attacks.batched import _BatchSource
+
+    monkeypatch.setattr(_BatchSource, "_draw", lambda self, k, gen: torch.zeros((1, 1), dtype=torch.long))
+    src = _BatchSource(data.train, [np.arange(40)], [0], 16, torch.device("cpu"))
+    assert not src.direct and len(list(src.epoch())) == 2
+    with pytest.raises(DuckInputError, match="empty"):
+        train_batched([factory(data)()], data.train, recipe(), [np.arange(0)], [0])
