@@ -28,6 +28,8 @@ differently (same distribution). Mixed precision is not supported here (use sequ
 from __future__ import annotations
 
 import copy
+import functools
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -174,9 +176,8 @@ class _BatchSource:
                  seeds: Sequence[int], batch_size: int, device: torch.device) -> None:
         self.subsets = [torch.as_tensor(np.asarray(i, dtype=np.int64)) for i in index_sets]
         self.seeds, self.batch_size, self.n_data = [int(s) for s in seeds], int(batch_size), len(dataset)
-        self.n_batches = [_n_batches(len(i), batch_size) for i in index_sets]
-        self.loaders = [self._loader(k) for k in range(len(self.subsets))]
-        check = [self._loader(k) for k in range(len(self.subsets))]
+        self.n_batches = [batch_shape(len(i), batch_size)[0] for i in index_sets]
+        check = self._make_loaders()
         gens = [torch.Generator().manual_seed(seed) for seed in self.seeds]
         self.direct = all(torch.equal(self._from_loader(check[k], self.n_batches[k]), self._draw(k, gens[k]))
                           for _ in range(2) for k in range(len(self.subsets)))
@@ -184,11 +185,16 @@ class _BatchSource:
         self.dataset, self.device = dataset, device
         self.on_device = device_dataset(dataset, device)
 
-    def _loader(self, k: int) -> torch.utils.data.DataLoader:
-        n = len(self.subsets[k])
-        return make_loader(_Positions(self.n_data), self.batch_size,
-                           shuffle=True, seed=self.seeds[k], indices=self.subsets[k].numpy(),
-                           drop_last=n > self.batch_size)
+    def _make_loaders(self) -> list[torch.utils.data.DataLoader]:
+        """The models' own loaders (``train_classifier``'s), over index-only data."""
+        return [make_loader(_Positions(self.n_data), self.batch_size, shuffle=True, seed=seed,
+                            indices=idx.numpy(), drop_last=len(idx) > self.batch_size)
+                for idx, seed in zip(self.subsets, self.seeds, strict=True)]
+
+    @functools.cached_property
+    def loaders(self) -> list[torch.utils.data.DataLoader]:
+        """Used instead of :meth:`_draw` when the check in the constructor failed."""
+        return self._make_loaders()
 
     @staticmethod
     def _from_loader(loader: torch.utils.data.DataLoader, n_batches: int) -> torch.Tensor:
@@ -200,12 +206,12 @@ class _BatchSource:
 
     def _draw(self, k: int, gen: torch.Generator) -> torch.Tensor:
         """The draws one epoch of model ``k``'s loader makes from its generator, and its batches."""
-        n, bs, nb = len(self.subsets[k]), self.batch_size, self.n_batches[k]
+        n = len(self.subsets[k])
+        nb, width = batch_shape(n, self.batch_size)
         torch.empty((), dtype=torch.int64).random_(generator=gen)  # the loader iterator's base seed
         perm = torch.randperm(n, generator=gen)  # RandomSampler
-        if 0 < n < bs:  # the partial last batch is closed by exhausting the sampler: one more permutation
+        if 0 < n < self.batch_size:  # a partial last batch is closed by exhausting the sampler: one more draw
             torch.randperm(n, generator=gen)
-        width = bs if n > bs else n
         return self.subsets[k][perm[: nb * width]].view(nb, width)
 
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -268,17 +274,14 @@ def train_batched(models: Sequence[Classifier], dataset: torch.utils.data.Datase
     augment = check_augment(list(augment))
     device = torch.device(device)
     k_models = len(models)
-    # cohorts: same (batch length, batches per epoch), i.e. the same steps; ordered so that the models with a
+    # cohorts: same (batches per epoch, batch length), i.e. the same steps; ordered so that the models with a
     # batch at any step form one contiguous range per batch length (by length, then most batches first)
-    batch_len = [len(i) if len(i) <= recipe.batch_size else recipe.batch_size for i in index_sets]
-    n_batches = [_n_batches(len(i), recipe.batch_size) for i in index_sets]
-    order = sorted(range(k_models), key=lambda k: (batch_len[k], -n_batches[k]))
+    shapes = [batch_shape(len(i), recipe.batch_size) for i in index_sets]
+    order = sorted(range(k_models), key=lambda k: (shapes[k][1], -shapes[k][0]))
     cohorts: list[tuple[int, int, int]] = []  # (start, end, batches per epoch) in sorted positions
-    for pos, k in enumerate(order):
-        if cohorts and (batch_len[order[cohorts[-1][0]]], cohorts[-1][2]) == (batch_len[k], n_batches[k]):
-            cohorts[-1] = (cohorts[-1][0], pos + 1, n_batches[k])
-        else:
-            cohorts.append((pos, pos + 1, n_batches[k]))
+    for (nb, _), members in itertools.groupby(order, key=lambda k: shapes[k]):
+        start = cohorts[-1][1] if cohorts else 0
+        cohorts.append((start, start + len(list(members)), nb))
     sorted_models = [models[k].to(device).train() for k in order]
     base = copy.deepcopy(models[0]).to("meta")  # the architecture; weights come from the stacked tensors
     if matmul_convs:
@@ -338,9 +341,10 @@ def train_batched(models: Sequence[Classifier], dataset: torch.utils.data.Datase
     return list(models)
 
 
-def _n_batches(n: int, batch_size: int) -> int:
-    """Batches per epoch of a loader over ``n`` samples with the ``drop_last = n > batch_size`` rule."""
-    return n // batch_size if n > batch_size else int(n > 0)
+def batch_shape(n: int, batch_size: int) -> tuple[int, int]:
+    """(batches per epoch, batch length) of a loader over ``n`` samples with ``train_classifier``'s rule
+    ``drop_last = n > batch_size`` (a subset smaller than a batch is one short batch)."""
+    return (n // batch_size, batch_size) if n > batch_size else (int(n > 0), n)
 
 
 def calibrate(model_factory: Any, dataset: torch.utils.data.Dataset, recipe: Recipe, n_models: int, *,

@@ -33,6 +33,7 @@ from attacks.batched import calibrate, check_batchable, train_batched
 from attacks.lira import lira_phi, view_logits
 from duck.checkpoint import build_manifest, load_checkpoint, load_into, save_checkpoint
 from duck.data.base import DatasetSplits, IndexedDataset
+from duck.data.loaders import collate_indexed, fetch
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_save_npz
 from duck.models import Classifier
@@ -100,15 +101,9 @@ class PoolDataset(IndexedDataset):
 
     @staticmethod
     def _fetch(ds: IndexedDataset, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if hasattr(ds, "to"):  # in-memory tensors: gather where they live (ids on the same device)
-            x, y, _ = ds.__getitems__(ids)
-            return x, y
-        ids_list = ids.tolist()
-        if hasattr(ds, "__getitems__"):
-            x, y, _ = ds.__getitems__(ids_list)
-            return x, y
-        items = [ds[i] for i in ids_list]
-        return torch.stack([it[0] for it in items]), torch.stack([torch.as_tensor(it[1]) for it in items])
+        # in-memory tensors (``to``) gather where they live, from ids on the same device
+        x, y, _ = collate_indexed(fetch(ds, ids if hasattr(ds, "to") else ids.tolist()))
+        return x, torch.as_tensor(y)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         x, y, _ = self.train[i] if i < self.n_train else self.test[i - self.n_train]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attacks import shadow as shadow_mod
-from attacks.batched import calibrate, check_batchable, train_batched
+from attacks.batched import calibrate, check_batchable, device_dataset, train_batched
 from attacks.shadow import PoolDataset, ShadowBank, keep_matrix, shadow_seed
 from duck.data.registry import build_datasets
 from duck.errors import DuckInputError
@@ -200,6 +200,22 @@ def test_pool_dataset_and_shadow_in(data, tmp_path: Path) -> None:
     torch.testing.assert_close(x[0], data.test[3][0])
     torch.testing.assert_close(x[1], data.train[2][0])
     assert idx.tolist() == [n + 3, 2, n] and y[2].item() == data.test.labels[0]
+
+    class ItemsOnly(torch.utils.data.Dataset):  # a split read item by item (no batched fetch, no ``to``)
+        def __init__(self, ds) -> None:
+            self.ds, self.labels = ds, ds.labels
+
+        def __len__(self) -> int:
+            return len(self.ds)
+
+        def __getitem__(self, i: int):
+            return self.ds[i]
+
+    lazy = PoolDataset(data.train, ItemsOnly(data.test))
+    x2, y2, _ = lazy.__getitems__([n + 3, 2, n])
+    torch.testing.assert_close(x2, x)
+    assert y2.tolist() == y.tolist()
+    assert device_dataset(lazy, torch.device("cpu")) is None and device_dataset(pool, torch.device("cpu")) is not None
     bank = make_bank(data, tmp_path, pool="train+test")
     assert bank.keep.shape == (4, n + len(data.test))
     sin = bank.shadow_in(np.array([0, 5]), np.array([1]))

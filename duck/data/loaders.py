@@ -18,7 +18,7 @@ def collate_indexed(data: Any) -> Any:
     return default_collate(data)
 
 
-def fetch(dataset: Dataset, ids: list[int]) -> Any:
+def fetch(dataset: Dataset, ids: list[int] | torch.Tensor) -> Any:
     """The samples ``ids`` of ``dataset`` as one batch: its batched fetch (``__getitems__``) where it has
     one, else its items one by one (pass the result through :func:`collate_indexed`)."""
     if hasattr(dataset, "__getitems__"):
