@@ -145,14 +145,11 @@ class _Positions(torch.utils.data.Dataset):
 
 def device_dataset(dataset: torch.utils.data.Dataset, device: torch.device,
                    max_fraction: float = 0.25) -> torch.utils.data.Dataset | None:
-    """``dataset`` copied to ``device`` when it holds its tensors in memory (``to`` and ``nbytes``, e.g.
-    :class:`~duck.data.base.TensorImageDataset`) and, on a GPU, takes at most ``max_fraction`` of the free
-    memory; else None (batches are then gathered on the CPU and copied)."""
-    if not (hasattr(dataset, "to") and hasattr(dataset, "nbytes")):
-        return None
-    try:
-        size = dataset.nbytes()
-    except AttributeError:  # a pool over splits that read their files lazily
+    """``dataset`` copied to ``device`` when it holds its tensors in memory (``to``, and ``nbytes()`` not
+    None, e.g. :class:`~duck.data.base.TensorImageDataset`) and, on a GPU, takes at most ``max_fraction`` of
+    the free memory; else None (batches are then gathered on the CPU and copied)."""
+    size = dataset.nbytes() if hasattr(dataset, "to") and hasattr(dataset, "nbytes") else None
+    if size is None:
         return None
     if device.type == "cuda" and size > max_fraction * torch.cuda.mem_get_info(device)[0]:
         return None

@@ -103,7 +103,7 @@ class PoolDataset(IndexedDataset):
     def _fetch(ds: IndexedDataset, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # in-memory tensors (``to``) gather where they live, from ids on the same device
         x, y, _ = collate_indexed(fetch(ds, ids if hasattr(ds, "to") else ids.tolist()))
-        return x, torch.as_tensor(y)
+        return x, y
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         x, y, _ = self.train[i] if i < self.n_train else self.test[i - self.n_train]
@@ -128,7 +128,10 @@ class PoolDataset(IndexedDataset):
         :func:`attacks.batched.device_dataset`)."""
         return PoolDataset(self.train.to(device), self.test.to(device))
 
-    def nbytes(self) -> int:
+    def nbytes(self) -> int | None:
+        """Bytes :meth:`to` would copy; None when a split reads its samples lazily (cannot move)."""
+        if not all(hasattr(ds, "nbytes") for ds in (self.train, self.test)):
+            return None
         return self.train.nbytes() + self.test.nbytes()
 
 

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from attacks.batched import train_batched
+from attacks.batched import batch_shape, train_batched
 from attacks.shadow import keep_matrix, shadow_seed
 from duck.data.registry import build_datasets
 from duck.models import create_model
@@ -46,7 +46,7 @@ def main() -> None:
     index_sets = [np.flatnonzero(keep[k]) for k in range(args.models)]
     seeds = [shadow_seed(0, k) for k in range(args.models)]
     adam = {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 1e-3, "weight_decay": 5e-4}
-    steps = int(np.mean([len(i) // 64 for i in index_sets]))
+    steps = int(np.mean([batch_shape(len(i), 64)[0] for i in index_sets]))
 
     def models() -> list:
         out = []

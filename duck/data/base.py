@@ -66,7 +66,7 @@ class TensorImageDataset(IndexedDataset):
 
     def nbytes(self) -> int:
         """Bytes of the stored images and labels (what :meth:`to` copies)."""
-        return self.images.numel() * self.images.element_size() + self._labels_t.numel() * 8
+        return sum(t.numel() * t.element_size() for t in (self.images, self._labels_t))
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All samples at once: ``(x (N,C,H,W) normalised float, y (N,))``."""
