@@ -172,6 +172,7 @@ def test_certified_removal_after_any_sequence_of_removals():
     assert sum(v for k, v in seen.items() if k.endswith("->SU")) + seen["uninformative_changed"] > 0, seen
     assert seen["partitions_changed"] > 0 and seen["components_changed"] > 0, seen
     assert seen["components_taylor"] > 0, seen  # components certified by the first-order RDC bound, no features
+    assert seen["components_bounded"] > 0, seen  # ... and by the lower bound with stored or fresh directions
 
 
 def test_certified_removal_with_fresh_relearning_and_batches():

@@ -39,7 +39,12 @@ def test_suite_reports_times_ratio_and_certified_equality():
         assert rep["certified_equal"] is True
         assert rep["unlearn_s"] > 0 and rep["retrain_s"] > 0
         assert rep["speedup"] == pytest.approx(rep["retrain_s"] / rep["unlearn_s"])
-    for text in ("UnlearnSPN vs retraining", "speed-up", "without state", "Batched log-likelihood", "2/2"):
+        assert list(rep["schedules"]) == ["blocks", "interleaved"]  # the first one gives the headline columns
+        assert rep["unlearn_s"] == rep["schedules"]["blocks"]["unlearn_s"]
+        for res in rep["schedules"].values():  # each schedule unlearned its own copy of the same model
+            assert res["certified_equal"] is True and res["unlearn_s"] > 0 and res["retrain_s"] > 0
+    for text in ("UnlearnSPN vs retraining", "| wine | blocks |", "| wine | interleaved |", "speed-up", "without state",
+                 "Batched log-likelihood", "2/2"):
         assert text in out["table"]
     assert out["loglik"]["wine"]["rows"] == 500 and out["loglik"]["wine"]["ms"] > 0
     json.dumps({k: v for k, v in out.items() if k != "table"})  # bench.json must be serialisable
@@ -48,6 +53,19 @@ def test_suite_reports_times_ratio_and_certified_equality():
 def test_unknown_dataset_is_rejected():
     with pytest.raises(DuckInputError, match="unknown data sets"):
         bench.run(tiny_cfg(datasets=["mnist"]))
+
+
+@pytest.mark.parametrize("schedules", [["alternating"], [], ["blocks", "blocks"]])
+def test_bad_schedules_are_rejected(schedules):
+    with pytest.raises(DuckInputError, match="bench.schedules"):
+        bench.run(tiny_cfg(schedules=schedules))
+
+
+def test_single_schedule_runs_alone():
+    out = bench.run(tiny_cfg(schedules=["interleaved"], repetitions=1, n_removals=2))
+    rep = out["datasets"]["wine"]["repetitions"][0]
+    assert list(rep["schedules"]) == ["interleaved"] and rep["certified_equal"] is True
+    assert "| wine | interleaved |" in out["table"] and "| wine | blocks |" not in out["table"]
 
 
 @pytest.mark.slow

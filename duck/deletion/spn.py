@@ -404,9 +404,11 @@ class _Conditions:
         after removals only, the first-order bound of ``rdc_taylor`` (no features: the stored reference and
         the exact new ECDF counts) clears the threshold by ``_BOUND_GUARD``; (1) lower bounds
         (``rdc_lower_bounds``, no eigendecomposition) on its spanning forest's RDCs do (skipped when (0) was
-        evaluated and failed: it is within ~1e-3 of this bound); (2) ``components_still_hold`` on the whitened
-        features (a spanning forest stays above the threshold, pairs across components stay below, both by more
-        than ``_RDC_GUARD``); (3) the full matrix is recomputed. Either way the components are those of the full
+        evaluated and failed: it is within ~1e-3 of this bound); on the whitened features, (2a) the bound
+        with fresh canonical directions (unless an earlier try left a gap), which then also becomes the next
+        first-order reference, (2b) ``components_still_hold`` (a spanning forest stays above the threshold,
+        pairs across components stay below, both by more than ``_RDC_GUARD``); (3) the full matrix is
+        recomputed. Either way the components are those of the full
         RDC matrix on the new rows. Matrix entries not re-evaluated keep their last computed value.
         """
         p = self.spn.params_
@@ -442,15 +444,27 @@ class _Conditions:
         Z = F.whitened()
         if stored is not None and stored.certificate is not None:
             pairs, n_forest = stored.certificate
+            fresh = None
+            if stored.bound_gap is None:  # (2a) fresh directions that certify now make the pairwise test moot
+                fresh = self._certifying(fmap, F, self._directions(Z, stored.certificate))
+                if fresh is not None and fresh[1] is not None:
+                    self.spn._counters["components_bounded"] += 1
+                    return _RDCState(
+                        projections, stored.matrix, stored.components, stored.certificate, counts,
+                        directions=fresh[0], feature_map=fmap, taylor=fresh[1],
+                    )
             holds, values = components_still_hold(Z, pairs, n_forest, p.rdc_threshold, _RDC_GUARD)
             if holds:
                 matrix = stored.matrix.copy()
                 matrix[pairs[:, 0], pairs[:, 1]] = matrix[pairs[:, 1], pairs[:, 0]] = values
                 weakest = float(values[:n_forest].min()) if n_forest else 1.0
-                directions = taylor = None
                 gap = stored.bound_gap
-                if gap is None or weakest - gap >= p.rdc_threshold + _BOUND_GUARD:
-                    directions, taylor, gap = self._certifying(fmap, F, self._directions(Z, stored.certificate), weakest)
+                if gap is not None and weakest - gap >= p.rdc_threshold + _BOUND_GUARD:  # worth another try
+                    fresh = self._certifying(fmap, F, self._directions(Z, stored.certificate))
+                directions = taylor = None
+                if fresh is not None:
+                    directions, taylor, smallest = fresh
+                    gap = None if taylor is not None else weakest - smallest
                 return _RDCState(
                     projections, matrix, stored.components, stored.certificate, counts, directions, fmap, taylor, gap
                 )
@@ -471,18 +485,19 @@ class _Conditions:
         return canonical_directions(Z, certificate[0])
 
     def _certifying(
-        self, fmap: FeatureMap, F: Features, directions: Combinations | None, weakest: float
-    ) -> tuple[Combinations | None, TaylorReference | None, float | None]:
-        """Fresh directions with their first-order reference when their lower bound certifies the current rows
-        (then the next removals are checked without features); otherwise (None, None, the bound's gap below
-        the weakest forest RDC), since a bound below the threshold now would only fail later."""
+        self, fmap: FeatureMap, F: Features, directions: Combinations | None
+    ) -> tuple[Combinations | None, TaylorReference | None, float] | None:
+        """Fresh directions with their first-order reference when their lower bound certifies the current rows:
+        (directions, reference, smallest bound); then the next removals are checked without features, and the
+        bound (below every forest edge's RDC) certifies the components now. Otherwise (None, None, smallest
+        bound): a bound below the threshold now would only fail later. None without directions."""
         if directions is None:
-            return None, None, None
+            return None
         taylor = TaylorReference.build(fmap, F, directions, self.rows)
         fresh = taylor.bounds(np.arange(self.n), F.gauss_counts)  # no rank moves: rdc_lower_bounds on these rows
         if bool((fresh >= self.spn.params_.rdc_threshold + _BOUND_GUARD).all()):
-            return directions, taylor, None
-        return None, None, weakest - float(fresh.min())
+            return directions, taylor, float(fresh.min())
+        return None, None, float(fresh.min())
 
     def _taylor_bounds(
         self, taylor: TaylorReference, counts: torch.Tensor | None, fmap: FeatureMap
