@@ -231,10 +231,13 @@ def _remove_one_by_one(
         for i, left in tqdm(steps, desc=desc, leave=False, mininterval=2.0):
             unlearn(i)
             retrain(left)
-    else:  # blocks
-        sides = [lambda: [unlearn(i) for i, _ in steps], lambda: [retrain(left) for _, left in steps]]
-        for side in sides if unlearn_first else sides[::-1]:
-            side()
+    else:  # blocks: every removal, then every retrain (or the other way round)
+        for side in ("unlearn", "retrain") if unlearn_first else ("retrain", "unlearn"):
+            for i, left in tqdm(steps, desc=f"{desc} {side}", leave=False, mininterval=2.0):
+                if side == "unlearn":
+                    unlearn(i)
+                else:
+                    retrain(left)
     certified = None
     if check:
         left = spn.ids_
