@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,6 +51,12 @@ def save_checkpoint(path: str | Path, state_dict: Mapping[str, torch.Tensor], ma
     return atomic_write(path, lambda f: torch.save(obj, f))
 
 
+def _load_detail(error: Exception) -> str:
+    """The informative line of a torch.load error (torch surrounds it with advice and links)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    return next((line for line in lines if "unsupported" in line.lower()), lines[0])[:200]
+
+
 def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
     """Read ``(state_dict, manifest or None)`` from any supported file; never unpickles code."""
     path = Path(path).expanduser()
@@ -71,10 +78,19 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     try:
         obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).splitlines()[0][:200]
+        # torch's weights-only unpickler names a disallowed class/function ("Unsupported global: GLOBAL x",
+        # "Trying to load unsupported GLOBAL x whose module m is blocked");
+        # any other unpickling failure means the bytes are not a checkpoint at all (text, a truncated
+        # legacy file, a bare pickle without torch's header)
+        found = re.search(r"unsupported (?:global: )?GLOBAL (\S+)", str(e), re.IGNORECASE)
+        if found is None:
+            raise DuckInputError(
+                f"checkpoint {path} is corrupt or not a PyTorch checkpoint ({_load_detail(e)}); re-create it "
+                "with torch.save(model.state_dict()) or as .safetensors"
+            ) from None
         raise DuckInputError(
-            f"refusing to load {path}: it contains pickled objects other than tensors and plain containers "
-            f"({first}); loading it could execute code. Export its state_dict (torch.save(model.state_dict())) "
+            f"refusing to load {path}: it pickles {found.group(1)}, not only tensors and plain containers; "
+            "loading it could execute code. Export its state_dict (torch.save(model.state_dict())) "
             "or convert it to .safetensors"
         ) from None
     except (RuntimeError, EOFError, ValueError, OSError) as e:

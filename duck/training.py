@@ -21,7 +21,9 @@ import torch.nn.functional as F
 
 from duck.data.augment import apply_augment, check_augment
 from duck.data.loaders import make_loader
+from duck.errors import DuckInputError
 from duck.models import Classifier
+from duck.utils import check_number, check_positive_int
 
 
 def quiet_lightning() -> None:
@@ -41,7 +43,16 @@ def build_trainer(trainer_cfg: Mapping[str, Any] | None = None, **overrides: Any
     kw.setdefault("enable_checkpointing", False)
     kw.setdefault("enable_model_summary", False)
     kw.update(overrides)
-    return L.Trainer(**kw)
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        return L.Trainer(**kw)
+    except (MisconfigurationException, TypeError, ValueError) as e:  # e.g. trainer.devices=0, +trainer.foo=1
+        if isinstance(e, TypeError) and "unexpected keyword" not in str(e):
+            raise
+        settings = ", ".join(f"{k}={v!r}" for k, v in kw.items() if k in (trainer_cfg or {}))
+        raise DuckInputError(f"invalid trainer settings ({settings}): {str(e).splitlines()[0]}; "
+                             "fix the trainer.* overrides (conf/trainer/*.yaml lists the defaults)") from None
 
 
 def make_optimizer(spec: Any, params: Any) -> torch.optim.Optimizer:
@@ -105,8 +116,18 @@ class Recipe:
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any]) -> Recipe:
-        return cls(epochs=int(cfg["epochs"]), batch_size=int(cfg["batch_size"]), optimizer=cfg["optimizer"],
-                   scheduler=cfg.get("scheduler"), label_smoothing=float(cfg.get("label_smoothing", 0.0)))
+        """From a ``recipe`` config; DuckInputError for values out of range (epochs and batch size >= 1,
+        label smoothing in [0, 1), the optimizer's lr > 0 and weight decay >= 0 where given)."""
+        optimizer = cfg["optimizer"]
+        if isinstance(optimizer, Mapping):
+            for key, lo_open in (("lr", True), ("weight_decay", False)):
+                if optimizer.get(key) is not None:
+                    check_number(optimizer[key], f"recipe.optimizer.{key}", 0.0, lo_open)
+        return cls(epochs=check_positive_int(cfg["epochs"], "recipe.epochs"),
+                   batch_size=check_positive_int(cfg["batch_size"], "recipe.batch_size"), optimizer=optimizer,
+                   scheduler=cfg.get("scheduler"),
+                   label_smoothing=check_number(cfg.get("label_smoothing", 0.0), "recipe.label_smoothing", 0.0,
+                                                False, 1.0, hi_open=True))
 
 
 def train_classifier(model: Classifier, dataset: Any, recipe: Recipe, *, indices: Sequence[int] | np.ndarray | None = None,

@@ -44,6 +44,23 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     return int(value.__index__())
 
 
+def check_number(value: Any, name: str, lo: float, lo_open: bool, hi: float = math.inf,
+                 hi_open: bool = False) -> float:
+    """``value`` as a float if it is a finite real number (not bool) in the interval from ``lo`` to ``hi``
+    (open ends where ``lo_open`` / ``hi_open``), else a ``DuckInputError`` naming ``name`` and the value."""
+    from duck.errors import DuckInputError
+
+    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+    if ok:
+        v = float(value)
+        ok = math.isfinite(v) and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+    if not ok:
+        bound = "" if lo == -math.inf else (f" > {lo}" if lo_open else f" >= {lo}")
+        upper = "" if hi == math.inf else f" {'and ' if bound else ''}{'<' if hi_open else '<='} {hi}"
+        raise DuckInputError(f"{name} must be a finite number{bound}{upper}, got {value!r}")
+    return float(value)
+
+
 def check_radius(r: Any, name: str = "r") -> float:
     """A finite radius ``> 0`` as a float, else a ``DuckInputError`` naming the value."""
     from duck.errors import DuckInputError

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,28 @@ def test_unknown_optimizer_is_refused(synthetic, synthetic_model):
                          {"optimizer": "lbfgs", "lr": 0.1, "batch_size": 32, "epochs": 1}, seed=0)
     with pytest.raises(DuckInputError, match="method.optimizer='lbfgs'"):
         u.build_optimizer(u.model.parameters())
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("lr", 0.0, "method.lr must be a finite number > 0.0"),
+    ("weight_decay", -1e-4, "method.weight_decay must be a finite number >= 0.0"),
+    ("epochs", 2.5, "method.epochs=2.5 must be an integer >= 1"),
+    ("msteps", -1, "method.msteps=-1 must be an integer >= 0"),
+    ("momentum", 1.0, "method.momentum must be a finite number >= 0.0 and < 1.0"),
+    ("retain_fraction", float("inf"), "method.retain_fraction must be a finite number"),
+    ("batch_size", True, "method.batch_size=True must be an integer >= 1"),
+])
+def test_hyperparameters_out_of_range_are_refused(key, value, match):
+    with pytest.raises(DuckInputError, match=re.escape(match)):
+        resolve_method_cfg({key: value}, "digits", "class_removal")
+
+
+def test_unset_and_unknown_hyperparameters_pass_through():
+    hp = resolve_method_cfg({"lr": None, "my_own_knob": -3, "msteps": 0, "low_epochs": 0}, "digits", "class_removal")
+    assert hp == {"lr": None, "my_own_knob": -3, "msteps": 0, "low_epochs": 0}
+
+
+def test_tolerance_may_be_negative_but_not_nan():
+    assert resolve_method_cfg({"tolerance": -1.0}, "digits", "class_removal")["tolerance"] == -1.0
+    with pytest.raises(DuckInputError, match="method.tolerance must be a finite number, got nan"):
+        resolve_method_cfg({"tolerance": float("nan")}, "digits", "class_removal")

@@ -68,9 +68,14 @@ def test_missing_truncated_and_malicious_files(tmp_path, model):
                 torch.save(payload, f)
             else:
                 pickle.dump(payload, f)
-        with pytest.raises(DuckInputError, match="refusing to load|corrupt"):
+        # torch.save'd: the disallowed callable is named; a bare pickle has no torch header: not a checkpoint
+        match = "refusing to load .* pickles posix.system" if name.endswith(".pt") else "not a PyTorch checkpoint"
+        with pytest.raises(DuckInputError, match=match):
             load_checkpoint(tmp_path / name)
     assert not marker.exists()
+    (tmp_path / "text.ckpt").write_text("garbage\n")  # not a refusal: nothing in it could run
+    with pytest.raises(DuckInputError, match="corrupt or not a PyTorch checkpoint"):
+        load_checkpoint(tmp_path / "text.ckpt")
 
 
 def test_architecture_and_class_count_mismatch(tmp_path, model):

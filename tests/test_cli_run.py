@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import SYNTH_ARGS, written_files
 
 AUDIT_ARGS = ("attack.n_shadow=4", "attack.ci.n_boot=200", "attack.svm_mia.runs=2", "report.shareable.seed=0")
@@ -43,7 +44,12 @@ def test_duck_unlearn_audit_true(run_cli, synthetic_ckpt):
     assert a["target"] == "unlearned" and "original" in a.get("reference", {})
 
 
-def test_bad_attack_option_fails_before_work(run_cli):
-    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, "attack.variant=sideways")
-    assert code == 2 and "sideways" in err
+@pytest.mark.parametrize("arg,match", [
+    ("attack.variant=sideways", "sideways"),
+    ("method.lr=0", "method.lr must be a finite number > 0.0, got 0"),  # before the original is trained
+    ("recipe.epochs=0", "recipe.epochs=0 must be an integer >= 1"),
+])
+def test_bad_option_fails_before_work(run_cli, arg, match):
+    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, arg)
+    assert code == 2 and match in err, err
     assert written_files(run_dir) == set()

@@ -45,6 +45,16 @@ def test_retrain_oracle_uses_retain_set_only(run_cli):
     (("scenario=class_removal", "scenario.forget_classes=[9]"), "forget class 9 is not a class"),
     (("scenario=custom", "scenario.forget_ids=/nonexistent/ids.txt", "retrain=true"), "forget-id file"),
     (("retrain=true",), "retrain=true needs a scenario"),
+    # numbers out of range: clear errors before training (epochs=-1 would make Lightning train forever)
+    (("recipe.epochs=-1",), "recipe.epochs=-1 must be an integer >= 1"),
+    (("recipe.batch_size=0",), "recipe.batch_size=0 must be an integer >= 1"),
+    (("recipe.optimizer.lr=nan",), "recipe.optimizer.lr must be a finite number > 0.0, got nan"),
+    (("recipe.label_smoothing=1.5",), "recipe.label_smoothing must be a finite number >= 0.0 and < 1.0"),
+    (("threads=0",), "threads=0 must be auto, null or an integer >= 1"),
+    (("seed=-1",), "seed=-1 must be an integer >= 0"),
+    (("eval_batch_size=0",), "eval_batch_size=0 must be an integer >= 1"),
+    (("trainer.devices=0",), "invalid trainer settings"),
+    (("+trainer.foo=1",), "unexpected keyword argument 'foo'"),
 ])
 def test_bad_input_exits_cleanly(run_cli, args, match):
     code, out, err, run_dir = run_cli("train", *SYNTH_ARGS, *args)

@@ -195,3 +195,9 @@ def test_augmentations_keep_shape_and_content():
     assert y.shape == x.shape
     c = random_crop(x, pad=0)
     assert torch.equal(c, x)  # no padding: the only crop is the identity
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0, 2, float("nan")])
+def test_digits_test_fraction_out_of_range_is_refused(fraction):
+    with pytest.raises(DuckInputError, match="data.test_fraction must be a finite number > 0.0 and < 1.0"):
+        build_datasets("digits", test_fraction=fraction)

@@ -86,3 +86,11 @@ def test_cli_writes_bench_json(run_cli):
     assert code == 0, err
     result = json.loads((run_dir / "bench.json").read_text())
     assert result["suite"] == "spn" and "machine" in result and "speed-up" in out
+
+
+@pytest.mark.parametrize(("arg", "match"), [("bench.seed=-3", "bench.seed=-3 must be an integer >= 0"),
+                                            ("bench.repetitions=0", "bench.repetitions=0 must be an integer >= 1")])
+def test_cli_refuses_shared_bench_numbers_before_work(run_cli, arg, match):
+    code, _, err, run_dir = run_cli("bench", "spn", arg)
+    assert code == 2 and match in err, err
+    assert not (run_dir / "bench.json").exists()

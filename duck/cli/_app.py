@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.errors import DuckInputError
+from duck.utils import check_positive_int
 
 
 def conf_dir() -> Path:
@@ -57,7 +58,16 @@ def configure_threads(threads: Any) -> None:
         if (os.cpu_count() or 1) <= 4:
             torch.set_num_threads(1)
         return
-    torch.set_num_threads(int(threads))
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise DuckInputError(f"threads={threads!r} must be auto, null or an integer >= 1")
+    torch.set_num_threads(threads)
+
+
+def check_job_numbers(cfg: Any) -> None:
+    """The top-level integers every job config may carry: ``seed >= 0``, ``eval_batch_size >= 1``."""
+    for key, minimum in (("seed", 0), ("eval_batch_size", 1)):
+        if cfg.get(key) is not None:
+            check_positive_int(cfg.get(key), key, minimum)
 
 
 def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], None]:
@@ -77,6 +87,7 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], No
         def _run(cfg: DictConfig) -> None:
             try:
                 configure_threads(cfg.get("threads", "auto"))
+                check_job_numbers(cfg)
                 task(cfg)
             except DuckInputError as e:
                 fail(str(e))

@@ -6,8 +6,10 @@ import importlib
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from duck.cli._app import conf_dir, fail, hydra_entry
+from duck.utils import check_positive_int
 
 
 def available_suites() -> list[str]:
@@ -22,6 +24,7 @@ def _task(cfg) -> dict:
     from duck.io import atomic_save_json
 
     suite = cfg.bench.name
+    check_bench_numbers(cfg.bench)
     module = importlib.import_module(f"duck.bench.{suite}")
     t0 = time.perf_counter()
     result = module.run(cfg.bench)
@@ -37,6 +40,16 @@ def _task(cfg) -> dict:
     print(result.get("table", ""))
     print(f"\nbench.json written to {path}")
     return out
+
+
+def check_bench_numbers(bench: Any) -> None:
+    """The keys every suite reads the same way, checked before any work (each suite checks its own):
+    ``seed`` / ``seeds`` >= 0, ``repetitions`` >= 1, ``threads`` / ``torch_threads`` null or >= 1."""
+    for key, minimum in (("seed", 0), ("repetitions", 1), ("threads", 1), ("torch_threads", 1)):
+        if bench.get(key) is not None:
+            check_positive_int(bench.get(key), f"bench.{key}", minimum)
+    for i, seed in enumerate(bench.get("seeds") or []):
+        check_positive_int(seed, f"bench.seeds[{i}]", 0)
 
 
 _hydra_main = hydra_entry("bench_main", _task)

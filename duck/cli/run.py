@@ -19,7 +19,7 @@ from duck.bench.common import markdown_table
 from duck.checkpoint import build_manifest, save_checkpoint
 from duck.cli._app import hydra_entry
 from duck.cli.audit import audit_and_report
-from duck.cli.setup import build_data, build_scenario_cfg, container, device_of, load_model, output_dir
+from duck.cli.setup import build_data, build_scenario_cfg, container, device_of, load_model, output_dir, recipe
 from duck.cli.train import fit_model, save_model
 from duck.cli.unlearn import method_cfg, run_unlearning
 from duck.data.base import DatasetSplits
@@ -107,7 +107,8 @@ def run(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     scenario = build_scenario_cfg(cfg, data)
     if scenario is None:
         raise DuckInputError("duck-run needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
-    name, _ = method_cfg(cfg)
+    name, _ = method_cfg(cfg, data, scenario)
+    recipe(cfg)  # the original's and the oracle's training recipe, checked before the first stage
     if cfg.audit:
         AuditSettings.from_cfg(container(cfg.attack))  # a bad attack option fails before any training
     out = output_dir()

@@ -26,12 +26,18 @@ from duck.io import atomic_save_json
 from duck.metrics import metrics_record, split_accuracies
 from duck.models import Classifier
 from duck.unlearn import UnlearnData, create_unlearner, get_unlearner_class
+from duck.unlearn.config import resolve_method_cfg
 
 
-def method_cfg(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
+def method_cfg(cfg: DictConfig, data: DatasetSplits | None = None,
+               scenario: Scenario | None = None) -> tuple[str, dict[str, Any]]:
+    """``(method name, its config)``; unknown names, and with the data and scenario also hyperparameters out
+    of range (``duck.unlearn.config``), fail here, before any work."""
     m = container(cfg.method)
     name = m.pop("name")
-    get_unlearner_class(name)  # unknown names fail before any work
+    get_unlearner_class(name)
+    if data is not None and scenario is not None:
+        resolve_method_cfg(m, data.name, scenario.kind)
     return name, m
 
 
@@ -60,7 +66,7 @@ def unlearn(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     scenario = build_scenario_cfg(cfg, data)
     if scenario is None:
         raise DuckInputError("duck-unlearn needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
-    method_cfg(cfg)
+    method_cfg(cfg, data, scenario)
     if cfg.audit:
         from attacks.audit import AuditSettings
 

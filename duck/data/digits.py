@@ -9,6 +9,7 @@ from sklearn.model_selection import train_test_split
 
 from duck.data.base import DatasetSplits, TensorImageDataset
 from duck.data.registry import register_dataset
+from duck.utils import check_number
 
 # per-pixel values are 0..16; scaled to [0, 1], then normalised with the whole set's mean and std
 DIGITS_MEAN, DIGITS_STD = (0.3053,), (0.3760,)
@@ -20,6 +21,7 @@ def digits(test_fraction: float = 0.25, split_seed: int = 0, **_: object) -> Dat
 
     With the default 25 % test fraction: 1,347 train / 450 test images (45 per class).
     """
+    check_number(test_fraction, "data.test_fraction", 0.0, True, 1.0, hi_open=True)
     bunch = load_digits()
     images = bunch.images.astype(np.float32) / 16.0  # (1797, 8, 8) in [0, 1]
     labels = bunch.target.astype(np.int64)

@@ -98,7 +98,7 @@ from duck.deletion.rdc import (
 )
 from duck.deletion.rdc_taylor import TaylorReference
 from duck.errors import DuckInputError
-from duck.utils import real_array_tensor, resolve_device
+from duck.utils import check_number, real_array_tensor, resolve_device
 
 TYPES = ("gaussian", "categorical")
 #: generator tags of the per-node random draws: derive_seed(seed, tag, path hash)
@@ -215,21 +215,6 @@ class _Params:
             "qkmeans": dict(self.qkmeans),
             "relearn": self.relearn,
         }
-
-
-def _check_number(value: Any, name: str, lo: float, lo_open: bool, hi: float = math.inf) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
-    if ok:
-        v = float(value)
-        ok = math.isfinite(v) and (v > lo if lo_open else v >= lo) and v <= hi
-    if not ok:
-        bound = f"> {lo}" if lo_open else f">= {lo}"
-        raise DuckInputError(
-            f"{name} must be a finite number {bound}"
-            + (f" and <= {hi}" if hi < math.inf else "")
-            + f", got {value!r}"
-        )
-    return float(value)
 
 
 def _check_int(value: Any, name: str, minimum: int) -> int:
@@ -1168,11 +1153,11 @@ def learn_spn(
     params = _Params(
         seed=int(seed),
         min_instances=_check_int(min_instances, "min_instances", 1),
-        rdc_threshold=_check_number(rdc_threshold, "rdc_threshold", 0.0, True, 1.0),
+        rdc_threshold=check_number(rdc_threshold, "rdc_threshold", 0.0, True, 1.0),
         rdc_features=_check_int(rdc_features, "rdc_features", 1),
-        rdc_scale=_check_number(rdc_scale, "rdc_scale", 0.0, True),
-        alpha=_check_number(alpha, "alpha", 0.0, False),
-        min_std=_check_number(min_std, "min_std", 0.0, True),
+        rdc_scale=check_number(rdc_scale, "rdc_scale", 0.0, True),
+        alpha=check_number(alpha, "alpha", 0.0, False),
+        min_std=check_number(min_std, "min_std", 0.0, True),
         n_categories=cats,
         qkmeans=qk_args,
         relearn=str(relearn),

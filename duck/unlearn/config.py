@@ -8,10 +8,24 @@ presets (the paper's bias experiment did); custom forget ids use the homogeneous
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from duck.errors import DuckInputError
+from duck.utils import check_number, check_positive_int
+
+#: the ranges of the numeric hyperparameters the methods share by name (a method's own keys not listed here
+#: are checked where it reads them); None stays allowed: "unset" or "taken from a preset"
+_POSITIVE = ("lr", "erm_lr", "low_lr", "temperature", "kd_T", "batch_ratio", "low_batch_ratio", "bound", "step",
+             "lr_gamma")
+_NON_NEGATIVE = ("weight_decay", "lambda_fgt", "lambda_ret", "lambda_reg", "lam", "alpha", "gamma",
+                 "low_lambda_scale_cr", "low_lambda_scale_hr")
+_FINITE = ("tolerance",)  # a negative tolerance is a target never reached: exactly max_epochs epochs
+_UNIT = {"retain_fraction": (0.0, False, 1.0, False), "mask_density": (0.0, True, 1.0, False),
+         "momentum": (0.0, False, 1.0, True)}  # (lo, lo open, hi, hi open)
+_COUNTS = {"epochs": 1, "max_epochs": 1, "erm_epochs": 1, "batch_size": 1, "forget_batch_size": 1,
+           "attack_steps": 1, "max_per_class": 1, "low_epochs": 0, "msteps": 0}  # minimum
 
 
 def scenario_family(kind: str) -> str:
@@ -31,4 +45,25 @@ def resolve_method_cfg(cfg: Mapping[str, Any], dataset: str, scenario_kind: str)
     if missing:
         raise DuckInputError(f"method hyperparameters {missing} have no value for data set {dataset!r}; "
                              f"set them, e.g. method.{missing[0]}=...")
+    check_hyperparameters(out)
     return out
+
+
+def check_hyperparameters(hp: Mapping[str, Any]) -> None:
+    """Raise DuckInputError, before any training, for a shared numeric hyperparameter out of its range (a
+    negative epoch count would make Lightning train forever, a NaN learning rate fails deep inside torch)."""
+    for key, value in hp.items():
+        if value is None:
+            continue
+        name = f"method.{key}"
+        if key in _COUNTS:
+            check_positive_int(value, name, _COUNTS[key])
+        elif key in _POSITIVE:
+            check_number(value, name, 0.0, True)
+        elif key in _NON_NEGATIVE:
+            check_number(value, name, 0.0, False)
+        elif key in _FINITE:
+            check_number(value, name, -math.inf, True)
+        elif key in _UNIT:
+            lo, lo_open, hi, hi_open = _UNIT[key]
+            check_number(value, name, lo, lo_open, hi, hi_open)
