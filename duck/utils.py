@@ -62,16 +62,36 @@ def check_number(value: Any, name: str, lo: float, lo_open: bool, hi: float = ma
 
 
 def check_radius(r: Any, name: str = "r") -> float:
-    """A finite radius ``> 0`` as a float, else a ``DuckInputError`` naming the value."""
+    """A finite radius ``> 0`` as a float (a real number, not a bool or a string), else a ``DuckInputError``
+    naming the value."""
+    return check_number(r, name, 0.0, True)
+
+
+#: seeds are the 64-bit values torch.Generator.manual_seed and numpy accept
+SEED_MAX = 2**63 - 1
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """An integer seed in ``[0, 2^63 - 1]`` (not a bool), else a ``DuckInputError`` naming the value."""
+    value = check_positive_int(seed, name, 0)
+    if value > SEED_MAX:
+        from duck.errors import DuckInputError
+
+        raise DuckInputError(f"{name}={seed!r} is too large; seeds are integers in [0, 2^63 - 1]")
+    return value
+
+
+def check_device(device: Any, name: str = "device") -> torch.device:
+    """:func:`resolve_device` with a ``DuckInputError`` (naming the value) for an unknown or unavailable
+    device."""
     from duck.errors import DuckInputError
 
     try:
-        rv = float(r)
-    except (TypeError, ValueError):
-        raise DuckInputError(f"{name}={r!r} is not a number; pass a radius > 0") from None
-    if not (rv > 0 and math.isfinite(rv)):
-        raise DuckInputError(f"{name}={r!r} must be a finite radius > 0")
-    return rv
+        return resolve_device(device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        detail = str(e).splitlines()[0]
+        hint = "" if "use device" in detail else "; use cpu, cuda or auto"
+        raise DuckInputError(f"{name}={device!r}: {detail}{hint}") from None
 
 
 def real_array_tensor(X: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
