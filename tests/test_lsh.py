@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from duck.deletion import LSHIndex
-from duck.deletion.lsh import approx_acceptance
+from duck.deletion.lsh import MAX_APPROX_DELTA, approx_acceptance
 from duck.errors import DuckInputError
 
 
@@ -115,6 +115,15 @@ def test_bad_ids_raise_and_leave_the_index_unchanged():
         lambda: LSHIndex(8, k=2, L=3, w=0.0),
         lambda: LSHIndex(0, k=2, L=3, w=1.0),
         lambda: LSHIndex(8, k=2, L=3, w=1.0, seed=1.5),
+        lambda: LSHIndex(8, k=2, L=3, w=1.0, seed=True),
+        lambda: LSHIndex(8, k=2, L=3, w=1.0, seed=-1),
+        lambda: LSHIndex(8, k=2, L=3, w=1.0, seed=2**70),
+        lambda: LSHIndex(8, k=2, L=3, w=True),
+        lambda: LSHIndex(8, k=2, L=3, w="4"),
+        lambda: LSHIndex(8, k=2, L=3, w=float("inf")),
+        lambda: LSHIndex(8, k=2, L=3, w=1.0, device="gpu"),
+        pytest.param(lambda: LSHIndex(8, k=2, L=3, w=1.0, device="cuda"),
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")),
     ],
 )
 def test_bad_construction_raises(call):
@@ -142,6 +151,115 @@ def test_bad_query_arguments_raise():
     ):
         with pytest.raises(DuckInputError):
             call()
+
+
+def small_index() -> tuple[LSHIndex, np.ndarray]:
+    X = clustered_points(8, n=60, dim=4)
+    index = LSHIndex(4, k=2, L=4, w=4.0, seed=0, device="cpu")
+    index.add(X)
+    index.remove([7])
+    return index, X
+
+
+def index_state(index: LSHIndex, X: np.ndarray) -> tuple:
+    """Everything a failed call must leave alone: stored ids, every table, query results."""
+    tables = [tuple(t.tolist() for t in index.table(i)) for i in range(index.L)]
+    return len(index), index.ids.tolist(), tables, [m.tolist() for m in index.query(X[:6], 2.0)]
+
+
+MALFORMED_IDS = [
+    ["1"], "1", None, [None], [[1], [2, 3]], [[1, 2]], np.array([1 + 0j]), torch.tensor([1 + 0j]), 1.5, [1e20],
+    np.array([1.0]), True, [True, False], torch.tensor([True]), np.array([2**63], dtype=np.uint64),
+    np.array([2**64 - 1], dtype=np.uint64), [2**70], [7], [60], [-1],
+]
+
+
+@pytest.mark.parametrize("ids", MALFORMED_IDS, ids=lambda v: " ".join(repr(v).split())[:30])
+@pytest.mark.parametrize("call", ["remove", "query", "sample"])
+def test_malformed_ids_raise_cleanly_and_leave_the_index_unchanged(call, ids):
+    index, X = small_index()
+    before = index_state(index, X)
+    with pytest.raises(DuckInputError):
+        if call == "remove":
+            index.remove(ids)
+        elif call == "query":
+            index.query(ids, 2.0)
+        else:
+            index.sample(ids, 2.0, n_samples=2, seed=0)
+    assert index_state(index, X) == before
+
+
+def test_valid_id_forms_still_work():
+    index, X = small_index()
+    index.remove(np.array([1], dtype=np.uint64))
+    index.remove(torch.tensor([2], dtype=torch.int32))
+    index.remove(np.int64(3))
+    index.remove([])
+    assert len(index) == 56 and not set(index.ids.tolist()) & {1, 2, 3, 7}
+    assert index.query(np.array([0], dtype=np.uint8), 2.0)[0].tolist().count(0) == 1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [np.ones((2, 4)) + 1j, torch.ones(2, 4, dtype=torch.complex64), np.ones((2, 4), dtype=bool),
+     torch.ones(2, 4, dtype=torch.bool), [["a", "b", "c", "d"]], None, [[1.0, 2.0, 3.0, 4.0], [1.0]]],
+    ids=["complex", "complex-tensor", "bool", "bool-tensor", "text", "None", "ragged"],
+)
+def test_add_refuses_complex_bool_and_non_numeric_data(data):
+    index, X = small_index()
+    before = index_state(index, X)
+    with pytest.raises(DuckInputError, match="X"):
+        index.add(data)
+    with pytest.raises(DuckInputError, match="queries"):
+        index.query(data, 2.0)
+    assert index_state(index, X) == before
+    assert index.add(np.ones((2, 4), dtype=np.int32)).tolist() == [60, 61]  # integer data is real data
+
+
+@pytest.mark.parametrize("bad", ["a", 1.7, True, -1, 4, None, np.float64(0.0)])
+def test_table_number_must_be_an_int_below_L(bad):
+    index, _ = small_index()
+    with pytest.raises(DuckInputError, match=r"table index .* integer in 0\.\.3"):
+        index.table(bad)
+    assert torch.equal(index.table(np.int64(3))[1], index.table(3)[1])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"r": True}, {"r": "1.5"}, {"r": float("nan")},
+        {"seed": "abc"}, {"seed": [1]}, {"seed": 1.5}, {"seed": True}, {"seed": -1}, {"seed": 2**63},
+        {"max_proposals": "x"}, {"max_proposals": 1.5}, {"max_proposals": 0}, {"max_proposals": True},
+        {"n_samples": "2"}, {"n_samples": None}, {"n_samples": 1 + 0j}, {"n_samples": True}, {"n_samples": 2.0},
+        {"n_samples": [[1]]}, {"n_samples": np.uint64(2**64 - 1)},
+        {"method": "approx_degree", "gamma": 5e-324}, {"method": "approx_degree", "gamma": 1e-30},
+        {"method": "approx_degree", "gamma": True}, {"method": "approx_degree", "gamma": "0.1"},
+        {"method": "approx_degree", "gamma": 0.0}, {"method": "approx_degree", "gamma": 1.0},
+        {"method": "approx_degree", "gamma": float("nan")},
+        {"method": "approx_degree", "approx_delta": 10**12}, {"method": "approx_degree", "approx_delta": MAX_APPROX_DELTA + 1},
+        {"method": "approx_degree", "approx_delta": 1.5}, {"method": "approx_degree", "approx_delta": True},
+        {"method": "approx_degree", "approx_delta": "x", "gamma": 0.1}, {"method": ["uniform"]},
+    ],
+    ids=lambda kw: " ".join(f"{k}={v!r}"[:24] for k, v in kw.items()),
+)
+def test_bad_sample_and_query_arguments_raise_before_any_work(kwargs):
+    index, X = small_index()
+    before = index_state(index, X)
+    kwargs = {"r": 2.0, **kwargs}
+    with pytest.raises(DuckInputError):
+        index.sample(X[:2], **kwargs)
+    if set(kwargs) == {"r"}:
+        with pytest.raises(DuckInputError, match="r must be"):
+            index.query(X[:2], kwargs["r"])
+    assert index_state(index, X) == before
+
+
+def test_largest_approx_delta_and_smallest_gamma_run_quickly():
+    index, X = small_index()
+    for kwargs in ({"approx_delta": MAX_APPROX_DELTA}, {"gamma": 1e-26}, {"gamma": 1e-26, "probes": "tables"}):
+        out = index.sample(X[:2], 2.0, "approx_degree", 20, seed=0, **kwargs)
+        assert out.shape == (2, 20) and (out >= 0).all()
+    assert index.last_sample_stats.proposals < 200_000
 
 
 def acceptance_heuristic(degree: np.ndarray, L: int, delta: int) -> np.ndarray:

@@ -135,3 +135,91 @@ def test_histogram_dp_check_passes_gaussian_and_fails_undernoised_control():
     exact = _hockey_stick_gaussians(sens, gaussian_sigma(1.0, eps, delta), eps)  # about 0.041
     assert not result["passed"] and exact > 3 * delta
     assert result["delta_hat"] == pytest.approx(exact, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: gaussian_mechanism(1.0, 1.0, True, 0.1),  # bools and strings are not privacy parameters
+        lambda: gaussian_mechanism(1.0, 1.0, "0.5", 0.1),
+        lambda: gaussian_mechanism(1.0, 1.0, 0.5, True),
+        lambda: gaussian_mechanism(1.0, 1.0, 0.5, "1e-5"),
+        lambda: gaussian_sigma("a", 0.5, 1e-5),
+        lambda: gaussian_sigma(True, 0.5, 1e-5),
+        lambda: gaussian_sigma(float("nan"), 0.5, 1e-5),
+        lambda: gaussian_sigma(-1.0, 0.5, 1e-5),
+        lambda: gaussian_sigma(float("inf"), 0.5, 1e-5),
+        lambda: gaussian_sigma([1.0, 2.0], 0.5, 1e-5, "analytic"),
+        lambda: gaussian_sigma(np.array([1.0, 2.0]), 0.5, 1e-5, "analytic"),
+        lambda: gaussian_sigma(5e-324, 10.0, 1e-5, "analytic"),  # sigma underflows to 0
+        lambda: gaussian_sigma(1e308, 0.5, 1e-5, "analytic"),  # sigma overflows
+        lambda: gaussian_mechanism(float("nan"), 1.0, 0.5, 1e-5),
+        lambda: gaussian_mechanism(float("inf"), 1.0, 0.5, 1e-5),
+        lambda: gaussian_mechanism("a", 1.0, 0.5, 1e-5),
+        lambda: gaussian_mechanism([1.0, 2.0], 1.0, 0.5, 1e-5),  # scalar queries only
+        lambda: gaussian_mechanism(1.0 + 0j, 1.0, 0.5, 1e-5),
+        lambda: gaussian_mechanism(1.0, "a", 0.5, 1e-5),
+        lambda: gaussian_mechanism(1.0, None, 0.5, 1e-5),
+        lambda: gaussian_mechanism(1.0, np.array([1.0, 2.0]), 0.5, 1e-5),
+        lambda: gaussian_mechanism(1.0, 1.0, 5e-324, 1e-5),  # sigma would be inf
+        lambda: smooth_gaussian_mechanism(float("nan"), 1.0, 0.5, 1e-5),
+        lambda: smooth_gaussian_mechanism(1.0, "a", 0.5, 1e-5),
+        lambda: smooth_gaussian_mechanism(1.0, 1.0, 5e-324, 1e-5),
+        lambda: smooth_gaussian_mechanism(1.0, 1e10, 1e-300, 1e-5),
+        lambda: smooth_gaussian_params(0.5, 0.5, -math.log(4)),
+        lambda: smooth_gaussian_params(0.5, 0.5, "a"),
+        lambda: smooth_gaussian_params(0.5, 1e-5, float("nan")),
+        lambda: smooth_gaussian_params(0.5, 1e-5, -5),
+        lambda: smooth_gaussian_params(0.5, 1e-5, 0),
+        lambda: exponential_mechanism(["a", "b"], 1.0),
+        lambda: exponential_mechanism([1 + 1j, 2.0], 1.0),
+        lambda: exponential_mechanism(np.array([True, False]), 1.0),
+        lambda: exponential_mechanism([1.0, 2.0], 1.0, "a"),
+        lambda: exponential_mechanism([0.0, 1.0], 1.0, 5e-324),  # logits overflow
+        lambda: top_h_without_replacement(torch.tensor([1 + 1j, 2 + 0j]), 1, 1.0),
+        lambda: make_generator(2**70),
+        lambda: make_generator(-1),
+        lambda: make_generator(True),
+    ],
+)
+def test_bad_values_raise_input_errors_not_raw_exceptions(call):
+    with pytest.raises(DuckInputError):
+        call()
+
+
+def test_analytic_sigma_cache_is_reached_with_validated_floats_only():
+    sigma = gaussian_sigma(1.0, 1, 1e-5, "analytic")
+    with pytest.raises(DuckInputError):
+        gaussian_sigma(1.0, 1 + 0j, 1e-5, "analytic")  # hash(1 + 0j) == hash(1): must not hit the cache
+    # bit-identical for a power-of-two rescaling of the sensitivity, and for numpy / int arguments
+    assert gaussian_sigma(8.0, 1.0, 1e-5, "analytic") == 8.0 * sigma
+    assert gaussian_sigma(np.float64(1.0), np.int64(1), 1e-5, "analytic") == sigma
+
+
+def test_mechanisms_accept_numpy_scalars_and_release_finite_values():
+    a = gaussian_mechanism(np.int64(5), np.float64(1.0), 0.5, 0.01, seed=np.int64(7))
+    assert a.value == gaussian_mechanism(5, 1.0, 0.5, 0.01, seed=7).value and math.isfinite(a.value)
+    assert smooth_gaussian_params(0.5, 0.01, np.int64(1)) == smooth_gaussian_params(0.5, 0.01)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"n_bins": 2.5}, {"n_bins": "x"}, {"n_bins": True}, {"n_bins": 10**12}, {"z": float("nan")}, {"z": -1.0}],
+)
+def test_histogram_check_refuses_bad_options(kwargs):
+    rng = np.random.default_rng(0)
+    with pytest.raises(DuckInputError):
+        dp_histogram_test(rng.normal(size=1000), rng.normal(size=1000), 0.5, 1e-5, **kwargs)
+
+
+def test_histogram_check_refuses_non_finite_or_complex_draws_and_handles_huge_eps():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=1000), rng.normal(size=1000)
+    with_nan = a.copy()
+    with_nan[:10] = np.nan
+    for bad in (with_nan, a + 1j, ["x"] * 1000):
+        with pytest.raises(DuckInputError):
+            dp_histogram_test(bad, b, 0.5, 1e-5)
+    # above ln(1000) + 1 only bins with q = 0 can be selected: same answer as eps = 7.5, no OverflowError
+    huge = dp_histogram_test(a, b + 2.0, 1000.0, 1e-5)
+    assert huge == dp_histogram_test(a, b + 2.0, 7.5, 1e-5) and huge["delta_hat"] > 0.01

@@ -171,3 +171,49 @@ def test_lsh_counts_work_with_the_smooth_mechanism_only():
     assert np.isfinite(release.value)
     with pytest.raises(DuckInputError, match="LSH"):
         dp_outlier_count(X, 3, 1.1, 0.5, 0.01, mechanism="global", lsh=lsh)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda X: outlier_count("abc", 2, 1.0),
+        lambda X: outlier_count(None, 2, 1.0),
+        lambda X: outlier_count(X + 0j, 2, 1.0),  # complex data is not truncated to its real part
+        lambda X: outlier_count(X > 0, 2, 1.0),  # boolean data is not a point set
+        lambda X: outlier_count(X, 2, 1.0, device="gpu"),
+        lambda X: outlier_count(X, 2, 1.0, lsh={"k": 2}),
+        lambda X: outlier_count(X, 2, 1.0, lsh={"k": 2, "L": 2, "w": 1.0, "width": 3}),
+        lambda X: outlier_count(X, 2, 1.0, lsh="yes"),
+        lambda X: LSHNeighbours(k=0, L=2, w=1.0),
+        lambda X: outlier_count(X, 2, 1.0, [0.7]),
+        lambda X: outlier_count(X, 2, 1.0, [True]),
+        lambda X: outlier_count(X, 2, 1.0, "01"),
+        lambda X: outlier_count(X, 2, 1.0, 1),
+        lambda X: subspace_outlier_counts(X, 2, 1.0, 2.0),
+        lambda X: subspace_outlier_counts(X, 2, 1.0, True),
+        lambda X: subspace_outlier_counts(X, 2, 1.0, None),
+        lambda X: subspace_outlier_counts(X, 2, 1.0, "01"),
+        lambda X: dp_top_subspaces(X, 2, 1.0, 1, 1.0, 2.0),
+        lambda X: dp_top_subspaces(X, 2, 1.0, 1, 1.0, None),
+        lambda X: dp_top_subspaces(X, 2, 1.0, 1, 1.0, 1, seed=2**70),
+        lambda X: dp_outlier_count("abc", 2, 1.0, 0.5, 1e-5),
+        lambda X: dp_outlier_count(X, 2, 1.0, 0.5, 1e-5, device="gpu"),
+        lambda X: dp_outlier_count(X, 2, 1.0, 0.5, 1e-5, "smooth", calibration="x"),
+        lambda X: dp_outlier_count(X, 2, 1.0, 0.5, 1e-5, "laplace"),
+        lambda X: dp_outlier_count(X, 10**12, 1.0, 0.5, 1e-5),  # smooth bound needs k <= N
+        lambda X: dp_outlier_count(X, 2, 1.0, 0.5, 1e-5, seed=-1),
+    ],
+)
+def test_bad_data_and_options_raise_input_errors(call):
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    with pytest.raises(DuckInputError):
+        call(X)
+
+
+def test_numpy_integer_subspaces_and_lsh_dicts_mean_the_same_as_python_ones():
+    X = np.random.default_rng(1).normal(size=(40, 3))
+    assert subspace_outlier_counts(X, 2, 0.8, np.int64(2), device="cpu")[0] == [(0, 1), (0, 2), (1, 2)]
+    assert outlier_count(X, 2, 0.8, np.array([0, 2]), device="cpu") == outlier_count(X, 2, 0.8, [0, 2])
+    lsh = {"k": 2, "L": 3, "w": 1.0, "seed": 4}
+    assert torch.equal(neighbour_counts(X, 0.8, lsh=lsh, device="cpu"),
+                       neighbour_counts(X, 0.8, lsh=LSHNeighbours(**lsh), device="cpu"))

@@ -136,3 +136,31 @@ def test_mismatched_embeddings_raise():
         shareable_outlier_statistics(forget[:, :8], retain, eps=1.0, delta=1e-5, k=5, r=0.5, n_components=4, h=2)
     with pytest.raises(DuckInputError):
         shareable_outlier_statistics(forget[:0], retain, eps=1.0, delta=1e-5, k=5, r=0.5, n_components=4, h=2)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda f, r: ("not an array", r),
+        lambda f, r: (f, None),
+        lambda f, r: (f + 0j, r),  # complex: not truncated to the real part
+        lambda f, r: (f > 0, r),  # boolean: not a numeric embedding
+        lambda f, r: (f, r * 1e160),  # squares overflow float64 (the PCA would fail inside LAPACK)
+        lambda f, r: (f * 1e160, r),
+    ],
+)
+def test_bad_embeddings_raise(change):
+    forget, retain = change(*embeddings(8))
+    with pytest.raises(DuckInputError):
+        shareable_outlier_statistics(forget, retain, eps=1.0, delta=1e-5, k=5, r=0.5, n_components=4, h=2,
+                                     device="cpu")
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"device": "gpu"}, {"seed": 2**70}, {"eps": True}, {"count_share": "0.5"}, {"r": "x"}]
+)
+def test_bad_options_raise(kwargs):
+    forget, retain = embeddings(9)
+    params = {"eps": 1.0, "delta": 1e-5, "k": 5, "r": 0.5, "n_components": 4, "h": 2, "device": "cpu"} | kwargs
+    with pytest.raises(DuckInputError):
+        shareable_outlier_statistics(forget, retain, **params)

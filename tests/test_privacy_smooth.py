@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from duck.errors import DuckInputError
 from duck.privacy import (
     LSHNeighbours,
     ball_count_upper_bound,
@@ -238,3 +239,45 @@ def test_histogram_check_rejects_smooth_noise_without_alpha():
 def test_released_count_passes_histogram_dp_check_100k(mech):
     """The issue's target: 100,000 draws per neighbouring data set (the worst-case pair, counts 11 apart)."""
     _dp_check(100_000, mech)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda X: smooth_sensitivity_bound(X, 2, 1.0, True),
+        lambda X: smooth_sensitivity_bound(X, 2, 1.0, float("nan")),
+        lambda X: smooth_sensitivity_bound(X, 2, 1.0, "0.1"),
+        lambda X: smooth_sensitivity_bound(X, 10**12, 1.0, 0.1),
+        lambda X: smooth_sensitivity_bound(X, 2, 1.0, 0.1, ball_count="fast"),
+        lambda X: smooth_sensitivity_bound(X, 2, 1.0, 0.1, lsh={"k": 2}),
+        lambda X: ball_count_upper_bound(np.array([1.0, 5.0, 10.0]), 1.0),  # 1-D: ambiguous, refused
+        lambda X: max_ball_count_exact(np.array([1.0, 5.0, 10.0]), 1.0),
+        lambda X: ball_count_upper_bound(np.zeros((0, 2)), -1),  # r checked even for an empty set
+        lambda X: ball_count_upper_bound(np.zeros((0, 2)), "x"),
+        lambda X: ball_count_upper_bound(X + 0j, 1.0),
+        lambda X: max_ball_count_exact([[0, 0], [np.nan, np.nan], [100, 100]], 1.0),
+        lambda X: max_ball_count_exact([["a", "b"]], 1.0),
+    ],
+)
+def test_bad_input_raises_input_errors(call):
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    with pytest.raises(DuckInputError):
+        call(X)
+
+
+def test_one_dimensional_points_as_a_column_and_empty_sets():
+    line = np.array([[1.0], [1.5], [5.0], [10.0]])
+    assert ball_count_upper_bound(line, 1.0) == max_ball_count_exact(line, 1.0) == 2
+    assert ball_count_upper_bound(np.zeros((0, 2)), 1.0) == max_ball_count_exact(np.zeros((0, 2)), 1.0) == 0
+
+
+def test_tiny_beta_stays_feasible_and_exact():
+    """t never needs to pass N - 1 (A_t = N there), so the work does not grow like 1/beta."""
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    assert smooth_sensitivity_bound(X, 2, 1.0, 1e-300, device="cpu") == 20.0
+    assert smooth_sensitivity_bound(X, 2, 1.0, 1e-12, device="cpu") == pytest.approx(20.0)
+    assert smooth_sensitivity_bound(X, 2, 1.0, 1e300, device="cpu") >= 1.0
+    Y = clustered(np.random.default_rng(5), 25, 2, 3)
+    assert smooth_sensitivity_bound(Y, 3, 0.5, 0.02, device="cpu") == pytest.approx(
+        full_evaluation(Y, 3, 0.5, 0.02), rel=1e-12
+    )

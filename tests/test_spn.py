@@ -31,6 +31,7 @@ from duck.deletion._spn_rules import (
     learnspn_operation,
     revise_operation,
 )
+from duck.deletion.spn import MAX_CATEGORIES
 from duck.errors import DuckInputError
 
 CPU = dict(device="cpu")
@@ -423,6 +424,125 @@ def test_bad_input_is_rejected_with_clear_messages_and_no_state_change():
         spn.log_likelihood(unseen)
     with pytest.raises(DuckInputError, match="seed"):
         learn_spn(X, types, replay=spn.random_state_, seed=99, **CPU)
+
+
+def test_categorical_domains_beyond_the_cap_are_refused_before_any_allocation():
+    """A huge code or declared domain (or rdc_features) would size (V, Kmax+1, k) projections and (leaves, Kmax)
+    tables beyond memory: refused with a hint; a domain of exactly MAX_CATEGORIES works end to end."""
+    X, types = synthetic(1, n=50)
+    huge = X.copy()
+    huge[0, 3] = 1e12
+    with pytest.raises(DuckInputError, match=r"column 3 is categorical with codes up to 1000000000000 .*gaussian"):
+        learn_spn(huge, types, **CPU)
+    cats: list[int | None] = [None] * X.shape[1]
+    cats[3] = 10**12
+    with pytest.raises(DuckInputError, match=r"n_categories\[3\]=1000000000000, more than the 65536"):
+        learn_spn(X, types, n_categories=cats, **CPU)
+    with pytest.raises(DuckInputError, match="reduce rdc_features"):
+        learn_spn(X, types, rdc_features=10**12, **CPU)
+    rng = np.random.default_rng(0)
+    Xc = np.column_stack([rng.normal(size=30), rng.integers(0, 5, 30)])
+    spn = learn_spn(Xc, ["gaussian", "categorical"], n_categories=[None, MAX_CATEGORIES], **CPU)
+    assert spn.n_categories_ == (0, MAX_CATEGORIES)
+    assert torch.isfinite(spn.log_likelihood(Xc)).all()
+    assert spn.sample(2000, seed=1)[:, 1].max() < MAX_CATEGORIES  # O(leaves x n) memory, not x Kmax
+
+
+def test_learn_spn_options_are_checked_by_type():
+    X, types = synthetic(1, n=50)
+    for kwargs, message in [
+        (dict(removal_enabled="no"), "removal_enabled must be True or False"),
+        (dict(removal_enabled=1), "removal_enabled must be True or False"),
+        (dict(seed=2**70), "seed.*too large"),
+        (dict(seed="1"), "seed"),
+        (dict(seed=1.0), "seed"),
+        (dict(device="tpu"), "device='tpu'"),
+        (dict(device=3.5), "device=3.5"),
+        (dict(relearn=["replay"]), "relearn"),
+        (dict(rdc_features=True), "rdc_features"),
+        (dict(qkmeans=[1]), "qkmeans must be a dict"),
+        (dict(qkmeans={"gamma": "x"}), "gamma"),
+        (dict(qkmeans={"eps_scale": math.inf}), "eps_scale"),
+        (dict(ids=[[0], [1, 2]] + [[i] for i in range(3, 50)]), "flat 1-D sequence"),
+    ]:
+        with pytest.raises(DuckInputError, match=message):
+            learn_spn(X, types, min_instances=15, **{**CPU, **kwargs})
+    bare = learn_spn(X, types, min_instances=15, removal_enabled=np.bool_(False), **CPU)
+    assert bare.removal_enabled is False
+
+
+def _malformed_replays(state: dict[str, Any]) -> list[tuple[Any, str]]:
+    """(replay, expected message) pairs, each a random_state_ broken in one place."""
+    root = next(p for p, e in state["nodes"].items() if "rdc_projections" in e)
+    clustered = next(p for p, e in state["nodes"].items() if "qkmeans" in e)
+
+    def edit(change: Any) -> dict[str, Any]:
+        replay = {"seed": state["seed"], "nodes": {p: dict(e) for p, e in state["nodes"].items()}}
+        change(replay)
+        return replay
+
+    def projections(value: Any) -> dict[str, Any]:
+        return edit(lambda r: r["nodes"][root].__setitem__("rdc_projections", value))
+
+    def qk(key: str, value: Any) -> dict[str, Any]:
+        def change(replay: dict[str, Any]) -> None:
+            entry = replay["nodes"][clustered]
+            entry["qkmeans"] = {**entry["qkmeans"], key: value}
+
+        return edit(change)
+
+    W = state["nodes"][root]["rdc_projections"]
+    return [
+        ([1], "replay must be a dict"),
+        ({"seed": 0}, "exactly the keys 'seed' and 'nodes'"),
+        ({**state, "extra": 1}, "exactly the keys 'seed' and 'nodes'"),
+        (edit(lambda r: r.__setitem__("seed", "x")), r"replay\['seed'\]='x'"),
+        (edit(lambda r: r.__setitem__("seed", 2**70)), "too large"),
+        (edit(lambda r: r.__setitem__("nodes", None)), r"replay\['nodes'\] must be a dict"),
+        (edit(lambda r: r.__setitem__("nodes", [1])), r"replay\['nodes'\] must be a dict"),
+        (edit(lambda r: r["nodes"].__setitem__(root, [1])), "keys among"),
+        (edit(lambda r: r["nodes"][root].__setitem__("other", 1)), "keys among"),
+        (projections(torch.zeros(3)), r"rdc_projections'\] has shape \(3,\)"),
+        (projections(W[:, :-1]), "has shape"),
+        (projections(W * math.nan), "NaN or inf"),
+        (projections("abc"), "real-valued numeric array"),
+        (edit(lambda r: r["nodes"][clustered].__setitem__("qkmeans", [1])), "QKMeans.random_state_ dict"),
+        (qk("seed_ids", [[1], [2, 3]]), "flat 1-D sequence"),
+        (qk("seed_ids", [1]), "but n_clusters=2"),
+        (qk("phases", torch.zeros(3)), "phases have shape \\(3,\\) but n_iter=10"),
+        (qk("phases", state["nodes"][clustered]["qkmeans"]["phases"] * math.nan), r"uniform draws in \[0, 1\)"),
+        (qk("eps_phase", "x"), "eps_phase"),
+        (qk("n_reseeds", -1), "n_reseeds"),
+    ]
+
+
+def test_malformed_replays_are_refused_before_any_work():
+    X, types = synthetic(1, n=50)
+    spn = learn_spn(X, types, min_instances=15, **CPU)
+    for replay, message in _malformed_replays(spn.random_state_):
+        with pytest.raises(DuckInputError, match=message):
+            learn_spn(X, types, replay=replay, **spn.learn_params_, **CPU)
+    assert_same(fresh_replay(spn, X, types).describe(), spn.describe())  # the well-formed one still replays
+
+
+def test_bad_unlearn_and_sample_arguments_leave_the_spn_usable():
+    X, types = synthetic(1, n=50)
+    spn = learn_spn(X, types, min_instances=15, **CPU)
+    before = spn.describe()
+    for request in ([[1], [2, 3]], [[1, 2]], "abc", [None]):
+        with pytest.raises(DuckInputError, match="ids"):
+            spn.unlearn(request)
+        assert_same(spn.describe(), before)
+    for kwargs, message in [
+        (dict(n=2, seed=2**70), "too large"),
+        (dict(n=2, seed=True), "seed"),
+        (dict(n=0), "n=0"),
+        (dict(n=2.0), "n=2.0"),
+    ]:
+        with pytest.raises(DuckInputError, match=message):
+            spn.sample(**kwargs)
+    spn.unlearn([1, 2])
+    assert_same(spn.describe(), fresh_replay(spn, X, types).describe())
 
 
 def test_all_constant_columns_work_as_uninformative_variables():

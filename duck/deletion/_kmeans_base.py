@@ -4,50 +4,99 @@ Every model stores its training rows (needed to retrain) together with a *stable
 passed to ``fit(X, ids=...)`` (default ``0..n-1``). ``delete`` takes ids, never positions, so ids stay
 valid across deletions and retrains. Deleted rows are only marked dead (O(1)); the arrays are compacted
 when a model retrains anyway. Every error raised for bad input is a :class:`DuckInputError` raised before
-any state is touched, so a failed call leaves the model unchanged.
+any state is touched, so a failed call leaves the model unchanged; ``fit`` additionally runs under
+:meth:`DeletableKMeansBase._fit_transaction`, which restores the previous model if the fit fails midway.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 
-from duck.deletion._kmeans_ops import assign
+from duck.deletion._kmeans_ops import assign, sq_norms
 from duck.errors import DuckInputError
-from duck.utils import check_positive_int, real_array_tensor, resolve_device
+from duck.utils import check_device, check_positive_int, check_seed, real_array_tensor
 
-_DTYPES = {torch.float32, torch.float64}
-
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: ids are stored as int64: integers in [-2^63, 2^63)
+_ID_MIN, _ID_MAX = -(2**63), 2**63 - 1
 
 
 def resolve_dtype(dtype: Any) -> torch.dtype:
-    if isinstance(dtype, str):
-        dtype = {"float32": torch.float32, "float64": torch.float64}.get(dtype, dtype)
-    if dtype not in _DTYPES:
-        raise DuckInputError(
-            f"dtype must be torch.float32 or torch.float64 (or 'float32'/'float64'), got {dtype!r}"
-        )
-    return dtype
+    """``torch.float32`` / ``torch.float64`` from a torch dtype or its name; ``DuckInputError`` otherwise."""
+    if isinstance(dtype, str) and dtype in _DTYPES:
+        return _DTYPES[dtype]
+    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
+        return dtype
+    raise DuckInputError(
+        f"dtype must be torch.float32 or torch.float64 (or 'float32'/'float64'), got {dtype!r}"
+    )
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``"float32"`` for ``torch.float32`` (for messages)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _outside_int64(name: str, values: list) -> DuckInputError:
+    """The error for ids that int64 cannot hold (naming the first few)."""
+    return DuckInputError(
+        f"{name} holds {values[:5]}, outside the int64 range [-2^63, 2^63 - 1]; ids must fit in int64"
+    )
 
 
 def to_ids(ids: Any, name: str = "ids") -> np.ndarray:
-    """A 1-D int64 numpy array of ids from an int / list / numpy array / tensor; integers only."""
-    if isinstance(ids, (int, np.integer)) and not isinstance(ids, bool):
-        return np.array([ids], dtype=np.int64)
-    arr = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    """A 1-D int64 numpy array from an int / flat list / numpy array / tensor of integers.
+
+    Accepts integer dtypes and integer-valued floats, all within int64 (``[-2^63, 2^63)``); raises a
+    ``DuckInputError`` naming ``name`` for anything else: nested or ragged lists, 2-D arrays, booleans,
+    strings, complex numbers, non-integral or non-finite floats, values outside int64 (a uint64 >= 2^63, a
+    float such as 1e20, a Python int beyond 64 bits), which would otherwise wrap around silently.
+    """
+    if isinstance(ids, torch.Tensor):
+        t = ids.detach().cpu()
+        arr = (t.double() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
+    else:
+        try:
+            arr = np.asarray(ids)
+        except (TypeError, ValueError, OverflowError):
+            raise DuckInputError(
+                f"{name} must be a flat 1-D sequence of integer ids, got a nested or ragged sequence"
+            ) from None
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
         raise DuckInputError(f"{name} must be a 1-D sequence of integer ids, got shape {arr.shape}")
     if arr.size == 0:
         return np.empty(0, dtype=np.int64)
-    if arr.dtype.kind in "iu":
+    if arr.dtype.kind == "O" and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in arr):
+        values = [int(v) for v in arr]  # Python ints numpy could not fit in one 64-bit dtype
+        outside = [v for v in values if not _ID_MIN <= v <= _ID_MAX]
+        if outside:
+            raise _outside_int64(name, outside)
+        return np.array(values, dtype=np.int64)
+    if arr.dtype.kind == "i":
         return arr.astype(np.int64, copy=False)
-    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+    if arr.dtype.kind == "u":
+        if int(arr.max()) > _ID_MAX:
+            raise _outside_int64(name, arr[arr > _ID_MAX].tolist())
         return arr.astype(np.int64)
-    raise DuckInputError(f"{name} must be integer ids, got {arr.dtype} values {arr[:5].tolist()}")
+    if arr.dtype.kind == "f":
+        finite = np.isfinite(arr)
+        if not finite.all():
+            raise DuckInputError(f"{name} must be integer ids, got non-finite values {arr[~finite][:5].tolist()}")
+        if not np.all(arr == np.round(arr)):
+            raise DuckInputError(f"{name} must be integer ids, got {arr.dtype} values {arr[:5].tolist()}")
+        outside = (arr < _ID_MIN) | (arr >= 2.0**63)
+        if outside.any():
+            raise _outside_int64(name, arr[outside].tolist())
+        return arr.astype(np.int64)
+    kind = {"b": "booleans", "c": "complex numbers"}.get(arr.dtype.kind, f"{arr.dtype} values")
+    raise DuckInputError(f"{name} must be integer ids, got {kind} {arr[:5].tolist()}")
 
 
 class DeletableKMeansBase:
@@ -69,24 +118,21 @@ class DeletableKMeansBase:
         self.n_local_trials = (
             None if n_local_trials is None else check_positive_int(n_local_trials, "n_local_trials")
         )
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise DuckInputError(f"seed must be an integer, got {seed!r}")
-        self.seed = int(seed)
-        try:
-            self.device = resolve_device(device)
-        except (RuntimeError, ValueError) as e:
-            raise DuckInputError(str(e)) from None
+        self.seed = check_seed(seed, "seed")
+        self.device = check_device(device, "device")
         self.dtype = resolve_dtype(dtype)
         self.n_retrains_ = 0
         self._X: torch.Tensor | None = None
 
     # ----------------------------------------------------------------------------------------------- inputs
     def _as_data(
-        self, X: Any, name: str = "X", min_rows: int | None = None, copy: bool = False
+        self, X: Any, name: str = "X", min_rows: int | None = None, copy: bool = False, summed: bool = False
     ) -> torch.Tensor:
         """(n, d) finite float tensor on the model's device; clear errors for everything else.
 
         ``copy=True`` (used by ``fit``) guarantees the model never shares memory with the caller's array.
+        ``summed=True`` (training data) also requires sums of squared distances over all rows to stay finite
+        (see :meth:`_check_scale`); otherwise only single squared distances must.
         """
         t = real_array_tensor(X, name)
         if t.numel() == 0:
@@ -97,13 +143,14 @@ class DeletableKMeansBase:
             raise DuckInputError(
                 f"{name} must be a 2-D (n_samples, n_features) array, got shape {tuple(t.shape)}"
             )
-        if t.is_complex() or t.dtype == torch.bool:
-            raise DuckInputError(f"{name} must be real-valued, got dtype {t.dtype}")
+        source = t
         t = t.to(device=self.device, dtype=self.dtype, copy=copy)
         if not bool(torch.isfinite(t.sum())):  # any NaN/inf makes the sum non-finite; then find the rows
             finite = torch.isfinite(t).all(dim=1)
             if not bool(finite.all()):
                 bad = (~finite).nonzero().flatten()[:5].tolist()
+                if source.is_floating_point() and bool(torch.isfinite(source[bad]).all()):
+                    raise self._too_large(name, f"rows {bad} overflow {dtype_name(self.dtype)}")
                 raise DuckInputError(
                     f"{name} contains NaN or inf values (first bad rows: {bad}); clean or drop those rows"
                 )
@@ -112,17 +159,67 @@ class DeletableKMeansBase:
                 f"{name} has {t.shape[0]} rows but n_clusters={self.n_clusters}; "
                 f"pass at least n_clusters rows or lower n_clusters"
             )
+        if summed:
+            self._check_scale(t, name, t.shape[0], f" summed over {t.shape[0]} rows")
+        else:
+            self._check_scale(t, name, 1)
         return t
+
+    def _too_large(self, name: str, detail: str, rescale: str | None = None) -> DuckInputError:
+        """The error for data beyond the dtype's range; ``rescale`` says what to rescale (default: ``name``)."""
+        hint = " or use dtype=torch.float64" if self.dtype == torch.float32 else ""
+        rescale = rescale or f"{name} (e.g. divide it by its largest absolute value)"
+        return DuckInputError(
+            f"{name} values are too large for {dtype_name(self.dtype)} ({detail}); rescale {rescale}{hint}"
+        )
+
+    def _check_scale(
+        self, X: torch.Tensor, name: str, mass: float, summed: str = "", rescale: str | None = None
+    ) -> None:
+        """Refuse data whose squared distances, summed with total weight ``mass`` (``summed`` says how, for the
+        message; a row count or a total sample weight), overflow the model's dtype (``rescale``: the advice).
+
+        Every centre of these models lies in the convex hull of the rows (Q-k-means' lattice adds at most
+        ``eps`` per coordinate, checked at fit), so a squared distance is at most ``(2 max ||x||)^2`` and the
+        ``||x||^2 - 2 x.c + ||c||^2`` terms stay below that bound too; k-means++ potentials, Lloyd inertias and
+        Q-k-means losses sum at most ``mass`` of them. Beyond the dtype's maximum, k-means++ samples from an
+        infinite potential (raw IndexErrors) and losses become inf/NaN.
+        """
+        largest = float(sq_norms(X).max())  # in the model's dtype: inf when a squared row norm overflows
+        bound = 4.0 * float(mass) * largest
+        limit = torch.finfo(self.dtype).max
+        if not bound <= limit:
+            raise self._too_large(
+                name,
+                f"largest squared row norm {largest:.3g}: squared distances{summed} can reach {bound:.3g}, "
+                f"above the {dtype_name(self.dtype)} maximum {limit:.3g}",
+                rescale,
+            )
 
     def _as_fit_ids(self, ids: Any, n: int) -> np.ndarray:
         if ids is None:
             return np.arange(n, dtype=np.int64)
-        arr = to_ids(ids)
+        arr = np.array(to_ids(ids))  # a copy: the model never shares memory with the caller's ids
         if arr.size != n:
             raise DuckInputError(f"ids has {arr.size} entries but X has {n} rows; pass one id per row")
         if np.unique(arr).size != n:
             raise DuckInputError("ids must be unique (one stable id per row); found duplicates")
         return arr
+
+    @contextmanager
+    def _fit_transaction(self) -> Iterator[None]:
+        """Run a fit's state changes; on any exception restore every attribute to its value before.
+
+        A fit only assigns fresh objects to attributes (it never mutates the previous model's arrays in place),
+        so restoring the attribute dict restores the previous model exactly.
+        """
+        saved = dict(self.__dict__)
+        try:
+            yield
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
 
     # ------------------------------------------------------------------------------------------ stored rows
     def _store_rows(self, X: torch.Tensor, ids: np.ndarray) -> None:

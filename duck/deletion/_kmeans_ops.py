@@ -274,7 +274,10 @@ def kmeans_plusplus(
         potential = closest.to(torch.float64) if w is None else closest.to(torch.float64) * w
         cum = torch.cumsum(potential, 0)
         u = uniforms(generator, trials)
-        if cum[-1].item() <= 0.0:  # all remaining mass sits on chosen centres: pick a fresh row by weight
+        total = cum[-1].item()
+        if not math.isfinite(total):  # sampling would run past the last row; the models refuse such data first
+            raise ValueError(f"k-means++: the potential sum w(x) D(x)^2 is {total}; the values overflow {X.dtype}")
+        if total <= 0.0:  # all remaining mass sits on chosen centres: pick a fresh row by weight
             free = (~taken).to(torch.float64) if w is None else (~taken).to(torch.float64) * w
             cum_free = torch.cumsum(free, 0)
             if cum_free[-1].item() <= 0.0:

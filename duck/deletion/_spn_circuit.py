@@ -227,8 +227,9 @@ def sample(c: Circuit, n: int, generator: torch.Generator, device: torch.device)
         out.index_add_(0, c.gauss_vars, torch.where(active[c.gauss_nodes], values, 0.0))
     if c.cat_nodes.numel():
         u = torch.rand(c.cat_nodes.numel(), n, generator=generator, dtype=torch.float64).to(device)
-        cum = c.cat_log_probs.exp().cumsum(dim=1)  # (Lc, Kmax)
-        codes = (u[:, :, None] * cum[:, None, -1:] >= cum[:, None, :]).sum(-1)  # (Lc, n) inverse CDF
+        cum = c.cat_log_probs.exp().cumsum(dim=1)  # (Lc, Kmax), non-decreasing
+        # inverse CDF: the number of cumulative masses <= u * total, by binary search (O(Lc n) memory)
+        codes = torch.searchsorted(cum, (u * cum[:, -1:]).contiguous(), right=True)  # (Lc, n)
         codes = torch.minimum(codes, c.cat_domain[:, None] - 1).to(torch.float64)
         out.index_add_(0, c.cat_vars, torch.where(active[c.cat_nodes], codes, 0.0))
     return out.T.contiguous()

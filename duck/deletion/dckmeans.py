@@ -44,10 +44,20 @@ import torch
 from duck.deletion._kmeans_base import DeletableKMeansBase, to_ids
 from duck.deletion._kmeans_ops import assign, kmeans_plusplus, lloyd, make_generator, sq_norms
 from duck.errors import DuckInputError
-from duck.utils import check_positive_int
+from duck.utils import check_positive_int, check_seed
 
 #: generator tags: leaf assignment (seed, 2); node (level, index): (seed, 3, level, index)
 _LEAF_TAG, _NODE_TAG = 2, 3
+#: deepest tree accepted: with width >= 2 a height-h tree has 2**h leaves, more than any data's rows beyond 62
+_MAX_HEIGHT = 62
+#: a replayed fit may keep more leaves than it has rows (the model it replays lost rows to deletions), up to
+#: this many: every leaf is a node object and a node solve, so the count must stay feasible
+_MAX_REPLAY_LEAVES = 2**20
+
+
+def _count(value: int) -> str:
+    """An exact count, or its order of magnitude when it is huge (for messages)."""
+    return str(value) if value < 10**15 else f"about 10^{len(str(value)) - 1}"
 
 
 def auto_width(n: int, k: int, height: int, min_leaf_per_cluster: int = 1) -> int:
@@ -68,10 +78,11 @@ class DCKMeans(DeletableKMeansBase):
         n_clusters: k (every node solves for k centroids).
         n_iter: T, the number of Lloyd iterations at every node (paper: 10; a node stops early only when
             its labels stop changing).
-        width: w, children per internal node, or "auto" (see the module docstring).
+        width: w, children per internal node, or "auto" (see the module docstring). A fit refuses more
+            leaves (``w**h``) than rows (more than ``max(n, 2**20)`` for a replay).
         min_leaf_per_cluster: the auto width keeps at least this many rows per cluster in a leaf on average
             (default 20; 1 disables the floor). Ignored for a fixed ``width``.
-        height: h, number of levels below the root (1 = root + w leaves).
+        height: h, number of levels below the root (1 = root + w leaves), at most 62.
         weighted: merge children's centroids weighted by their cluster masses (True) or unweighted.
         n_local_trials: greedy k-means++ candidates (None -> ``2 + floor(ln k)``, 1 -> plain k-means++).
         seed, device, dtype: randomness root, "auto"/"cpu"/"cuda", float32/float64.
@@ -99,8 +110,19 @@ class DCKMeans(DeletableKMeansBase):
     ) -> None:
         super().__init__(n_clusters, seed, device, dtype, n_local_trials)
         self.n_iter = check_positive_int(n_iter, "n_iter")
-        self.width = width if width == "auto" else check_positive_int(width, "width")
+        if isinstance(width, str) and width == "auto":
+            self.width: int | str = width
+        else:
+            try:
+                self.width = check_positive_int(width, "width")
+            except DuckInputError:
+                raise DuckInputError(f"width must be 'auto' or an integer >= 1, got {width!r}") from None
         self.height = check_positive_int(height, "height")
+        if self.height > _MAX_HEIGHT:
+            raise DuckInputError(
+                f"height={height!r} is too deep: at most {_MAX_HEIGHT} levels (a tree of width >= 2 and height h "
+                "has 2**h leaves, more than there are rows); the paper uses height=1"
+            )
         self.min_leaf_per_cluster = check_positive_int(min_leaf_per_cluster, "min_leaf_per_cluster")
         if not isinstance(weighted, bool):
             raise DuckInputError(f"weighted must be True or False, got {weighted!r}")
@@ -112,37 +134,62 @@ class DCKMeans(DeletableKMeansBase):
 
         ``replay``: the ``random_state_`` of a DCKMeans with the same parameters; the fit then reuses its
         width, node-seed root and the leaf of every id (all ids must be in it) instead of drawing them.
+        Bad input raises a ``DuckInputError`` and leaves a fitted model as it was.
         """
-        Xt = self._as_data(X, min_rows=self.n_clusters, copy=True)
+        Xt = self._as_data(X, min_rows=self.n_clusters, copy=True, summed=True)
         row_ids = self._as_fit_ids(ids, Xt.shape[0])
         n = Xt.shape[0]
         if replay is None:
             width = (auto_width(n, self.n_clusters, self.height, self.min_leaf_per_cluster)
                      if self.width == "auto" else self.width)
+            n_leaves = self._check_leaf_count(width, n, replayed=False)
             node_seed = self.seed
-            leaves = torch.randint(
-                width**self.height, (n,), generator=make_generator(self.seed, _LEAF_TAG)
-            ).numpy()
+            leaves = torch.randint(n_leaves, (n,), generator=make_generator(self.seed, _LEAF_TAG)).numpy()
         else:
             width, node_seed, leaves = self._parse_replay(replay, row_ids)
-        self._store_rows(Xt, row_ids)
-        self.width_, self._node_seed = width, node_seed
-        self.n_leaves_ = width**self.height
+        with self._fit_transaction():
+            self._build(Xt, row_ids, width, node_seed, leaves)
+        return self
+
+    def _build(self, X: torch.Tensor, row_ids: np.ndarray, width: int, node_seed: int, leaves: np.ndarray) -> None:
+        """Store the rows with their leaves and solve every node, leaves first."""
+        self._store_rows(X, row_ids)
+        self._width, self._node_seed = width, node_seed
+        self._n_leaves = width**self.height
         self._leaf_of_row = leaves.astype(np.int64)  # (N,) leaf of every stored row
         order = np.lexsort((row_ids, self._leaf_of_row))  # rows grouped by leaf, by id inside a leaf
-        bounds = np.searchsorted(self._leaf_of_row[order], np.arange(self.n_leaves_ + 1))
-        self._leaf_rows = [order[bounds[i] : bounds[i + 1]] for i in range(self.n_leaves_)]
+        bounds = np.searchsorted(self._leaf_of_row[order], np.arange(self._n_leaves + 1))
+        self._leaf_rows = [order[bounds[i] : bounds[i + 1]] for i in range(self._n_leaves)]
         # node outputs per level: level h = leaves ... level 0 = root; each (centers (c, d), masses (c,))
         self._nodes: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(self.height + 1)]
         self.n_retrains_ = 0
-        self.n_node_fits_ = 0
-        self._nodes[self.height] = [self._solve_leaf(i) for i in range(self.n_leaves_)]
+        self._n_node_fits = 0
+        self._nodes[self.height] = [self._solve_leaf(i) for i in range(self._n_leaves)]
         for level in range(self.height - 1, -1, -1):
             self._nodes[level] = [self._solve_internal(level, i) for i in range(width**level)]
         self._cache: dict[str, Any] = {}
-        return self
+
+    def _check_leaf_count(self, width: int, n: int, replayed: bool) -> int:
+        """``width**height`` if feasible for ``n`` rows, else a ``DuckInputError``.
+
+        A fresh fit puts every row in a uniformly drawn leaf, so leaves beyond n are necessarily empty: at most
+        n leaves. A replayed fit may hold fewer rows than leaves (the replayed model lost rows to deletions) but
+        never more than ``max(n, 2**20)`` leaves (each is a node to store and solve).
+        """
+        n_leaves = width**self.height
+        limit = max(n, _MAX_REPLAY_LEAVES) if replayed else n
+        if n_leaves > limit:
+            source = "replay['width']" if replayed else "width"
+            cap = f"max(n, 2**20) = {limit}" if replayed else f"the {n} rows of X (more leaves are always empty)"
+            raise DuckInputError(
+                f"{source}={width} with height={self.height} gives {_count(n_leaves)} leaves, more than {cap}; "
+                "use a smaller width or height (or width='auto')"
+            )
+        return n_leaves
 
     def _parse_replay(self, replay: dict[str, Any], row_ids: np.ndarray) -> tuple[int, int, np.ndarray]:
+        """Validate a ``random_state_`` whole (types, shapes, ranges) and return (width, node seed, leaf of
+        every row of ``row_ids``)."""
         if not isinstance(replay, dict) or {"width", "seed", "leaf_ids", "leaves"} - set(replay):
             raise DuckInputError(
                 "replay must be a DCKMeans.random_state_ dict (keys width, seed, leaf_ids, leaves)"
@@ -150,8 +197,19 @@ class DCKMeans(DeletableKMeansBase):
         width = check_positive_int(replay["width"], "replay['width']")
         if self.width != "auto" and width != self.width:
             raise DuckInputError(f"replay width {width} differs from this model's width={self.width}")
+        n_leaves = self._check_leaf_count(width, row_ids.size, replayed=True)
+        node_seed = check_seed(replay["seed"], "replay['seed']")
         stored_ids = to_ids(replay["leaf_ids"], "replay['leaf_ids']")
-        stored_leaves = np.asarray(replay["leaves"], dtype=np.int64)
+        stored_leaves = to_ids(replay["leaves"], "replay['leaves']")
+        if stored_leaves.size != stored_ids.size:
+            raise DuckInputError(
+                f"replay['leaves'] has {stored_leaves.size} entries but replay['leaf_ids'] has {stored_ids.size}; "
+                "replay pairs one leaf with every id"
+            )
+        if np.unique(stored_ids).size != stored_ids.size:
+            raise DuckInputError("replay['leaf_ids'] contains duplicates; replay gives each id one leaf")
+        if stored_leaves.size and (stored_leaves.min() < 0 or stored_leaves.max() >= n_leaves):
+            raise DuckInputError(f"replay leaves must lie in [0, {n_leaves}) for width {width}")
         order = np.argsort(stored_ids, kind="stable")
         pos = np.searchsorted(stored_ids[order], row_ids).clip(max=max(stored_ids.size - 1, 0))
         found = stored_ids[order][pos] == row_ids if stored_ids.size else np.zeros(row_ids.size, dtype=bool)
@@ -160,10 +218,7 @@ class DCKMeans(DeletableKMeansBase):
                 f"ids {row_ids[~found][:10].tolist()} have no leaf in replay; "
                 "replay needs the leaf of every row"
             )
-        leaves = stored_leaves[order][pos]
-        if leaves.size and (leaves.min() < 0 or leaves.max() >= width**self.height):
-            raise DuckInputError(f"replay leaves must lie in [0, {width**self.height}) for width {width}")
-        return width, int(replay["seed"]), leaves
+        return width, node_seed, stored_leaves[order][pos]
 
     # ---------------------------------------------------------------------------------------------- nodes
     def _solve(self, level: int, index: int, points: torch.Tensor, weights: torch.Tensor | None) -> tuple:
@@ -172,7 +227,7 @@ class DCKMeans(DeletableKMeansBase):
         Returns (centers (c, d), masses (c,)). With at most k points of positive weight, every point is its
         own cluster. Non-root nodes drop empty clusters (they carry no mass to the parent).
         """
-        self.n_node_fits_ += 1
+        self._n_node_fits += 1
         k = self.n_clusters
         if weights is not None:
             positive = weights > 0
@@ -201,7 +256,7 @@ class DCKMeans(DeletableKMeansBase):
         return self._solve(self.height, index, points, None)
 
     def _solve_internal(self, level: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        children = self._nodes[level + 1][index * self.width_ : (index + 1) * self.width_]
+        children = self._nodes[level + 1][index * self._width : (index + 1) * self._width]
         points = torch.cat([c for c, _ in children])  # (sum c_i, d) in child order
         masses = torch.cat([w for _, w in children])
         return self._solve(level, index, points, masses if self.weighted else None)
@@ -222,7 +277,7 @@ class DCKMeans(DeletableKMeansBase):
             self._leaf_rows[leaf] = leaf_rows[self._alive[leaf_rows]]
             self._nodes[self.height][leaf] = self._solve_leaf(leaf)
         for level in range(self.height - 1, -1, -1):
-            touched = sorted({index // self.width_ for index in touched})
+            touched = sorted({index // self._width for index in touched})
             for index in touched:
                 self._nodes[level][index] = self._solve_internal(level, index)
         self._cache = {}
@@ -253,6 +308,24 @@ class DCKMeans(DeletableKMeansBase):
         return float(self._assignment()[1].sum())
 
     @property
+    def width_(self) -> int:
+        """w, the tree's width (resolved from the first fit's n when ``width="auto"``)."""
+        self._check_fitted()
+        return self._width
+
+    @property
+    def n_leaves_(self) -> int:
+        """``width_ ** height`` leaves."""
+        self._check_fitted()
+        return self._n_leaves
+
+    @property
+    def n_node_fits_(self) -> int:
+        """Node k-means solved since ``fit`` (fit included)."""
+        self._check_fitted()
+        return self._n_node_fits
+
+    @property
     def node_outputs_(self) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
         """Per level (0 = root .. h = leaves), per node: (centroids (c, d), masses (c,))."""
         self._check_fitted()
@@ -264,7 +337,7 @@ class DCKMeans(DeletableKMeansBase):
         self._check_fitted()
         alive = self._alive
         return {
-            "width": self.width_,
+            "width": self._width,
             "seed": self._node_seed,
             "leaf_ids": torch.from_numpy(self._ids[alive].copy()),
             "leaves": torch.from_numpy(self._leaf_of_row[alive].copy()),

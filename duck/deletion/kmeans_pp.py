@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from duck.deletion._kmeans_base import DeletableKMeansBase
+from duck.deletion._kmeans_base import DeletableKMeansBase, dtype_name
 from duck.deletion._kmeans_ops import kmeans_plusplus, lloyd, make_generator, sklearn_tol, sq_norms
 from duck.errors import DuckInputError
-from duck.utils import check_positive_int
+from duck.utils import check_number, check_positive_int, real_array_tensor
 
 
 class KMeansPP(DeletableKMeansBase):
@@ -53,32 +53,58 @@ class KMeansPP(DeletableKMeansBase):
     ) -> None:
         super().__init__(n_clusters, seed, device, dtype, n_local_trials)
         self.max_iter = check_positive_int(max_iter, "max_iter")
-        if not isinstance(tol, (int, float)) or tol < 0:
-            raise DuckInputError(f"tol must be a number >= 0, got {tol!r}")
-        self.tol = float(tol)
+        self.tol = check_number(tol, "tol", 0.0, False)
 
     def fit(self, X: Any, *, ids: Any = None, sample_weight: Any = None) -> KMeansPP:
-        """Seed with k-means++ and run Lloyd on ``X`` (n, d). ``ids``: stable row ids (default ``0..n-1``)."""
-        Xt = self._as_data(X, min_rows=self.n_clusters, copy=True)
-        row_ids = self._as_fit_ids(ids, Xt.shape[0])
-        weights = self._as_weights(sample_weight, Xt.shape[0])
-        self._store_rows(Xt, row_ids)
-        self._weights = weights
-        self.n_retrains_ = 0
-        self._train(make_generator(self.seed, 0))
+        """Seed with k-means++ and run Lloyd on ``X`` (n, d). ``ids``: stable row ids (default ``0..n-1``).
+
+        ``sample_weight``: optional (n,) non-negative finite weights, at least ``n_clusters`` of them positive.
+        Bad input raises a ``DuckInputError`` and leaves a fitted model as it was.
+        """
+        Xt = self._as_data(X, min_rows=self.n_clusters, copy=True, summed=True)
+        n = Xt.shape[0]
+        row_ids = self._as_fit_ids(ids, n)
+        weights, total = self._as_weights(sample_weight, n)
+        if total > n:  # weighted potentials and inertia sum up to the total weight of squared distances
+            self._check_scale(
+                Xt, "X", total, f" weighted by sample_weight (total {total:.3g})",
+                "X or sample_weight (the clustering depends only on the weights' ratios)",
+            )
+        with self._fit_transaction():
+            self._store_rows(Xt, row_ids)
+            self._weights = weights
+            self.n_retrains_ = 0
+            self._train(make_generator(self.seed, 0))
         return self
 
-    def _as_weights(self, sample_weight: Any, n: int) -> torch.Tensor | None:
+    def _as_weights(self, sample_weight: Any, n: int) -> tuple[torch.Tensor | None, float]:
+        """``sample_weight`` as an (n,) tensor of the model's dtype on its device, and its total (0 for None)."""
         if sample_weight is None:
-            return None
-        w = torch.as_tensor(sample_weight).to(device=self.device, dtype=self.dtype).flatten()
-        if w.numel() != n or not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
-            raise DuckInputError(f"sample_weight must hold {n} finite non-negative numbers")
+            return None, 0.0
+        t = real_array_tensor(sample_weight, "sample_weight", shape="(n,)")
+        if t.ndim != 1 or t.shape[0] != n:
+            raise DuckInputError(
+                f"sample_weight must be a 1-D array of {n} weights (one per row of X), got shape {tuple(t.shape)}"
+            )
+        w64 = t.to(torch.float64)
+        bad = (~torch.isfinite(w64) | (w64 < 0)).nonzero().flatten()[:5].tolist()
+        if bad:
+            raise DuckInputError(
+                f"sample_weight must be finite and >= 0, got {w64[bad].tolist()} at entries {bad}"
+            )
+        total = float(w64.sum())
+        limit = torch.finfo(self.dtype).max
+        if not total <= limit:
+            raise DuckInputError(
+                f"sample_weight sums to {total:.3g}, above the {dtype_name(self.dtype)} maximum {limit:.3g}; "
+                "rescale the weights (the clustering depends only on their ratios)"
+            )
+        w = t.to(device=self.device, dtype=self.dtype, copy=True)
         if int((w > 0).sum()) < self.n_clusters:
             raise DuckInputError(
                 f"sample_weight has fewer than n_clusters={self.n_clusters} positive entries"
             )
-        return w
+        return w, total
 
     def _train(self, generator: torch.Generator) -> None:
         X, w = self._X, self._weights
@@ -89,11 +115,11 @@ class KMeansPP(DeletableKMeansBase):
         result = lloyd(
             X, X[seeds], max_iter=self.max_iter, tol=sklearn_tol(X, self.tol), weights=w, x_sqnorm=x_sq
         )
-        self.seed_ids_ = torch.from_numpy(self._ids[seeds])
+        self._seed_ids = torch.from_numpy(self._ids[seeds])
         self._centers = result.centers
         self._labels = result.labels
-        self.inertia_ = result.inertia
-        self.n_iter_ = result.n_iter
+        self._inertia = result.inertia
+        self._n_iter = result.n_iter
 
     def delete(self, ids: Any) -> bool:
         """Remove rows by stable id and retrain from scratch (the baseline's only exact deletion).
@@ -129,3 +155,21 @@ class KMeansPP(DeletableKMeansBase):
         """(n,) cluster of every row in ``ids_``."""
         self._check_fitted()
         return self._labels
+
+    @property
+    def inertia_(self) -> float:
+        """(Weighted) k-means loss of the centroids on the current rows."""
+        self._check_fitted()
+        return self._inertia
+
+    @property
+    def n_iter_(self) -> int:
+        """Number of Lloyd updates of the last (re)training."""
+        self._check_fitted()
+        return self._n_iter
+
+    @property
+    def seed_ids_(self) -> torch.Tensor:
+        """Stable ids of the k-means++ seeds of the last (re)training, in seeding order."""
+        self._check_fitted()
+        return self._seed_ids

@@ -57,11 +57,49 @@ import numpy as np
 import torch
 
 from duck.errors import DuckInputError
-from duck.utils import as_tensor, check_positive_int, check_radius, resolve_device
+from duck.utils import (
+    as_tensor,
+    check_device,
+    check_number,
+    check_positive_int,
+    check_radius,
+    check_seed,
+    real_array_tensor,
+)
 
 _PRIME = 2_147_483_647  # 2^31 - 1: (value mod p) * multiplier < 2^62 fits in int64
+_INT64_MAX = 2**63 - 1
 SAMPLING_METHODS = ("uniform", "weighted", "exact_degree", "approx_degree")
 PROBE_MODES = ("closed_form", "tables")
+#: Largest Delta of approx_degree (``approx_delta``, or the Delta that ``gamma`` implies). A near point of
+#: degree deg is accepted with probability (1 - s^(L Delta)) / (deg Delta), s^(L Delta) <= e^-Delta: from
+#: Delta = 38 on, 1 - e^-Delta rounds to 1 in float64 (the samples are as uniform as float64 can tell), while
+#: the proposals per sample keep growing as deg Delta. 64 leaves headroom (gamma down to about e^-60).
+MAX_APPROX_DELTA = 64
+
+
+def _preview(value: Any) -> str:
+    """A short one-line repr of a user value for error messages."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _integer_array(value: Any, name: str, hint: str) -> np.ndarray:
+    """``value`` (an int, a list, numpy array or tensor of integers) as an int64 numpy array with at most one
+    dimension. Anything else -- strings, None, bools, floats, complex numbers, ragged or nested lists, integers
+    beyond int64 -- is a ``DuckInputError`` naming ``name`` and the value, ending with ``hint``."""
+    try:
+        arr = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value)
+    except (TypeError, ValueError):  # ragged nesting, tensor dtypes numpy lacks
+        raise DuckInputError(f"{name}={_preview(value)} is not an array of integers; {hint}") from None
+    if arr.ndim > 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise DuckInputError(
+            f"{name}={_preview(value)} must be an integer or a 1-D array of integers (not bool, float, complex or "
+            f"text), got dtype {arr.dtype} and shape {arr.shape}; {hint}"
+        )
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:
+        raise DuckInputError(f"{name}={_preview(value)} holds integers above 2^63 - 1; {hint}")
+    return arr.astype(np.int64)
 
 
 def approx_acceptance(degree: torch.Tensor, L: int, delta: int, lemma37: bool) -> torch.Tensor:
@@ -134,16 +172,9 @@ class LSHIndex:
         self.dim = check_positive_int(dim, "dim")
         self.k = check_positive_int(k, "k")
         self.L = check_positive_int(L, "L")
-        try:
-            self.w = float(w)
-        except (TypeError, ValueError):
-            raise DuckInputError(f"w={w!r} is not a number; pass a bucket width > 0") from None
-        if not (self.w > 0 and math.isfinite(self.w)):
-            raise DuckInputError(f"w={w!r} must be a finite bucket width > 0")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise DuckInputError(f"seed={seed!r} must be an integer")
-        self.seed = int(seed)
-        self.device = resolve_device(device)
+        self.w = check_number(w, "w (bucket width)", 0.0, True)
+        self.seed = check_seed(seed, "seed")
+        self.device = check_device(device, "device")
         gen = torch.Generator().manual_seed(self.seed)
         self.projections = torch.randn(self.L * self.k, self.dim, generator=gen, dtype=torch.float64).to(self.device)
         self.offsets = (torch.rand(self.L * self.k, generator=gen, dtype=torch.float64) * self.w).to(self.device)
@@ -169,8 +200,10 @@ class LSHIndex:
         return keys
 
     def _as_points(self, X: Any, name: str) -> torch.Tensor:
+        """Real-valued finite (n, dim) points as float64 on the index device (complex or bool data is refused)."""
+        t = real_array_tensor(X, name, f"(n, {self.dim})")
         try:
-            t = as_tensor(X, device=self.device, dtype=torch.float64, name=name)
+            t = as_tensor(t, device=self.device, dtype=torch.float64, name=name)
         except ValueError as e:
             raise DuckInputError(str(e)) from None
         if t.ndim != 2 or t.shape[1] != self.dim:
@@ -193,16 +226,14 @@ class LSHIndex:
         return ids
 
     def _check_ids(self, ids: Any, name: str = "ids") -> torch.Tensor:
-        t = torch.as_tensor(np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids))
-        if t.ndim == 0:
-            t = t[None]
-        if t.ndim != 1 or (t.numel() and (t.is_floating_point() or t.dtype == torch.bool)):
-            raise DuckInputError(f"{name} must be a 1-D array of integer point ids, got dtype {t.dtype}, shape {tuple(t.shape)}")
-        t = t.to(torch.int64)
+        """Ids (an int or a 1-D array of ints) of stored points as an int64 tensor on the index device, else a
+        ``DuckInputError`` (the one id check of remove, query and sample)."""
+        t = torch.from_numpy(np.atleast_1d(_integer_array(ids, name, "pass point ids as returned by add")))
         n = self._points.shape[0]
         bad = t[(t < 0) | (t >= n)]
         if bad.numel():
-            raise DuckInputError(f"{name} {bad[:5].tolist()} were never added (valid ids: 0..{n - 1})")
+            valid = f"valid ids: 0..{n - 1}" if n else "the index is empty"
+            raise DuckInputError(f"{name} {bad[:5].tolist()} were never added ({valid})")
         dead = t[~self._alive.cpu()[t]]
         if dead.numel():
             raise DuckInputError(f"{name} {dead[:5].tolist()} refer to removed points; they can no longer be used")
@@ -232,16 +263,19 @@ class LSHIndex:
 
     def table(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(keys, ids)`` of table ``index``: keys ascending, ties by id (one bucket = one run of a key)."""
-        if not 0 <= int(index) < self.L:
-            raise DuckInputError(f"table index {index} out of range 0..{self.L - 1}")
-        return self._sorted_keys[index], self._sorted_ids[index]
+        try:
+            table = check_positive_int(index, "table index", 0)
+        except DuckInputError:
+            table = self.L  # not a non-negative integer: the same message as out of range
+        if table >= self.L:
+            raise DuckInputError(f"table index {index!r} must be an integer in 0..{self.L - 1} (the index has L={self.L})")
+        return self._sorted_keys[table], self._sorted_ids[table]
 
     # ------------------------------------------------------------------ queries
     def _as_queries(self, queries: Any) -> torch.Tensor:
         """(Q, dim) points, or a 1-D integer array of stored ids (their stored vectors become the queries)."""
-        arr = queries if isinstance(queries, torch.Tensor) else np.asarray(queries)
-        is_int = (not arr.dtype.is_floating_point) if isinstance(arr, torch.Tensor) else arr.dtype.kind in "iu"
-        if arr.ndim == 1 and is_int:
+        arr = real_array_tensor(queries, "queries", f"(Q, {self.dim})")  # refuses strings, complex, bool
+        if arr.ndim == 1 and not arr.is_floating_point():
             return self._points[self._check_ids(arr, "query ids")]
         if arr.ndim == 1:
             raise DuckInputError("queries must be (Q, dim) points or a 1-D integer array of ids; use q[None] for one point")
@@ -309,33 +343,29 @@ class LSHIndex:
             r: neighbourhood radius.
             method: "uniform", "weighted", "exact_degree" or "approx_degree".
             n_samples: samples per query, an int or one count per query.
-            approx_delta: Delta of the approx_degree heuristic (paper §5 uses 1).
-            gamma: if given, approx_degree uses Lemma 3.7 with Delta = ceil(ln 1/gamma) + 4.
+            approx_delta: Delta of the approx_degree heuristic (paper §5 uses 1), an int in
+                [1, ``MAX_APPROX_DELTA``].
+            gamma: if given, a number in (0, 1): approx_degree uses Lemma 3.7 with Delta = ceil(ln 1/gamma) + 4
+                (at most ``MAX_APPROX_DELTA``, i.e. gamma >= about e^-60).
             probes: how approx_degree decides: "closed_form" accepts with the probability that the probing
                 accepts (:func:`approx_acceptance`, from deg(p), known from the scan), O(1) per proposal;
                 "tables" makes the probes (one membership lookup each, O(L/deg)). Same output distribution.
-            seed: None (fresh OS entropy), an int, or a torch.Generator on the index device.
-            max_proposals: proposals drawn per round at most (memory bound).
+            seed: None (fresh OS entropy), an int in [0, 2^63 - 1], or a torch.Generator on the index device.
+            max_proposals: proposals drawn per round at most (memory bound), an int >= 1.
         Returns:
             (Q, max n_samples) int64 ids; -1 pads queries with fewer samples or an empty M(q).
         """
-        if method not in SAMPLING_METHODS:
+        if not isinstance(method, str) or method not in SAMPLING_METHODS:
             raise DuckInputError(f"method={method!r} is not supported; use one of {', '.join(SAMPLING_METHODS)}")
-        if probes not in PROBE_MODES:
+        if not isinstance(probes, str) or probes not in PROBE_MODES:
             raise DuckInputError(f"probes={probes!r} is not supported; use one of {', '.join(PROBE_MODES)}")
         r = check_radius(r)
+        max_proposals = check_positive_int(max_proposals, "max_proposals")
+        delta = self._approx_delta(approx_delta, gamma)
+        gen = self._generator(seed)
         q = self._as_queries(queries)
         n_q = q.shape[0]
         wanted = self._sample_counts(n_samples, n_q).to(self.device)
-        delta = self._approx_delta(approx_delta, gamma)
-        if isinstance(seed, torch.Generator):
-            gen = seed
-        else:
-            gen = torch.Generator(device=self.device)
-            if seed is None:
-                gen.seed()
-            else:
-                gen.manual_seed(int(seed))
         self._sync()
         t_start = time.perf_counter()
         cand = self._candidates(q, r)
@@ -387,25 +417,51 @@ class LSHIndex:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def _generator(self, seed: Any) -> torch.Generator:
+        """The generator of a ``sample`` call: ``seed`` itself (a torch.Generator on the index device), or a new
+        one seeded from ``seed`` (an int in [0, 2^63 - 1]) or, for None, from fresh OS entropy."""
+        if isinstance(seed, torch.Generator):
+            if seed.device.type != self.device.type:
+                raise DuckInputError(f"seed is a torch.Generator on {seed.device}; pass one on {self.device} or an int")
+            return seed
+        gen = torch.Generator(device=self.device)
+        if seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(check_seed(seed, "seed"))
+        return gen
+
     @staticmethod
     def _sample_counts(n_samples: Any, n_q: int) -> torch.Tensor:
-        counts = torch.as_tensor(np.asarray(n_samples.cpu() if isinstance(n_samples, torch.Tensor) else n_samples))
-        if counts.is_floating_point() or counts.dtype == torch.bool or counts.ndim > 1:
-            raise DuckInputError(f"n_samples={n_samples!r} must be an int or one int per query")
-        counts = counts.to(torch.int64).expand(n_q) if counts.ndim == 0 else counts.to(torch.int64)
+        counts = torch.from_numpy(_integer_array(n_samples, "n_samples", "pass an int or one int per query"))
+        counts = counts.expand(n_q) if counts.ndim == 0 else counts
         if counts.numel() != n_q or bool((counts < 0).any()):
-            raise DuckInputError(f"n_samples must be >= 0 and give one count per query ({n_q}), got {n_samples!r}")
+            raise DuckInputError(f"n_samples must be >= 0 and give one count per query ({n_q}), got {_preview(n_samples)}")
         return counts.clone()
 
     @staticmethod
-    def _approx_delta(approx_delta: Any, gamma: float | None) -> int:
+    def _approx_delta(approx_delta: Any, gamma: Any) -> int:
+        """Delta of approx_degree: ``approx_delta`` in [1, MAX_APPROX_DELTA], or ceil(ln 1/gamma) + 4 for gamma in
+        (0, 1) (Lemma 3.7), which must not exceed MAX_APPROX_DELTA either."""
+        delta = check_positive_int(approx_delta, "approx_delta")
         if gamma is None:
-            return check_positive_int(approx_delta, "approx_delta")
-        if approx_delta != 1:
+            if delta > MAX_APPROX_DELTA:
+                raise DuckInputError(
+                    f"approx_delta={approx_delta!r} is too large: at most {MAX_APPROX_DELTA} (each sample costs about "
+                    f"deg * Delta proposals, and beyond ~38 the distribution no longer changes in float64)"
+                )
+            return delta
+        if delta != 1:
             raise DuckInputError("pass either approx_delta (heuristic) or gamma (Lemma 3.7, which fixes Delta), not both")
-        if not (isinstance(gamma, (int, float)) and 0.0 < gamma < 1.0):
-            raise DuckInputError(f"gamma={gamma!r} must lie strictly between 0 and 1")
-        return math.ceil(math.log(1.0 / gamma)) + 4
+        g = check_number(gamma, "gamma", 0.0, True, 1.0, True)
+        # -ln(g) is finite for every g > 0, 1/g is not (subnormal g): test the range before forming 1/g
+        delta = math.inf if -math.log(g) > MAX_APPROX_DELTA else math.ceil(math.log(1.0 / g)) + 4
+        if delta > MAX_APPROX_DELTA:
+            raise DuckInputError(
+                f"gamma={gamma!r} is too small: Delta = ceil(ln 1/gamma) + 4 must be at most {MAX_APPROX_DELTA}; "
+                f"use gamma >= 1e-26 (the guarantee is below float64 precision from about 1e-16 on)"
+            )
+        return delta
 
     def _propose(
         self,

@@ -47,13 +47,14 @@ Parameter heuristics (no tuning; reasoning in docs/kmeans.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from duck.deletion._kmeans_base import DeletableKMeansBase, to_ids
+from duck.deletion._kmeans_base import DeletableKMeansBase, dtype_name, to_ids
 from duck.deletion._kmeans_ops import (
     Partition,
     default_local_trials,
@@ -65,7 +66,7 @@ from duck.deletion._kmeans_ops import (
     uniforms,
 )
 from duck.errors import DuckInputError
-from duck.utils import check_positive_int
+from duck.utils import check_number, check_positive_int, real_array_tensor
 
 #: width of the grid on which log2(eps) is quantised when eps="auto" (half an octave)
 _LOG2_EPS_STEP = 0.5
@@ -113,6 +114,42 @@ class _Verdict:
     new_losses: np.ndarray | None = None  # (T1+1,) L^0..L^{T1}
 
 
+def check_replay_draws(
+    replay: Any, n_clusters: int, n_iter: int, d: int | None = None, name: str = "replay"
+) -> tuple[np.ndarray, torch.Tensor, float, int]:
+    """The draws of a ``QKMeans.random_state_`` dict, checked: ``(seed ids, phases (n_iter, d) float64 CPU,
+    eps_phase, n_reseeds)``. ``d=None`` accepts any number of features (a caller that does not know the
+    rows yet); whether the seed rows exist is the fit's check. DuckInputError naming ``name`` otherwise."""
+    if not isinstance(replay, Mapping):
+        raise DuckInputError(f"{name} must be a QKMeans.random_state_ dict, got {type(replay).__name__}")
+    missing = {"seed_ids", "phases", "eps_phase", "n_reseeds"} - set(replay)
+    if missing:
+        raise DuckInputError(f"{name} must be a QKMeans.random_state_ dict; missing keys {sorted(missing)}")
+    seed_ids = to_ids(replay["seed_ids"], f"{name}['seed_ids']")
+    if seed_ids.size != n_clusters or np.unique(seed_ids).size != seed_ids.size:
+        raise DuckInputError(
+            f"{name} holds seeds {seed_ids.tolist()} but n_clusters={n_clusters}; "
+            "replay the random_state_ of a model with the same k"
+        )
+    phases = real_array_tensor(replay["phases"], f"{name}['phases']", "(n_iter, n_features)")
+    if phases.ndim != 2 or phases.shape[0] != n_iter or phases.shape[1] == 0 or d not in (None, phases.shape[1]):
+        raise DuckInputError(
+            f"{name} phases have shape {tuple(phases.shape)} but n_iter={n_iter}"
+            + ("" if d is None else f" and X has {d} features")
+            + "; replay the random_state_ of a model with the same options"
+        )
+    phases = phases.to(device="cpu", dtype=torch.float64)
+    outside = ~((phases >= 0) & (phases < 1))  # NaN is outside too
+    if bool(outside.any()):
+        raise DuckInputError(
+            f"{name}['phases'] must be uniform draws in [0, 1), got {phases[outside][:5].tolist()}; "
+            "replay the random_state_ of a QKMeans"
+        )
+    eps_phase = check_number(replay["eps_phase"], f"{name}['eps_phase']", 0.0, False, 1.0, True)
+    n_reseeds = check_positive_int(replay["n_reseeds"], f"{name}['n_reseeds']", 0)
+    return seed_ids, phases, eps_phase, n_reseeds
+
+
 class QKMeans(DeletableKMeansBase):
     """Quantised k-means (Ginart et al., NeurIPS 2019, Alg. 1) with exact deletion.
 
@@ -120,8 +157,10 @@ class QKMeans(DeletableKMeansBase):
         n_clusters: k.
         n_iter: T, the maximum number of quantised Lloyd iterations (paper: 10).
         gamma: balance parameter in (0, 1); clusters smaller than ``gamma * n / k`` are damped.
-        eps: lattice width, a positive number, or "auto" (see the module docstring).
-        eps_scale: rho in ``eps = rho * sigma_hat`` when ``eps="auto"``.
+        eps: lattice width, a finite positive number, or "auto" (see the module docstring). ``fit`` refuses a
+            width (given or resolved) that the data cannot use: finer than the dtype resolves at ``max |x|``,
+            coarser than ``max |x|`` over that resolution, or overflowing the squared distances.
+        eps_scale: rho in ``eps = rho * sigma_hat`` when ``eps="auto"`` (a finite positive number).
         n_local_trials: greedy k-means++ candidates per seed; None -> ``2 (2 + floor(ln k))``, twice
             scikit-learn's number (see the module docstring); 1 -> the paper's plain k-means++.
         seed, device, dtype: randomness root, "auto"/"cpu"/"cuda", float32/float64 (float64 makes the
@@ -153,15 +192,16 @@ class QKMeans(DeletableKMeansBase):
     ) -> None:
         super().__init__(n_clusters, seed, device, dtype, n_local_trials)
         self.n_iter = check_positive_int(n_iter, "n_iter")
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 < gamma < 1.0:
-            raise DuckInputError(f"gamma must be in (0, 1), got {gamma!r}")
-        self.gamma = float(gamma)
-        if eps != "auto" and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
-            raise DuckInputError(f"eps must be a positive number or 'auto', got {eps!r}")
-        self.eps = eps
-        if isinstance(eps_scale, bool) or not isinstance(eps_scale, (int, float)) or not eps_scale > 0:
-            raise DuckInputError(f"eps_scale must be a positive number, got {eps_scale!r}")
-        self.eps_scale = float(eps_scale)
+        self.gamma = check_number(gamma, "gamma", 0.0, True, 1.0, True)
+        if isinstance(eps, str) and eps == "auto":
+            self.eps: float | str = eps
+        else:
+            try:
+                self.eps = check_number(eps, "eps", 0.0, True)
+            except DuckInputError:
+                raise DuckInputError(f"eps must be 'auto' or a finite number > 0, got {eps!r}") from None
+        #: the fit checks that the resolved eps suits the data and dtype (see :meth:`_check_lattice`)
+        self.eps_scale = check_number(eps_scale, "eps_scale", 0.0, True)
         if self.n_local_trials is None:
             self.n_local_trials = 2 * default_local_trials(self.n_clusters)
 
@@ -173,7 +213,7 @@ class QKMeans(DeletableKMeansBase):
         ids (all must be among ``ids``), phases, eps phase and re-seed counter instead of drawing new ones.
         This is the "fresh fit replaying the random draws" that a model after deletions equals.
         """
-        Xt = self._as_data(X, min_rows=self.n_clusters, copy=True)
+        Xt = self._as_data(X, min_rows=self.n_clusters, copy=True, summed=True)
         row_ids = self._as_fit_ids(ids, Xt.shape[0])
         d = Xt.shape[1]
         if replay is None:
@@ -184,42 +224,25 @@ class QKMeans(DeletableKMeansBase):
             n_reseeds = 0
         else:
             seed_rows, phases, eps_phase, n_reseeds = self._parse_replay(replay, row_ids, d)
-        self._store_rows(Xt, row_ids)
-        self._phases64 = phases  # (T, d) float64 CPU tensor: the stored draws
-        self._phases = phases.to(device=self.device, dtype=self.dtype)  # (T, d) as used on the device
-        self._phases_np = self._phases.cpu().numpy().astype(np.float64)  # (T, d) same values, for the check
-        self._eps_phase = eps_phase
-        self._n_reseeds = n_reseeds
-        self._seed_rows = [int(r) for r in seed_rows]
-        self.n_retrains_ = 0
-        self.last_deletion_: dict[str, Any] | None = None
-        self._x_sqnorm = sq_norms(self._X)  # (N,) reused by every partition
-        self._allocate_history()
-        self._run_from(1)
+        with self._fit_transaction():  # the eps check needs the seed loss: a refused eps restores the model
+            self._store_rows(Xt, row_ids)
+            self._phases64 = phases  # (T, d) float64 CPU tensor: the stored draws
+            self._phases = phases.to(device=self.device, dtype=self.dtype)  # (T, d) as used on the device
+            self._phases_np = self._phases.cpu().numpy().astype(np.float64)  # (T, d) same values, for the check
+            self._eps_phase = eps_phase
+            self._n_reseeds = n_reseeds
+            self._seed_rows = [int(r) for r in seed_rows]
+            self.n_retrains_ = 0
+            self._last_deletion: dict[str, Any] | None = None
+            self._x_sqnorm = sq_norms(self._X)  # (N,) reused by every partition
+            self._allocate_history()
+            self._run_from(1, check_eps=True)
         return self
 
     def _parse_replay(
         self, replay: dict[str, Any], row_ids: np.ndarray, d: int
     ) -> tuple[list[int], torch.Tensor, float, int]:
-        if not isinstance(replay, dict):
-            raise DuckInputError(f"replay must be a QKMeans.random_state_ dict, got {type(replay).__name__}")
-        missing = {"seed_ids", "phases", "eps_phase", "n_reseeds"} - set(replay)
-        if missing:
-            raise DuckInputError(
-                f"replay must be a QKMeans.random_state_ dict; missing keys {sorted(missing)}"
-            )
-        seed_ids = to_ids(replay["seed_ids"], "replay['seed_ids']")
-        if seed_ids.size != self.n_clusters or np.unique(seed_ids).size != seed_ids.size:
-            raise DuckInputError(
-                f"replay holds seeds {seed_ids.tolist()} but n_clusters={self.n_clusters}; "
-                "replay the random_state_ of a model with the same k"
-            )
-        phases = torch.as_tensor(replay["phases"]).to(device="cpu", dtype=torch.float64)
-        if tuple(phases.shape) != (self.n_iter, d):
-            raise DuckInputError(
-                f"replay phases have shape {tuple(phases.shape)} but n_iter={self.n_iter} and X has "
-                f"{d} features"
-            )
+        seed_ids, phases, eps_phase, n_reseeds = check_replay_draws(replay, self.n_clusters, self.n_iter, d)
         order = np.argsort(row_ids, kind="stable")
         pos = np.searchsorted(row_ids[order], seed_ids).clip(max=row_ids.size - 1)
         found = row_ids[order][pos] == seed_ids
@@ -228,7 +251,7 @@ class QKMeans(DeletableKMeansBase):
                 f"replay seed ids {seed_ids[~found].tolist()} are not among the ids of X; "
                 "a replayed fit needs every stored seed row"
             )
-        return order[pos].tolist(), phases.clone(), float(replay["eps_phase"]), int(replay["n_reseeds"])
+        return order[pos].tolist(), phases.clone(), eps_phase, n_reseeds
 
     def _allocate_history(self) -> None:
         """Per-iteration metadata of Alg. 1, tau = 0..T (entries beyond the last computed one are unused)."""
@@ -243,12 +266,46 @@ class QKMeans(DeletableKMeansBase):
         self._accepted_np = np.zeros(T + 1, dtype=bool)  # decision of iteration tau (tau >= 1)
 
     def _auto_eps(self, seed_loss: float, n: int) -> float:
-        """``eps = rho * sigma_hat``, rounded on a randomly phased half-octave grid of log2(eps)."""
+        """``eps = rho * sigma_hat``, rounded on a randomly phased half-octave grid of log2(eps).
+
+        A product that underflows to 0 or overflows is returned as is (0.0 / inf): :meth:`_check_lattice`
+        refuses it at fit.
+        """
         d = self._X.shape[1]
         sigma2 = seed_loss / (2.0 * n * d)
         raw = self.eps_scale * math.sqrt(sigma2) if sigma2 > 0 else self.eps_scale
+        if not 0.0 < raw < math.inf:
+            return raw
         shift = self._eps_phase - 0.5
-        return float(2.0 ** (_LOG2_EPS_STEP * (round(math.log2(raw) / _LOG2_EPS_STEP + shift) - shift)))
+        exponent = _LOG2_EPS_STEP * (round(math.log2(raw) / _LOG2_EPS_STEP + shift) - shift)
+        return float(2.0**exponent) if exponent < 1024 else math.inf
+
+    def _check_lattice(self, eps: float) -> None:
+        """Refuse a lattice width the stored rows and the dtype cannot use (run inside fit's transaction, once
+        the seed loss that ``eps="auto"`` needs is known).
+
+        Usable: ``max|x| * r <= eps <= max|x| / r`` with ``r`` the dtype's resolution (``torch.finfo.eps``):
+        finer, the cell index ``x / eps`` is beyond the integers the dtype resolves and the lattice no longer
+        quantises (the phase is rounded away); coarser, ``x / eps`` is below the phase's resolution and every
+        centroid falls on the lattice point nearest the origin. Also, squared distances to lattice points
+        (at most ``eps`` per coordinate from their centroid) summed over the rows must stay finite.
+        """
+        fi = torch.finfo(self.dtype)
+        n, d = self._X.shape
+        largest = max(float(self._X.max()), -float(self._X.min()))  # max |x| without an (n, d) temporary
+        lo = max(fi.tiny, largest * fi.eps)
+        overflow = (math.sqrt(fi.max / (4.0 * n)) - math.sqrt(float(self._x_sqnorm.max()))) / math.sqrt(d)
+        hi = min(largest / fi.eps, overflow) if largest > 0 else overflow
+        if lo <= eps <= hi:
+            return
+        given = f"eps={eps!r} is" if self.eps != "auto" else f"eps_scale={self.eps_scale} gives eps={eps:.3g},"
+        raise DuckInputError(
+            f"{given} outside the lattice widths [{lo:.3g}, {hi:.3g}] usable for this X "
+            f"(max |x| = {largest:.3g}) in {dtype_name(self.dtype)}: a finer lattice is below the dtype's "
+            "resolution, a coarser one collapses every centroid to one point or overflows; "
+            "choose eps in that range (typically a fraction of the clusters' spread)"
+            + (" or a different eps_scale" if self.eps == "auto" else "")
+        )
 
     def _partition(self, centers: torch.Tensor) -> Partition:
         """Nearest centroid of every current row with the cluster sums and sizes, one pass. Deleted rows
@@ -258,11 +315,11 @@ class QKMeans(DeletableKMeansBase):
             active = torch.from_numpy(self._alive).to(self.device)
         return partition(self._X, centers, self._x_sqnorm, active=active)
 
-    def _run_from(self, tau0: int) -> None:
+    def _run_from(self, tau0: int, check_eps: bool = False) -> None:
         """Quantised Lloyd (Alg. 1) from iteration ``tau0`` on the current rows; iterations < tau0 are kept.
 
         The partition of ``c^{tau0-1}`` is recomputed from scratch, so this is the same computation as a
-        fresh replayed fit from that iteration on.
+        fresh replayed fit from that iteration on. ``check_eps`` (fit): refuse an unusable lattice width.
         """
         k, T, n = self.n_clusters, self.n_iter, self._n_alive
         if tau0 == 1:
@@ -275,14 +332,16 @@ class QKMeans(DeletableKMeansBase):
         self._labels_hist[tau0 - 1] = part.labels
         self._losses_np[tau0 - 1] = loss
         if tau0 == 1:
-            self.eps_ = self._auto_eps(loss, n) if self.eps == "auto" else float(self.eps)
+            self._eps = self._auto_eps(loss, n) if self.eps == "auto" else float(self.eps)
+            if check_eps:
+                self._check_lattice(self._eps)
         m = self.gamma * n / k
         self._n_accepted = T
         for tau in range(tau0, T + 1):
             sizes = part.masses.to(self.dtype)[:, None]  # (k, 1) sizes of pi^{tau-1}
             phase = self._phases[tau - 1]  # (d,)
-            cells = lattice_cells(balanced_means(part.sums, sizes, centers, m), self.eps_, phase)  # (k, d)
-            q = lattice_point(cells, self.eps_, phase)  # (k, d) quantised centroids c^tau
+            cells = lattice_cells(balanced_means(part.sums, sizes, centers, m), self._eps, phase)  # (k, d)
+            q = lattice_point(cells, self._eps, phase)  # (k, d) quantised centroids c^tau
             new_part = self._partition(q)  # pi^tau
             new_loss = float(new_part.min_sq_dist.sum())
             self._labels_hist[tau] = new_part.labels
@@ -319,12 +378,12 @@ class QKMeans(DeletableKMeansBase):
         new_sums = self._sums_np[:T1] - np.swapaxes(member, 1, 2) @ x  # (T1, k, d)
         new_sums[new_sizes == 0] = 0.0  # an emptied cluster sums to exactly zero, as in a fresh fit
         n_new = self._n_alive - rows.size
-        if self.eps == "auto" and self._auto_eps(float(new_losses[0]), n_new) != self.eps_:
+        if self.eps == "auto" and self._auto_eps(float(new_losses[0]), n_new) != self._eps:
             return _Verdict(False, "eps", 1, new_sizes, new_sums, new_losses)
         m = self.gamma * n_new / k
         flags_ok = ((new_sizes < m) == self._flags_np[1 : T1 + 1]).all(1)  # (T1,)
         means = balanced_means(new_sums, new_sizes[..., None], centers[:T1], m)  # (T1, k, d)
-        cells = lattice_cells(means, self.eps_, self._phases_np[:T1, None])  # (T1, k, d)
+        cells = lattice_cells(means, self._eps, self._phases_np[:T1, None])  # (T1, k, d)
         cells_ok = (cells == self._cells_np[1 : T1 + 1]).reshape(T1, -1).all(1)  # (T1,)
         decisions_ok = (new_losses[1:] < new_losses[:-1]) == self._accepted_np[1 : T1 + 1]  # (T1,)
         if flags_ok.all() and cells_ok.all() and decisions_ok.all():
@@ -358,7 +417,7 @@ class QKMeans(DeletableKMeansBase):
         self._mark_deleted(rows)
         if not verdict.keep:
             self._retrain(verdict)
-        self.last_deletion_ = {
+        self._last_deletion = {
             "n_ids": int(rows.size),
             "retrained": not verdict.keep,
             "reason": verdict.reason,
@@ -418,6 +477,19 @@ class QKMeans(DeletableKMeansBase):
         """k-means loss of the model on its current rows."""
         self._check_fitted()
         return float(self._losses_np[self._n_accepted])
+
+    @property
+    def eps_(self) -> float:
+        """The lattice width in use (``eps``, or the one ``eps="auto"`` resolved to)."""
+        self._check_fitted()
+        return self._eps
+
+    @property
+    def last_deletion_(self) -> dict[str, Any] | None:
+        """What the last ``delete`` did: ``n_ids``, ``retrained``, ``reason``, ``restart_iteration`` (None
+        before any deletion)."""
+        self._check_fitted()
+        return self._last_deletion
 
     @property
     def n_iter_(self) -> int:

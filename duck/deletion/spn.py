@@ -59,7 +59,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-from collections.abc import Sequence
+import reprlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -82,7 +83,7 @@ from duck.deletion._spn_rules import (
     learnspn_operation,
     revise_operation,
 )
-from duck.deletion.qkmeans import QKMeans
+from duck.deletion.qkmeans import QKMeans, check_replay_draws
 from duck.deletion.rdc import (
     Combinations,
     FeatureMap,
@@ -98,12 +99,29 @@ from duck.deletion.rdc import (
 )
 from duck.deletion.rdc_taylor import TaylorReference
 from duck.errors import DuckInputError
-from duck.utils import check_number, real_array_tensor, resolve_device
+from duck.utils import (
+    check_device,
+    check_number,
+    check_positive_int,
+    check_seed,
+    real_array_tensor,
+)
 
 TYPES = ("gaussian", "categorical")
 #: generator tags of the per-node random draws: derive_seed(seed, tag, path hash)
 _RDC_TAG, _QK_TAG = 11, 12
 _QK_KEYS = ("n_iter", "gamma", "eps", "eps_scale", "n_local_trials")
+#: keys of a QKMeans.random_state_ (a node's ``qkmeans`` entry in a replay)
+_QK_REPLAY_KEYS = ("seed_ids", "phases", "eps_phase", "n_reseeds")
+#: the draws a node may carry in a replay (``SPN.random_state_["nodes"][path]``)
+_REPLAY_ENTRY_KEYS = ("rdc_projections", "qkmeans")
+#: most categories K one categorical variable may have. Memory grows with K: every categorical leaf keeps K
+#: counts, the compiled circuit a (categorical leaves, Kmax) table, and every node's RDC draws (V, Kmax+1, k)
+#: projections (all variables padded to the largest domain). Larger domains: model the column as Gaussian or
+#: merge categories
+MAX_CATEGORIES = 2**16
+#: most entries of one node's RDC projections, V x (Kmax + 1) x rdc_features float64 values (2 GiB)
+MAX_PROJECTION_ENTRIES = 2**28
 #: SplitData's Q-k-means defaults: a lattice 8x coarser than QKMeans' own (eps = 4 sigma_hat); see docs/spn.md
 QKMEANS_DEFAULTS: dict[str, Any] = {"eps_scale": 4.0}
 #: margin around the RDC threshold inside which a component check falls back to the full matrix
@@ -217,10 +235,44 @@ class _Params:
         }
 
 
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
-        raise DuckInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+def _brief(value: Any) -> str:
+    """``repr`` shortened to one line for an error message (long lists, arrays and tensors elided)."""
+    return " ".join(reprlib.repr(value).split())
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    """A switch: True or False (Python or numpy bool), not a string or a number that merely looks truthy."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise DuckInputError(f"{name} must be True or False, got {_brief(value)}")
+    return bool(value)
+
+
+def _check_qkmeans_options(qkmeans: Any) -> dict[str, Any]:
+    """The SplitData Q-k-means keyword arguments over ``QKMEANS_DEFAULTS``: a mapping of known options (their
+    values are QKMeans' own checks)."""
+    if qkmeans is None:
+        qkmeans = {}
+    if not isinstance(qkmeans, Mapping):
+        raise DuckInputError(
+            f"qkmeans must be a dict of Q-k-means options (keys among {list(_QK_KEYS)}) or None, "
+            f"got {_brief(qkmeans)}"
+        )
+    unknown = [key for key in qkmeans if key not in _QK_KEYS]
+    if unknown:
+        raise DuckInputError(f"unknown qkmeans options {unknown}; allowed: {list(_QK_KEYS)}")
+    return {**QKMEANS_DEFAULTS, **qkmeans}
+
+
+def _check_projection_size(n_categories: tuple[int, ...], k: int) -> None:
+    """Every node's RDC draws (V, Kmax+1, k) projections: refuse sizes that cannot be allocated."""
+    d_max = max(max(n_categories), 1)
+    entries = len(n_categories) * (d_max + 1) * k
+    if entries > MAX_PROJECTION_ENTRIES:
+        raise DuckInputError(
+            f"rdc_features={k} with {len(n_categories)} variables and up to {d_max} categories needs "
+            f"{entries:,} RDC projection values per node (at most {MAX_PROJECTION_ENTRIES:,}); "
+            "reduce rdc_features or the largest categorical domain"
+        )
 
 
 def _as_matrix(X: Any, name: str, allow_nan: bool) -> torch.Tensor:
@@ -299,17 +351,90 @@ def _resolve_categories(X: torch.Tensor, types: tuple[str, ...], n_categories: A
             if K not in (None, 0):
                 raise DuckInputError(f"n_categories[{v}] = {K!r} but column {v} is Gaussian; use None")
             out.append(0)
-        elif K is None:
+            continue
+        if K is None:
             col = X[:, v]
             if bool((col != col.round()).any()) or bool((col < 0).any()):
                 raise DuckInputError(
                     f"X column {v} is categorical but holds non-integer or negative values; encode its "
                     "categories as integers 0..K-1"
                 )
-            out.append(int(col.max().item()) + 1)
+            K = int(col.max().item()) + 1
+            what = f"X column {v} is categorical with codes up to {K - 1} ({K} categories)"
         else:
-            out.append(_check_int(K, f"n_categories[{v}]", 1))
+            K = check_positive_int(K, f"n_categories[{v}]")
+            what = f"n_categories[{v}]={K}"
+        if K > MAX_CATEGORIES:
+            raise DuckInputError(
+                f"{what}, more than the {MAX_CATEGORIES} categories a variable may have; model column {v} "
+                "as 'gaussian' or merge its categories into fewer codes 0..K-1"
+            )
+        out.append(K)
     return tuple(out)
+
+
+def _keys_or_type(value: Any) -> str:
+    """What a malformed state mapping holds, short enough for a one-line message: its keys, or its type."""
+    return str(sorted(map(str, value))) if isinstance(value, Mapping) else type(value).__name__
+
+
+def _check_replay(replay: Any, params: _Params, n_iter: int) -> dict[str, Any]:
+    """An ``SPN.random_state_`` checked whole before any work (keys, types, shapes, finiteness): -> the
+    replay with every node's projections as float64 CPU tensors. Which node uses which draws, and whether
+    a projection fits that node's scope or a Q-k-means state its rows, is checked where they are used."""
+    hint = "pass spn.random_state_ (learn_spn(..., replay=spn.random_state_, **spn.learn_params_))"
+    if not isinstance(replay, Mapping) or set(replay) != {"seed", "nodes"}:
+        raise DuckInputError(
+            f"replay must be a dict with exactly the keys 'seed' and 'nodes', got {_keys_or_type(replay)}; {hint}"
+        )
+    seed = check_seed(replay["seed"], "replay['seed']")
+    if seed != params.seed:
+        raise DuckInputError(
+            f"replay was drawn with seed={seed} but seed={params.seed}; pass the same seed "
+            "(e.g. learn_spn(..., replay=spn.random_state_, **spn.learn_params_))"
+        )
+    nodes = replay["nodes"]
+    if not isinstance(nodes, Mapping):
+        raise DuckInputError(
+            f"replay['nodes'] must be a dict from node path to its draws, got {type(nodes).__name__}; {hint}"
+        )
+    n_vars, k = len(params.n_categories), params.rdc_features
+    shape = (max(max(params.n_categories), 1) + 1, k)  # projections: (|scope|, Dmax+1, k)
+    checked: dict[str, dict[str, Any]] = {}
+    for path, entry in nodes.items():
+        where = f"replay['nodes'][{_brief(path)}]"
+        if not (isinstance(path, str) and isinstance(entry, Mapping) and set(entry) <= set(_REPLAY_ENTRY_KEYS)):
+            raise DuckInputError(
+                f"{where} must be a dict with keys among {list(_REPLAY_ENTRY_KEYS)} under a path string, "
+                f"got {_keys_or_type(entry)}; {hint}"
+            )
+        checked[path] = dict(entry)
+        if "rdc_projections" in entry:
+            name = f"{where}['rdc_projections']"
+            W = real_array_tensor(entry["rdc_projections"], name, "(s, Dmax+1, k)")
+            if W.ndim != 3 or not 1 <= W.shape[0] <= n_vars or tuple(W.shape[1:]) != shape:
+                raise DuckInputError(
+                    f"{name} has shape {tuple(W.shape)}, not (s <= {n_vars}, {shape[0]}, {k}) as this SPN's "
+                    f"n_categories and rdc_features={k} draw; replay the state of an SPN learned with the same "
+                    "parameters on these columns"
+                )
+            W = W.to(device="cpu", dtype=_F64)
+            if not bool(torch.isfinite(W).all()):
+                raise DuckInputError(f"{name} contains NaN or inf values; {hint}")
+            checked[path]["rdc_projections"] = W
+        if "qkmeans" in entry:
+            _check_qkmeans_replay(entry["qkmeans"], f"{where}['qkmeans']", n_iter)
+    return {"seed": seed, "nodes": checked}
+
+
+def _check_qkmeans_replay(state: Any, where: str, n_iter: int) -> None:
+    """A node's stored Q-k-means draws (``QKMeans.random_state_``, k = 2), checked up front by QKMeans' own
+    replay check; the seed rows and the number of features are checked by ``QKMeans.fit`` on the node's rows."""
+    if isinstance(state, Mapping) and set(state) != set(_QK_REPLAY_KEYS):
+        raise DuckInputError(
+            f"{where} must be a QKMeans.random_state_ dict with keys {list(_QK_REPLAY_KEYS)}, got {_keys_or_type(state)}"
+        )
+    check_replay_draws(state, 2, n_iter, None, where)
 
 
 # ---------------------------------------------------------------------------------------- evaluation
@@ -599,12 +724,12 @@ class SPN:
         """RDC projections of the node at ``path`` for its scope: replayed, else drawn from (seed, path)."""
         p = self.params_
         if self._replay_nodes is not None and "rdc_projections" in self._replay_nodes.get(path, {}):
-            W = torch.as_tensor(self._replay_nodes[path]["rdc_projections"], dtype=_F64)
-            if W.shape[0] != scope.size or W.shape[2] != p.rdc_features:
+            W = self._replay_nodes[path]["rdc_projections"]  # float64 CPU, shape checked by _check_replay
+            if W.shape[0] != scope.size:
                 raise DuckInputError(
                     f"replay projections of node {path or '/'} have shape {tuple(W.shape)}, which does not "
-                    f"fit its {scope.size} variables and rdc_features={p.rdc_features}; replay the state of "
-                    "an SPN learned with the same parameters on these rows"
+                    f"fit its {scope.size} variables; replay the state of an SPN learned with the same "
+                    "parameters on these rows"
                 )
             return W.clone()
         generator = make_generator(p.seed, _RDC_TAG, _path_hash(path))
@@ -780,7 +905,7 @@ class SPN:
         self._counters["rows_relearned"] += int(n_rows)
 
     def _positions_to_remove(self, ids: Any) -> np.ndarray:
-        req = to_ids(ids)
+        req = to_ids(ids, "ids")
         if req.size > 1 and np.unique(req).size != req.size:
             raise DuckInputError(f"ids to remove contain duplicates: {req[:10].tolist()}; pass each id once")
         pos = np.minimum(np.searchsorted(self._ids, req), self._ids.size - 1)
@@ -970,8 +1095,8 @@ class SPN:
 
     def sample(self, n: int, *, seed: int = 0) -> torch.Tensor:
         """``n`` rows drawn from the SPN (ancestral sampling, batched by tree height). -> (n, V) float64"""
-        n = _check_int(n, "n", 1)
-        generator = torch.Generator().manual_seed(_check_int(seed, "seed", 0))
+        n = check_positive_int(n, "n")
+        generator = torch.Generator().manual_seed(check_seed(seed, "seed"))
         return circuit_sample(self._compile(), n, generator, self.device)
 
     # -------------------------------------------------------------------------------------- inspection
@@ -1126,7 +1251,9 @@ def learn_spn(
         alpha: additive smoothing of categorical leaves, ``P(j) = (n_j + alpha) / (n + alpha K)``.
         min_std: lower bound on a Gaussian leaf's standard deviation (zero-variance leaves; data units).
         n_categories: declared K per column (None for Gaussian columns, or None to infer ``max code + 1``).
-            The domain is part of the model: removals never shrink it.
+            The domain is part of the model: removals never shrink it. At most ``MAX_CATEGORIES`` (2^16)
+            per variable, and every node's RDC projections (V x (Kmax + 1) x rdc_features values) at most
+            ``MAX_PROJECTION_ENTRIES``: model a larger domain as Gaussian or merge its categories.
         qkmeans: keyword arguments for the SplitData Q-k-means (``n_iter``, ``gamma``, ``eps``, ``eps_scale``,
             ``n_local_trials``); QKMeans' defaults otherwise, except ``eps_scale=4`` (``QKMEANS_DEFAULTS``).
         device: "auto" | "cpu" | "cuda".
@@ -1134,27 +1261,29 @@ def learn_spn(
             removal changed a Q-k-means partition) up to date: "replay" updates its sub-SPN node by node,
             keeping each node's stored draws (RDC projections, Q-k-means seeds and phases); "fresh" relearns
             it from the draws of (seed, path) as Alg. 6 does. Both are exact under the replay statement.
-        removal_enabled: False builds the same SPN without keeping removal state (no ``unlearn``).
+        removal_enabled: False builds the same SPN without keeping removal state (no ``unlearn``); a bool.
         replay: a ``random_state_`` whose draws replace the ones derived from ``seed`` (the certified-removal
-            comparison; see the module docstring).
+            comparison; see the module docstring); its structure is checked whole before any work.
+
+    Raises DuckInputError, before any work, for bad data or options.
     """
     Xt = _as_matrix(X, "X", allow_nan=False)
     n, n_vars = Xt.shape
     kinds = _check_types(types, n_vars)
     cats = _resolve_categories(Xt, kinds, n_categories)
     _check_codes(Xt, cats, "X")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise DuckInputError(f"seed must be an integer, got {seed!r}")
-    qk_args = {**QKMEANS_DEFAULTS, **(qkmeans or {})}
-    unknown = sorted(set(qk_args) - set(_QK_KEYS))
-    if unknown:
-        raise DuckInputError(f"unknown qkmeans options {unknown}; allowed: {list(_QK_KEYS)}")
-    QKMeans(2, **qk_args)  # validates the Q-k-means options before any work
+    if not (isinstance(relearn, str) and relearn in ("replay", "fresh")):
+        raise DuckInputError(f"relearn must be 'replay' or 'fresh', got {_brief(relearn)}")
+    dev = check_device(device, "device")
+    keep_state = _check_bool(removal_enabled, "removal_enabled")
+    qk_args = _check_qkmeans_options(qkmeans)
+    # QKMeans checks its options' values; its n_iter is the replayed phases' length
+    n_iter = QKMeans(2, device=dev, dtype=_F64, **qk_args).n_iter
     params = _Params(
-        seed=int(seed),
-        min_instances=_check_int(min_instances, "min_instances", 1),
+        seed=check_seed(seed, "seed"),
+        min_instances=check_positive_int(min_instances, "min_instances"),
         rdc_threshold=check_number(rdc_threshold, "rdc_threshold", 0.0, True, 1.0),
-        rdc_features=_check_int(rdc_features, "rdc_features", 1),
+        rdc_features=check_positive_int(rdc_features, "rdc_features"),
         rdc_scale=check_number(rdc_scale, "rdc_scale", 0.0, True),
         alpha=check_number(alpha, "alpha", 0.0, False),
         min_std=check_number(min_std, "min_std", 0.0, True),
@@ -1162,26 +1291,14 @@ def learn_spn(
         qkmeans=qk_args,
         relearn=str(relearn),
     )
-    if params.relearn not in ("replay", "fresh"):
-        raise DuckInputError(f"relearn must be 'replay' or 'fresh', got {relearn!r}")
+    _check_projection_size(cats, params.rdc_features)
     if ids is None:
         row_ids = np.arange(n, dtype=np.int64)
     else:
-        row_ids = to_ids(ids)
+        row_ids = to_ids(ids, "ids")
         if row_ids.size != n:
             raise DuckInputError(f"ids has {row_ids.size} entries but X has {n} rows; pass one id per row")
         if np.unique(row_ids).size != n:
             raise DuckInputError("ids must be unique (one stable id per row); found duplicates")
-    if replay is not None:
-        if not isinstance(replay, dict) or not {"seed", "nodes"} <= set(replay):
-            raise DuckInputError("replay must be an SPN.random_state_ dict with keys 'seed' and 'nodes'")
-        if int(replay["seed"]) != params.seed:
-            raise DuckInputError(
-                f"replay was drawn with seed={replay['seed']} but seed={params.seed}; pass the same seed "
-                "(e.g. learn_spn(..., replay=spn.random_state_, **spn.learn_params_))"
-            )
-    try:
-        dev = resolve_device(device)
-    except (RuntimeError, ValueError) as e:
-        raise DuckInputError(str(e)) from None
-    return SPN(Xt, row_ids, kinds, params, dev, bool(removal_enabled), replay)
+    checked_replay = None if replay is None else _check_replay(replay, params, n_iter)
+    return SPN(Xt, row_ids, kinds, params, dev, keep_state, checked_replay)

@@ -17,9 +17,14 @@ import numpy as np
 
 from duck.errors import DuckInputError
 from duck.privacy.mechanisms import check_delta, check_eps
+from duck.utils import check_number, check_positive_int, real_array_tensor
 
 
 def _hockey_stick(p: np.ndarray, q: np.ndarray, n_p: int, n_q: int, eps: float) -> tuple[float, float]:
+    # Beyond eps = ln(n_q) + 1, e^eps q >= e > 1 >= p in every bin with q > 0 (q >= 1/n_q there), so only the
+    # bins with q = 0 are selected and the result no longer depends on eps: capping eps changes nothing but
+    # keeps e^eps and e^(2 eps) finite.
+    eps = min(eps, math.log(n_q) + 1.0)
     excess = p - math.exp(eps) * q  # (bins,)
     selected = excess > 0
     estimate = float(excess[selected].sum())
@@ -27,23 +32,39 @@ def _hockey_stick(p: np.ndarray, q: np.ndarray, n_p: int, n_q: int, eps: float) 
     return estimate, float(math.sqrt(variance))
 
 
+def _draws(samples: Any, name: str) -> np.ndarray:
+    """Draws of a mechanism as a flat float64 array of finite real numbers (at least 100 of them)."""
+    a = real_array_tensor(samples, name, "1-D").cpu().numpy().astype(np.float64, copy=False).ravel()
+    if a.size < 100:
+        raise DuckInputError(f"{name} holds {a.size} draws; need at least 100 draws per data set")
+    bad = int((~np.isfinite(a)).sum())
+    if bad:
+        raise DuckInputError(
+            f"{name} contains {bad} NaN or inf draws; a DP mechanism must release finite values: fix the mechanism"
+        )
+    return a
+
+
 def dp_histogram_test(
     samples_x: Any, samples_x_prime: Any, eps: float, delta: float, *, n_bins: int = 100, z: float = 4.0
 ) -> dict[str, float | bool]:
     """Histogram test of (eps, delta)-DP from draws of ``A(X)`` and ``A(X')`` (1-D real outputs).
 
-    Bins are equal-mass quantile bins of the pooled draws (open-ended at both sides). Returns
+    Bins are equal-mass quantile bins of the pooled draws (open-ended at both sides); ``n_bins`` is an
+    integer from 2 to the number of pooled draws, ``z >= 0`` the number of standard errors allowed. Returns
     ``delta_hat`` (the larger of the two directions), its standard error, the threshold
     ``delta + z * se`` and ``passed``.
     """
     eps = check_eps(eps)
     delta = check_delta(delta)
-    a = np.asarray(samples_x, dtype=np.float64).ravel()
-    b = np.asarray(samples_x_prime, dtype=np.float64).ravel()
-    if a.size < 100 or b.size < 100:
-        raise DuckInputError(f"need at least 100 draws per data set, got {a.size} and {b.size}")
-    if n_bins < 2:
-        raise DuckInputError(f"n_bins={n_bins} must be >= 2")
+    n_bins = check_positive_int(n_bins, "n_bins", 2)
+    z = check_number(z, "z", 0.0, False)
+    a = _draws(samples_x, "samples_x")
+    b = _draws(samples_x_prime, "samples_x_prime")
+    if n_bins > a.size + b.size:
+        raise DuckInputError(
+            f"n_bins={n_bins} exceeds the number of pooled draws ({a.size + b.size}); use fewer bins"
+        )
     edges = np.unique(np.quantile(np.concatenate([a, b]), np.linspace(0, 1, n_bins + 1)[1:-1]))
     edges = np.concatenate([[-np.inf], edges, [np.inf]])
     p = np.histogram(a, edges)[0] / a.size

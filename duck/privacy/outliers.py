@@ -19,24 +19,36 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
 import torch
 
 from duck.errors import DuckInputError
 from duck.privacy.mechanisms import (
     DPRelease,
     Seed,
+    check_calibration,
     check_delta,
     check_eps,
     gaussian_mechanism,
+    gaussian_sigma,
+    make_generator,
     smooth_gaussian_mechanism,
     smooth_gaussian_params,
     top_h_without_replacement,
 )
-from duck.utils import as_tensor, check_positive_int, check_radius, resolve_device
+from duck.utils import (
+    as_tensor,
+    check_device,
+    check_number,
+    check_positive_int,
+    check_radius,
+    check_seed,
+    real_array_tensor,
+)
 
 # Kissing numbers: exact for d in {1, 2, 3, 4, 8, 24}; elsewhere the rigorous semidefinite-programming
 # upper bounds of Mittelmann & Vallentin (2010, Table 1, rounded down), the paper's reference [19].
@@ -91,12 +103,13 @@ def kissing_configuration(k: int, r: float, n_spokes: int, dim: int) -> tuple[to
     return X, X_moved
 
 
-
-
-def as_records(X: Any, device: torch.device | str | None = "auto", name: str = "X") -> torch.Tensor:
-    """Data set as a float64 (N, d) tensor on ``device``; bad shapes / NaN raise :class:`DuckInputError`."""
+def as_records(X: Any, device: Any = "auto", name: str = "X") -> torch.Tensor:
+    """Data set as a float64 (N, d) tensor on ``device``; non-numeric, complex or boolean data, bad shapes,
+    NaN/inf and unknown devices raise :class:`DuckInputError`."""
+    dev = check_device(device, "device")
+    t = real_array_tensor(X, name, "(N, d)")
     try:
-        t = as_tensor(X, device=resolve_device(device), dtype=torch.float64, name=name)
+        t = as_tensor(t, device=dev, dtype=torch.float64, name=name)  # refuses NaN/inf, naming the rows
     except ValueError as e:
         raise DuckInputError(str(e)) from None
     if t.ndim != 2 or t.shape[0] == 0 or t.shape[1] == 0:
@@ -104,14 +117,31 @@ def as_records(X: Any, device: torch.device | str | None = "auto", name: str = "
     return t
 
 
+def _is_index(value: Any) -> bool:
+    """True for a Python or numpy integer (not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def check_subspace(subspace: Iterable[int] | None, dim: int) -> tuple[int, ...]:
-    """Validate coordinate indices of a subspace (None = the full space); sorted tuple of distinct ints."""
+    """Validate coordinate indices of a subspace (None = the full space); sorted tuple of distinct ints.
+
+    A subspace is a sequence (list, tuple, 1-D array) of Python or numpy integers; bools, floats and
+    strings are refused rather than converted.
+    """
     if subspace is None:
         return tuple(range(dim))
-    try:
-        idx = [int(i) for i in subspace]
-    except (TypeError, ValueError):
-        raise DuckInputError(f"subspace={subspace!r} must be a sequence of coordinate indices") from None
+    if isinstance(subspace, (str, bytes)) or not isinstance(subspace, Iterable):
+        raise DuckInputError(
+            f"subspace={subspace!r} must be a sequence of integer coordinate indices such as [0, 2] (or None)"
+        )
+    items = list(subspace)
+    wrong = [i for i in items if not _is_index(i)]
+    if wrong:
+        raise DuckInputError(
+            f"subspace={subspace!r} holds non-integer entries {wrong[:5]}; coordinate indices are integers "
+            "such as [0, 2]"
+        )
+    idx = [int(i) for i in items]
     if not idx:
         raise DuckInputError("subspace is empty; give at least one coordinate index (or None for all)")
     bad = [i for i in idx if not 0 <= i < dim]
@@ -167,13 +197,47 @@ class LSHNeighbours:
     w: float
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        check_positive_int(self.k, "LSHNeighbours.k")
+        check_positive_int(self.L, "LSHNeighbours.L")
+        check_number(self.w, "LSHNeighbours.w (bucket width)", 0.0, True)
+        check_seed(self.seed, "LSHNeighbours.seed")
+
+
+def check_lsh(lsh: Any) -> LSHNeighbours | None:
+    """The ``lsh`` option: None (exact counts), an :class:`LSHNeighbours`, or a mapping of its fields
+    (``k``, ``L``, ``w`` and optionally ``seed``), else a :class:`DuckInputError`."""
+    if lsh is None or isinstance(lsh, LSHNeighbours):
+        return lsh
+    if isinstance(lsh, Mapping):
+        names = [f.name for f in fields(LSHNeighbours)]
+        unknown = sorted(str(key) for key in lsh if key not in names)
+        missing = [name for name in ("k", "L", "w") if name not in lsh]
+        if unknown or missing:
+            raise DuckInputError(
+                f"lsh={dict(lsh)!r}: unknown keys {unknown}, missing keys {missing}; give k, L, w (and seed)"
+            )
+        return LSHNeighbours(**lsh)
+    raise DuckInputError(
+        f"lsh={lsh!r} must be None, LSHNeighbours(k=..., L=..., w=..., seed=...) or a dict with those keys"
+    )
+
+
+def check_k_records(k: Any, n_records: int) -> int:
+    """``k`` as an int in ``[1, N]``: with ``k >= N`` every record is already an outlier (``deg <= N - 1``),
+    and the smooth bound's work grows with ``k``."""
+    k = check_positive_int(k, "k")
+    if k > n_records:
+        raise DuckInputError(f"k={k} exceeds the number of records N={n_records}; use k <= N")
+    return k
+
 
 def neighbour_counts(
     X: Any,
     r: float,
     subspace: Iterable[int] | None = None,
     *,
-    lsh: LSHNeighbours | None = None,
+    lsh: LSHNeighbours | Mapping[str, Any] | None = None,
     device: Any = "auto",
 ) -> torch.Tensor:
     """``deg(x) = |{y != x : dist_S(x, y) <= r}|`` for every record (paper eq. 19), as an (N,) int64 tensor.
@@ -181,10 +245,11 @@ def neighbour_counts(
     Exact (batched pairwise differences) by default; with ``lsh`` the neighbours found in the record's
     LSH buckets (see :class:`LSHNeighbours`).
     """
+    lsh = check_lsh(lsh)
+    r = check_radius(r)
     Xt = as_records(X, device)
     S = check_subspace(subspace, Xt.shape[1])
     Z = subspace_coordinates(Xt, S)
-    r = check_radius(r)
     if lsh is None:
         return count_within(Z, Z, r) - 1  # the record itself is at distance 0
     from duck.deletion.lsh import LSHIndex
@@ -201,7 +266,7 @@ def outlier_count(
     r: float,
     subspace: Iterable[int] | None = None,
     *,
-    lsh: LSHNeighbours | None = None,
+    lsh: LSHNeighbours | Mapping[str, Any] | None = None,
     device: Any = "auto",
 ) -> int:
     """``q_count(X, k, r, S)``: number of records with fewer than ``k`` other records within ``r`` (eq. 14)."""
@@ -219,7 +284,7 @@ def dp_outlier_count(
     subspace: Iterable[int] | None = None,
     *,
     calibration: str = "classic",
-    lsh: LSHNeighbours | None = None,
+    lsh: LSHNeighbours | Mapping[str, Any] | None = None,
     seed: Seed = None,
     device: Any = "auto",
 ) -> DPRelease:
@@ -228,32 +293,39 @@ def dp_outlier_count(
     ``mechanism="global"``: Gaussian noise calibrated to the *upper* bound ``min(N, k K_d + 1)`` of
     Theorem 4 (the lower bound is not a valid calibration). ``mechanism="smooth"``: Gaussian noise scaled
     by ``S/alpha`` with ``S`` the beta-smooth upper bound of :func:`~duck.privacy.smooth_sensitivity.
-    smooth_sensitivity_bound` (Theorem 2; needs eps <= 1). Only ``.value`` of the result is private; with the
-    smooth mechanism ``.sigma`` is data-dependent and must not be published. ``lsh`` counts neighbours with
-    an LSH index (smooth mechanism only; see :class:`LSHNeighbours`).
+    smooth_sensitivity_bound` (Theorem 2; needs eps <= 1 and k <= N). Only ``.value`` of the result is
+    private; with the smooth mechanism ``.sigma`` is data-dependent and must not be published. ``lsh`` counts
+    neighbours with an LSH index (smooth mechanism only; see :class:`LSHNeighbours`). ``calibration``
+    ('classic' or 'analytic') applies to the global mechanism; every option is validated before any work.
     """
     from duck.privacy.smooth_sensitivity import smooth_sensitivity_bound
 
+    if not isinstance(mechanism, str) or mechanism not in ("smooth", "global"):
+        raise DuckInputError(f"mechanism={mechanism!r} is not supported; use 'smooth' or 'global'")
+    calibration = check_calibration(calibration)
+    lsh = check_lsh(lsh)
     k = check_positive_int(k, "k")
     r = check_radius(r)
     eps = check_eps(eps)
     delta = check_delta(delta)
+    gen = make_generator(seed)
     Xt = as_records(X, device)
     S = check_subspace(subspace, Xt.shape[1])
-    if mechanism == "global" and lsh is not None:
-        raise DuckInputError(
-            "the global-sensitivity bound (Theorem 4) does not hold for LSH neighbour counts; "
-            "use mechanism='smooth' or exact counts (lsh=None)"
-        )
-    true_count = outlier_count(Xt, k, r, S, lsh=lsh, device=Xt.device)
     if mechanism == "global":
+        if lsh is not None:
+            raise DuckInputError(
+                "the global-sensitivity bound (Theorem 4) does not hold for LSH neighbour counts; "
+                "use mechanism='smooth' or exact counts (lsh=None)"
+            )
         _, gs_upper = global_sensitivity_bounds(Xt.shape[0], len(S), k)
-        return gaussian_mechanism(true_count, gs_upper, eps, delta, calibration=calibration, seed=seed)
-    if mechanism == "smooth":
-        _, beta = smooth_gaussian_params(eps, delta)
-        bound = smooth_sensitivity_bound(Xt, k, r, beta, S, lsh=lsh, device=Xt.device)
-        return smooth_gaussian_mechanism(true_count, bound, eps, delta, seed=seed)
-    raise DuckInputError(f"mechanism={mechanism!r} is not supported; use 'smooth' or 'global'")
+        gaussian_sigma(gs_upper, eps, delta, calibration)  # refuses eps >= 1 (classic) before counting
+        true_count = outlier_count(Xt, k, r, S, device=Xt.device)
+        return gaussian_mechanism(true_count, gs_upper, eps, delta, calibration=calibration, seed=gen)
+    _, beta = smooth_gaussian_params(eps, delta)
+    k = check_k_records(k, Xt.shape[0])
+    true_count = outlier_count(Xt, k, r, S, lsh=lsh, device=Xt.device)
+    bound = smooth_sensitivity_bound(Xt, k, r, beta, S, lsh=lsh, device=Xt.device)
+    return smooth_gaussian_mechanism(true_count, bound, eps, delta, seed=gen)
 
 
 def all_subspaces(dim: int, size: int) -> list[tuple[int, ...]]:
@@ -266,9 +338,15 @@ def all_subspaces(dim: int, size: int) -> list[tuple[int, ...]]:
 
 
 def resolve_subspaces(subspaces: int | Sequence[Iterable[int]], dim: int) -> list[tuple[int, ...]]:
-    """An int ``c`` means all c-dimensional subspaces; otherwise each entry is validated."""
-    if isinstance(subspaces, int) and not isinstance(subspaces, bool):
+    """An int ``c`` (Python or numpy) means all c-dimensional subspaces; otherwise a sequence of index
+    sequences, each validated by :func:`check_subspace`."""
+    if _is_index(subspaces):
         return all_subspaces(dim, subspaces)
+    if isinstance(subspaces, (str, bytes)) or not isinstance(subspaces, Iterable):
+        raise DuckInputError(
+            f"subspaces={subspaces!r} must be an int c (all c-dim subspaces) or a list of index lists such as "
+            "[[0], [1, 2]]"
+        )
     resolved = [check_subspace(s, dim) for s in subspaces]
     if not resolved:
         raise DuckInputError("subspaces is empty; pass an int c (all c-dim subspaces) or a list of index lists")
@@ -318,9 +396,14 @@ def dp_top_subspaces(
     parametrisation is 2 eps-DP; ours at eps equals theirs at eps/2.) ``subspaces``: an int c (all
     c-dimensional coordinate subspaces) or a list of coordinate-index lists.
     """
+    k = check_positive_int(k, "k")
+    r = check_radius(r)
     eps = check_eps(eps)
-    subs, utility = subspace_utilities(X, k, r, subspaces, device=device)
-    if isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= len(subs):
+    gen = make_generator(seed)
+    Xt = as_records(X, device)
+    subs = resolve_subspaces(subspaces, Xt.shape[1])
+    if not _is_index(h) or not 1 <= h <= len(subs):
         raise DuckInputError(f"h={h!r} must be an integer between 1 and the number of candidate subspaces ({len(subs)})")
-    picked = top_h_without_replacement(utility, h, eps, 1.0, seed=seed)
+    _, utility = subspace_utilities(Xt, k, r, subs, device=Xt.device)
+    picked = top_h_without_replacement(utility, int(h), eps, 1.0, seed=gen)
     return [subs[i] for i in picked]

@@ -51,7 +51,16 @@ from duck.privacy.mechanisms import (
     top_h_without_replacement,
 )
 from duck.privacy.outliers import all_subspaces, as_records, count_within
-from duck.utils import check_positive_int, check_radius
+from duck.utils import check_number, check_positive_int, check_radius
+
+
+def check_squares_finite(emb: torch.Tensor, name: str) -> None:
+    """The PCA and the distances square the embeddings: refuse values whose squares overflow float64."""
+    if not torch.isfinite(emb.square().sum()):
+        raise DuckInputError(
+            f"{name} is too large for float64: its squared norms overflow (largest |value| "
+            f"{float(emb.abs().max()):.3g}); rescale the embeddings"
+        )
 
 
 def retain_pca(retain: torch.Tensor, n_components: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -126,8 +135,9 @@ def shareable_outlier_statistics(
     n_components = check_positive_int(n_components, "n_components")
     h = check_positive_int(h, "h")
     subspace_dim = check_positive_int(subspace_dim, "subspace_dim")
-    if not (isinstance(count_share, (int, float)) and 0.0 < count_share < 1.0):
-        raise DuckInputError(f"count_share={count_share!r} must lie strictly between 0 and 1 (e.g. 0.5)")
+    count_share = check_number(count_share, "count_share", 0.0, True, 1.0, True)
+    eps_count, eps_subspaces = check_eps(eps * count_share), check_eps(eps * (1.0 - count_share))
+    gen = make_generator(seed)
     forget = as_records(forget_emb, device, name="forget_emb")
     retain = as_records(retain_emb, forget.device, name="retain_emb")
     n_forget, dim = forget.shape
@@ -147,12 +157,12 @@ def shareable_outlier_statistics(
     subspaces = all_subspaces(n_components, subspace_dim)
     if h > len(subspaces):
         raise DuckInputError(f"h={h} exceeds the number of candidate subspaces ({len(subspaces)}); lower h")
+    check_squares_finite(forget, "forget_emb")
+    check_squares_finite(retain, "retain_emb")
 
     true_count, subspace_counts, explained = forget_outlier_counts(
         forget, retain, k=k, r=r, n_components=n_components, subspaces=subspaces
     )
-    gen = make_generator(seed)
-    eps_count, eps_subspaces = eps * count_share, eps * (1.0 - count_share)
     count = gaussian_mechanism(true_count, 1.0, eps_count, delta, calibration="analytic", seed=gen)
     picked = top_h_without_replacement(subspace_counts.double(), h, eps_subspaces, 1.0, seed=gen)
     chosen = [list(subspaces[i]) for i in picked]

@@ -52,6 +52,7 @@ the deterministic function ``S(X)`` above and the smoothness proof applies to it
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,12 +63,14 @@ from duck.errors import DuckInputError
 from duck.privacy.outliers import (
     LSHNeighbours,
     as_records,
+    check_k_records,
+    check_lsh,
     check_subspace,
     count_within,
     neighbour_counts,
     subspace_coordinates,
 )
-from duck.utils import check_positive_int, check_radius
+from duck.utils import check_number, check_positive_int, check_radius, real_array_tensor
 
 
 def degeneracy(adjacency: torch.Tensor | np.ndarray) -> int:
@@ -100,12 +103,35 @@ def within_graph(points: torch.Tensor, radius: float) -> torch.Tensor:
     return adj
 
 
+def point_set(points: Any, name: str = "points") -> torch.Tensor:
+    """Points as a float64 (n, d) tensor (n may be 0; torch input stays on its device).
+
+    A 1-D array is refused rather than guessed at (n values of dimension 1 or one point of dimension n?):
+    pass ``points.reshape(-1, 1)`` for n points on a line. Non-numeric, complex, boolean or non-finite
+    input raises :class:`DuckInputError`.
+    """
+    P = real_array_tensor(points, name, "(n, d)")
+    if P.ndim != 2 or P.shape[1] == 0:
+        raise DuckInputError(
+            f"{name} must be a 2-D (n, d) array with d >= 1, got shape {tuple(P.shape)}; "
+            "for n points on a line pass points.reshape(-1, 1)"
+        )
+    P = P.to(torch.float64)
+    if not torch.isfinite(P).all():
+        raise DuckInputError(f"{name} contains NaN or inf values; clean or drop those points")
+    return P
+
+
 def ball_count_upper_bound(points: Any, r: float) -> int:
-    """``f(P) = 1 + degeneracy(G_2r(P))`` >= the most points one radius-r ball holds (module docstring)."""
-    P = torch.as_tensor(np.asarray(points, dtype=np.float64)) if not isinstance(points, torch.Tensor) else points
+    """``f(P) = 1 + degeneracy(G_2r(P))`` >= the most points one radius-r ball holds (module docstring).
+
+    ``points`` (n, d), ``n >= 0`` (0 for an empty set); ``r`` a finite radius > 0.
+    """
+    r = check_radius(r)
+    P = point_set(points)
     if P.shape[0] == 0:
         return 0
-    return 1 + degeneracy(within_graph(P.double(), 2.0 * check_radius(r)))
+    return 1 + degeneracy(within_graph(P, 2.0 * r))
 
 
 def smallest_enclosing_ball(points: np.ndarray) -> tuple[np.ndarray | None, float]:
@@ -142,14 +168,16 @@ def max_ball_count_exact(points: Any, r: float, max_points: int = 20) -> int:
 
     Depth-first enumeration of subsets with smallest-enclosing-ball tests, pruning supersets of a subset
     that does not fit (``seb(C1) <= seb(C2)`` for ``C1 ⊆ C2``). Exponential in |P|: reference for tests.
+    ``points`` (n, d) as for :func:`ball_count_upper_bound`.
     """
-    P = np.asarray(points.cpu() if isinstance(points, torch.Tensor) else points, dtype=np.float64)
+    r = check_radius(r)
+    max_points = check_positive_int(max_points, "max_points", 0)
+    P = point_set(points).cpu().numpy()
     if len(P) > max_points:
         raise DuckInputError(
             f"max_ball_count_exact enumerates subsets of {len(P)} points (exponential); it accepts at most "
             f"{max_points}. Use ball_count_upper_bound for larger sets"
         )
-    r = check_radius(r)
     best = 0
 
     def explore(chosen: list[int], i: int) -> None:
@@ -214,7 +242,7 @@ def smooth_sensitivity_bound(
     subspace: Any = None,
     *,
     ball_count: str = "clique",
-    lsh: LSHNeighbours | None = None,
+    lsh: LSHNeighbours | Mapping[str, Any] | None = None,
     device: Any = "auto",
     return_details: bool = False,
 ) -> float | SmoothBoundDetails:
@@ -224,14 +252,18 @@ def smooth_sensitivity_bound(
     enumeration (tiny data only; for tests). ``lsh``: degrees from an LSH index (the bound stays valid and
     beta-smooth, see :class:`~duck.privacy.outliers.LSHNeighbours`). Returns a float or
     :class:`SmoothBoundDetails`.
+
+    ``k`` is an integer in ``[1, N]``; ``beta`` any finite number > 0. The work does not grow with
+    ``1/beta``: ``A_t = N`` for ``t >= N - 1``, so ``t`` never needs to go beyond ``N - 1``.
     """
     k = check_positive_int(k, "k")
     r = check_radius(r)
-    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
-        raise DuckInputError(f"beta={beta!r} must be a finite number > 0 (see smooth_gaussian_params)")
-    if ball_count not in ("clique", "exact"):
+    beta = check_number(beta, "beta", 0.0, True)
+    if not isinstance(ball_count, str) or ball_count not in ("clique", "exact"):
         raise DuckInputError(f"ball_count={ball_count!r} is not supported; use 'clique' or 'exact'")
+    lsh = check_lsh(lsh)
     Xt = as_records(X, device)
+    k = check_k_records(k, Xt.shape[0])
     S = check_subspace(subspace, Xt.shape[1])
     coords = subspace_coordinates(Xt, S)  # (N, |S|): Euclidean distance = dist_S
     n_records = coords.shape[0]
@@ -260,13 +292,15 @@ def smooth_sensitivity_bound(
 
     best, argmax_t, ls0, n_eval = 0.0, 0, 0, 0
     reference: tuple[int, int, int] | None = None
+    last = n_records - 1  # A_t = N for t >= N - 1 (f >= 0): later terms e^{-beta t} N are no larger
     t = 0
     while True:
-        if best > 0 and n_records * math.exp(-beta * t) <= best:
+        if t > last or (best > 0 and n_records * math.exp(-beta * t) <= best):
             break  # A_t <= N: no later term can exceed the running maximum
         if reference is not None:
             T, fk_T, fk1_T = reference
-            t_end = max(t, math.ceil(math.log(n_records / best) / beta))  # N e^{-beta t'} <= best beyond
+            horizon = math.log(n_records / best) / beta  # N e^{-beta t'} <= best beyond (inf for tiny beta)
+            t_end = max(t, last if horizon >= last else math.ceil(horizon))
             ts = torch.arange(t, t_end + 1)
             grow_k = band_size(k, ts) - band_size(k, torch.tensor(T))
             grow_k1 = band_size(k - 1, ts) - band_size(k - 1, torch.tensor(T))
@@ -294,10 +328,10 @@ def smooth_sensitivity_bound(
 def local_sensitivity_bound(X: Any, k: int, r: float, subspace: Any = None, *, device: Any = "auto") -> int:
     """``A_0(X) = min(N, max(f(V(k)), f(V(k-1))) + 1)`` >= LS(X) (Theorem 5 with the clique bound)."""
     k = check_positive_int(k, "k")
+    r = check_radius(r)
     Xt = as_records(X, device)
     S = check_subspace(subspace, Xt.shape[1])
     coords = subspace_coordinates(Xt, S)
-    r = check_radius(r)
     degree = count_within(coords, coords, r) - 1
     fs = [ball_count_upper_bound(coords[degree == j], r) for j in (k, k - 1)]
     return min(coords.shape[0], max(fs) + 1)
@@ -309,6 +343,7 @@ __all__ = [
     "degeneracy",
     "local_sensitivity_bound",
     "max_ball_count_exact",
+    "point_set",
     "smallest_enclosing_ball",
     "smooth_sensitivity_bound",
     "within_graph",
