@@ -25,15 +25,16 @@ import numpy as np
 import torch
 
 from attacks.lira import OFFLINE_TESTS, VARIANTS, lira_phi, lira_scores, resolve_views, view_logits
-from attacks.roc import roc_summary
-from attacks.shadow import ShadowBank
-from attacks.svm_mia import svm_mia
+from attacks.roc import CI_METHODS, roc_summary
+from attacks.shadow import MODES, POOLS, ShadowBank, resolve_threads
+from attacks.svm_mia import SCORERS, svm_mia
 from duck.data.base import DatasetSplits
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_save_npz
 from duck.models import Classifier
 from duck.training import Recipe
+from duck.utils import check_number, check_positive_int, check_seed
 
 REFERENCE_NAMES = ("original", "retrained")
 SVM_OPTIONS = {"enabled", "member_ratio_cr", "member_ratio_hr", "runs", "C", "gamma", "cv", "test_size",
@@ -64,6 +65,10 @@ class AuditSettings:
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | None) -> AuditSettings:
+        """Every option checked here (types, ranges, names), so that a bad one fails before any shadow is
+        trained or any file written; errors name the key (``attack.ci.level``) and the value."""
+        if cfg is not None and not isinstance(cfg, Mapping):
+            raise DuckInputError(f"attack must be a mapping of options, got {cfg!r}")
         raw = dict(cfg or {})
         raw.pop("name", None)
         known = set(cls.__dataclass_fields__)
@@ -71,36 +76,112 @@ class AuditSettings:
         if unknown:
             raise DuckInputError(f"unknown attack option(s) {unknown}; known: {sorted(known)}")
         s = cls(**raw)
-        if int(s.n_shadow) < 4 or int(s.n_shadow) % 2:
+        s.n_shadow = check_positive_int(s.n_shadow, "attack.n_shadow", 1)
+        if s.n_shadow < 4 or s.n_shadow % 2:
             raise DuckInputError(f"attack.n_shadow={s.n_shadow} must be an even number >= 4 (each forget "
                                  f"sample is "
                                  "OUT for half of the shadows and a Gaussian needs >= 2 of them); 16 or 64 "
                                  "are usual")
+        s.seed = check_seed(s.seed, "attack.seed")
         if s.variant not in VARIANTS:
             raise DuckInputError(f"attack.variant={s.variant!r}; choose one of {list(VARIANTS)}")
         if s.offline_test not in OFFLINE_TESTS:
             raise DuckInputError(f"attack.offline_test={s.offline_test!r}; choose one of "
                                  f"{list(OFFLINE_TESTS)}")
-        bad = [f for f in s.fpr_levels if not 0.0 < float(f) < 1.0]
-        if bad:
-            raise DuckInputError(f"attack.fpr_levels {bad} must lie in (0, 1), e.g. [0.001, 0.01, 0.05]")
-        s.fpr_levels = tuple(float(f) for f in s.fpr_levels)
+        for key in ("fixed_variance", "truncate", "save_stats"):
+            _check_bool(getattr(s, key), f"attack.{key}")
+        s.fpr_levels = tuple(check_number(f, "attack.fpr_levels[]", 0.0, True, 1.0, True)
+                             for f in _number_list(s.fpr_levels, "attack.fpr_levels", "[0.001, 0.01, 0.05]"))
+        if s.shadow_pool not in POOLS:
+            raise DuckInputError(f"attack.shadow_pool={s.shadow_pool!r}; choose one of {list(POOLS)}")
+        if s.mode not in MODES:
+            raise DuckInputError(f"attack.mode={s.mode!r}; choose one of {list(MODES)}")
         if s.variant == "online" and s.shadow_pool != "train+test":
             raise DuckInputError(
                 "online LiRA needs IN shadows for the non-members (test samples); set "
                 "attack.shadow_pool=train+test "
                 "(shadows train on random halves of train and test; attack=lira_online does both) or use "
                 "attack.variant=offline")
-        if not isinstance(s.fixed_variance, bool):
-            raise DuckInputError(f"attack.fixed_variance={s.fixed_variance!r}; use true or false")
-        s.ci = {"method": "bootstrap", "level": 0.95, "n_boot": 2000, **dict(s.ci or {})}
-        s.svm_mia = {"enabled": True, **dict(s.svm_mia or {})}
-        bad_svm = sorted(set(s.svm_mia) - SVM_OPTIONS)
-        if bad_svm:
-            raise DuckInputError(f"unknown attack.svm_mia option(s) {bad_svm}; known: {sorted(SVM_OPTIONS)}")
-        if not isinstance(s.views, str):
+        s.chunk_size = check_positive_int(s.chunk_size, "attack.chunk_size")
+        s.eval_batch_size = check_positive_int(s.eval_batch_size, "attack.eval_batch_size")
+        resolve_threads(s.threads)
+        if isinstance(s.views, str):
+            resolve_views(s.views, 8)
+        elif isinstance(s.views, (list, tuple)) and all(isinstance(v, str) for v in s.views):
             s.views = list(s.views)
+            resolve_views(s.views, 8)
+        else:
+            raise DuckInputError(f"attack.views={s.views!r}; use 'auto' or a list of view names")
+        s.ci = _check_ci(s.ci)
+        s.svm_mia = _check_svm(s.svm_mia)
         return s
+
+
+#: the most bootstrap resamples attack.ci.n_boot may ask for (2000 is the default; more only costs time)
+MAX_N_BOOT = 100_000
+#: the fewest resamples a percentile interval is computed from
+MIN_N_BOOT = 100
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise DuckInputError(f"{name}={value!r}; use true or false")
+    return value
+
+
+def _number_list(value: Any, name: str, example: str) -> list[Any]:
+    """A non-empty list of numbers; a single number is taken as a one-element list."""
+    if not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)):
+        return [value]
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)) or not value:
+        raise DuckInputError(f"{name}={value!r} must be a non-empty list of numbers, e.g. {example}")
+    return list(value)
+
+
+def _check_ci(ci: Any) -> dict[str, Any]:
+    if ci is not None and not isinstance(ci, Mapping):
+        raise DuckInputError(f"attack.ci={ci!r} must be a mapping with method, level and n_boot")
+    ci = {"method": "bootstrap", "level": 0.95, "n_boot": 2000, **dict(ci or {})}
+    unknown = sorted(set(ci) - {"method", "level", "n_boot"})
+    if unknown:
+        raise DuckInputError(f"unknown attack.ci option(s) {unknown}; known: ['level', 'method', 'n_boot']")
+    if ci["method"] not in CI_METHODS:
+        raise DuckInputError(f"attack.ci.method={ci['method']!r}; choose one of {list(CI_METHODS)}")
+    ci["level"] = check_number(ci["level"], "attack.ci.level", 0.0, True, 1.0, True)
+    n_boot = check_positive_int(ci["n_boot"], "attack.ci.n_boot", MIN_N_BOOT)
+    if n_boot > MAX_N_BOOT:
+        raise DuckInputError(f"attack.ci.n_boot={n_boot} exceeds the maximum of {MAX_N_BOOT} resamples; "
+                             "2000 is usual")
+    ci["n_boot"] = n_boot
+    return ci
+
+
+def _check_svm(svm: Any) -> dict[str, Any]:
+    if svm is not None and not isinstance(svm, Mapping):
+        raise DuckInputError(f"attack.svm_mia={svm!r} must be a mapping of options")
+    svm = {"enabled": True, **dict(svm or {})}
+    bad_svm = sorted(set(svm) - SVM_OPTIONS)
+    if bad_svm:
+        raise DuckInputError(f"unknown attack.svm_mia option(s) {bad_svm}; known: {sorted(SVM_OPTIONS)}")
+    _check_bool(svm["enabled"], "attack.svm_mia.enabled")
+    for key in ("member_ratio_cr", "member_ratio_hr"):
+        if key in svm:
+            svm[key] = check_number(svm[key], f"attack.svm_mia.{key}", 0.0, True)
+    if "runs" in svm:
+        svm["runs"] = check_positive_int(svm["runs"], "attack.svm_mia.runs", 1)
+    if "cv" in svm:
+        svm["cv"] = check_positive_int(svm["cv"], "attack.svm_mia.cv", 2)
+    if "max_per_side" in svm:
+        svm["max_per_side"] = check_positive_int(svm["max_per_side"], "attack.svm_mia.max_per_side", 2)
+    if "test_size" in svm:
+        svm["test_size"] = check_number(svm["test_size"], "attack.svm_mia.test_size", 0.0, True, 1.0, True)
+    for key, example in (("C", "[1, 5, 10, 100]"), ("gamma", "[1, 0.1, 0.01]")):
+        if key in svm:
+            name = f"attack.svm_mia.{key}"
+            svm[key] = [check_number(v, f"{name}[]", 0.0, True) for v in _number_list(svm[key], name, example)]
+    if "scoring" in svm and svm["scoring"] not in SCORERS:
+        raise DuckInputError(f"attack.svm_mia.scoring={svm['scoring']!r}; choose one of {sorted(SCORERS)}")
+    return svm
 
 
 def query_indices(scenario: Scenario) -> tuple[np.ndarray, np.ndarray | None, str]:

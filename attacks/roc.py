@@ -109,9 +109,10 @@ def auc_with_ci(scores: np.ndarray, is_member: np.ndarray, *, method: str = "boo
     n_pos, n_neg = int(is_member.sum()), int((~is_member).sum())
     hm_se = hanley_mcneil_se(auc, n_pos, n_neg)
     if method == "bootstrap":
-        if n_boot < 100:
-            raise DuckInputError(f"attack.ci.n_boot={n_boot} is too few for a percentile interval; use >= "
-                                 f"1000")
+        if isinstance(n_boot, bool) or not hasattr(n_boot, "__index__") or not 100 <= n_boot <= 100_000:
+            raise DuckInputError(f"attack.ci.n_boot={n_boot!r} must be an integer in [100, 100000] (resamples of "
+                                 "the percentile interval; 2000 is usual)")
+        n_boot = int(n_boot)
         boots = bootstrap_auc(scores, is_member, n_boot=n_boot, seed=seed)
         lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
         se = float(boots.std(ddof=1))

@@ -20,7 +20,10 @@ import functools
 import hashlib
 import json
 import os
+import shutil
+import sys
 import time
+import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +62,27 @@ def resolve_threads(threads: int | str | None) -> int | None:
     if not str(threads).isdigit() or int(threads) < 1:
         raise DuckInputError(f"attack.threads={threads!r}; use auto, null or a positive integer")
     return int(threads)
+
+
+def check_cache_dir(cache_dir: str | Path) -> Path:
+    """``cache_dir`` (``$DUCK_CACHE_DIR``) as a path, refusing one that exists as (or under) a file."""
+    path = Path(str(cache_dir)).expanduser()
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise DuckInputError(f"cache_dir={str(cache_dir)!r} (DUCK_CACHE_DIR) is not a directory: {p} is a "
+                                     "file; point DUCK_CACHE_DIR / cache_dir= at a folder")
+            break
+    return path
+
+
+def _warn(message: str) -> None:
+    """One ``warning: ...`` line on stderr (a corrupt cache entry is rebuilt, not an error)."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+#: what reading a damaged .npy/.npz/.json raises
+CORRUPT_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, json.JSONDecodeError)
 
 
 @contextmanager
@@ -213,7 +237,7 @@ class ShadowBank:
         self.spec = bank_spec(data, model_factory(), recipe, n_shadow=self.n_shadow, seed=self.seed,
                               pool=pool, augment=self.augment, precision=self.precision)
         self.key = hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest()[:20]
-        self.dir = Path(cache_dir).expanduser() / "shadow_banks" / self.key
+        self.dir = check_cache_dir(cache_dir) / "shadow_banks" / self.key
         self._keep: np.ndarray | None = None
 
     # -- layout ---------------------------------------------------------------------------------------
@@ -227,7 +251,16 @@ class ShadowBank:
     def _meta(self) -> dict[str, Any]:
         path = self.dir / "meta.json"
         if path.is_file():
-            meta = json.loads(path.read_text())
+            try:
+                meta = json.loads(path.read_text())
+                if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
+                    raise ValueError("not a bank description")
+            except (*CORRUPT_ERRORS, UnicodeDecodeError) as e:
+                _warn(f"shadow bank {self.dir} has a corrupt meta.json ({str(e).splitlines()[0][:120]}); "
+                      "rebuilding the bank")
+                shutil.rmtree(self.dir, ignore_errors=True)
+                self._keep = None
+                return self._meta()
             if meta.get("spec") != self.spec:
                 raise DuckInputError(f"shadow bank {self.dir} was written for another setup (key collision "
                                      f"or "
@@ -244,16 +277,24 @@ class ShadowBank:
         if self._keep is None:
             path = self.dir / "keep.npy"
             self._meta()
+            expected = keep_matrix(self.n_shadow, self.n_pool, self.seed)  # deterministic in (E, N, seed)
+            keep = None
             if path.is_file():
-                keep = np.load(path, allow_pickle=False)
-            else:
-                keep = keep_matrix(self.n_shadow, self.n_pool, self.seed)
+                try:
+                    keep = np.load(path, allow_pickle=False)
+                    ok = (isinstance(keep, np.ndarray) and keep.shape == expected.shape and keep.dtype == bool
+                          and np.array_equal(keep, expected))
+                    problem = "" if ok else "not this bank's keep matrix"
+                except CORRUPT_ERRORS as e:
+                    problem = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+                if problem:
+                    _warn(f"shadow bank {self.dir}: corrupt keep.npy ({problem}); rewriting it")
+                    keep = None
+            if keep is None:
+                keep = expected
                 from duck.io import atomic_write
 
                 atomic_write(path, lambda f: np.save(f, keep))
-            if keep.shape != (self.n_shadow, self.n_pool) or keep.dtype != bool:
-                raise DuckInputError(f"{path} holds a {keep.shape} {keep.dtype} matrix, expected "
-                                     f"({self.n_shadow}, {self.n_pool}) bool; delete {self.dir} to rebuild")
             self._keep = keep
         return self._keep
 
@@ -349,9 +390,9 @@ class ShadowBank:
         ``(phi_train (E, N_train, V), phi_test (E, N_test, V), reused)``; cached in ``phi_<views>.npz``."""
         path = self.phi_path(views)
         if path.is_file():
-            with np.load(path, allow_pickle=False) as f:
-                if list(f["views"]) == list(views):
-                    return f["phi_train"], f["phi_test"], True
+            cached = self._read_phi(path, views)
+            if cached is not None:
+                return cached[0], cached[1], True
         if self.missing():
             raise DuckInputError(f"shadow bank {self.dir} is incomplete ({len(self.missing())} shadows "
                                  "missing); train it first (ShadowBank.train)")
@@ -361,7 +402,7 @@ class ShadowBank:
         with intra_op_threads(self.threads):
             for k in tqdm(range(self.n_shadow), desc="shadow inference", disable=not self.progress,
                           leave=False):
-                model = self.load_shadow(k).to(self.device)
+                model = self._load_or_retrain(k).to(self.device)
                 for split, ds in (("train", self.data.train), ("test", self.data.test)):
                     logits, labels = view_logits(model, ds, None, views, device=self.device,
                                                  batch_size=batch_size)  # (V, N, C), (N,)
@@ -369,6 +410,36 @@ class ShadowBank:
         phi_train, phi_test = np.stack(parts["train"]), np.stack(parts["test"])  # (E, N, V)
         atomic_save_npz(path, phi_train=phi_train, phi_test=phi_test, views=np.array(list(views)))
         return phi_train, phi_test, False
+
+    def _read_phi(self, path: Path, views: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The cached φ arrays if ``path`` is intact and matches this bank; otherwise warn and return None
+        (the file is then recomputed)."""
+        shapes = {"phi_train": (self.n_shadow, len(self.data.train), len(views)),
+                  "phi_test": (self.n_shadow, len(self.data.test), len(views))}
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                if list(f["views"]) != list(views):
+                    raise ValueError(f"views {list(f['views'])}, expected {list(views)}")
+                arrays = {k: np.asarray(f[k]) for k in shapes}
+            for k, shape in shapes.items():
+                if arrays[k].shape != shape or arrays[k].dtype.kind != "f":
+                    raise ValueError(f"{k} is a {arrays[k].shape} {arrays[k].dtype} array, expected {shape}")
+        except CORRUPT_ERRORS as e:
+            _warn(f"shadow bank {self.dir}: corrupt {path.name} ({str(e).splitlines()[0][:120] or type(e).__name__}); "
+                  "recomputing it")
+            return None
+        return arrays["phi_train"], arrays["phi_test"]
+
+    def _load_or_retrain(self, k: int) -> Classifier:
+        """Shadow ``k``; a corrupt or unloadable checkpoint is deleted and the shadow trained again."""
+        try:
+            return self.load_shadow(k)
+        except DuckInputError as e:
+            _warn(f"shadow bank {self.dir}: corrupt {self.shadow_path(k).name} "
+                  f"({str(e).splitlines()[0][:160]}); training it again")
+        self.shadow_path(k).unlink(missing_ok=True)
+        self.train()
+        return self.load_shadow(k)
 
     def shadow_in(self, train_idx: np.ndarray, test_idx: np.ndarray) -> np.ndarray:
         """``(E, Q)`` bool: did shadow e train on query sample q (train samples first, then test samples)?"""

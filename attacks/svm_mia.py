@@ -66,6 +66,10 @@ def svm_mia(member_probs: np.ndarray, nonmember_probs: np.ndarray, *, member_rat
     if mem.ndim != 2 or non.ndim != 2 or mem.shape[1] != non.shape[1]:
         raise DuckInputError(f"SVM MIA features must be (n, classes) softmax matrices, got {mem.shape} and "
                              f"{non.shape}")
+    if isinstance(runs, bool) or not hasattr(runs, "__index__") or runs < 1:
+        raise DuckInputError(f"svm_mia.runs={runs!r} must be an integer >= 1")
+    if isinstance(cv, bool) or not hasattr(cv, "__index__") or cv < 2:
+        raise DuckInputError(f"svm_mia.cv={cv!r} must be an integer >= 2 (cross-validation folds)")
     if not 0.0 < test_size < 1.0:
         raise DuckInputError(f"svm_mia.test_size={test_size} must be in (0, 1) (the paper: 0.2)")
     n_mem, n_non = resample_counts(len(mem), len(non), member_ratio, max_per_side)

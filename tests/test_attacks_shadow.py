@@ -329,3 +329,49 @@ def test_batch_source_falls_back_to_loaders_when_draws_differ(data, monkeypatch)
     assert not src.direct and len(list(src.epoch())) == 2
     with pytest.raises(DuckInputError, match="empty"):
         train_batched([factory(data)()], data.train, recipe(), [np.arange(0)], [0])
+
+
+# ------------------------------------------------------------------------- corrupt cache entries rebuilt
+def test_corrupt_bank_entries_are_rebuilt_with_a_warning(data, tmp_path: Path, capsys) -> None:
+    bank = make_bank(data, tmp_path)
+    bank.train()
+    phi_tr, phi_te, _ = bank.shadow_phi(["identity"])
+    phi_file = bank.phi_path(["identity"])
+    capsys.readouterr()
+
+    for content in (b"garbage", phi_file.read_bytes()[:50]):  # corrupt / truncated phi file: recomputed
+        phi_file.write_bytes(content)
+        again, _, reused = make_bank(data, tmp_path).shadow_phi(["identity"])
+        assert not reused and np.allclose(again, phi_tr)
+        assert "warning:" in capsys.readouterr().err
+    np.savez(phi_file, phi_train=phi_tr[:, :3], phi_test=phi_te, views=np.array(["identity"]))  # wrong shape
+    assert not make_bank(data, tmp_path).shadow_phi(["identity"])[2]
+    np.savez(phi_file, views=np.array(["identity"]))  # missing keys
+    assert not make_bank(data, tmp_path).shadow_phi(["identity"])[2]
+
+    keep_file = bank.dir / "keep.npy"
+    for content in (b"garbage", keep_file.read_bytes()[:40]):  # keep.npy is deterministic: rewritten
+        keep_file.write_bytes(content)
+        b = make_bank(data, tmp_path)
+        np.testing.assert_array_equal(b.keep, bank.keep)
+        assert "corrupt keep.npy" in capsys.readouterr().err and b.missing() == []
+
+    phi_file.unlink()  # a corrupt shadow checkpoint is trained again, not reported as a user file
+    bank.shadow_path(2).write_bytes(b"not a checkpoint")
+    again, _, _ = make_bank(data, tmp_path).shadow_phi(["identity"])
+    err = capsys.readouterr().err
+    assert "shadow_0002.ckpt" in err and "training it again" in err and "torch.save" not in err
+    np.testing.assert_allclose(again, phi_tr, rtol=1e-4, atol=1e-4)
+
+    for content in ("", "garbage", "[1, 2]"):  # corrupt meta.json: the whole bank is rebuilt
+        (bank.dir / "meta.json").write_text(content)
+        b = make_bank(data, tmp_path)
+        assert b.train()["trained"] == [0, 1, 2, 3]
+        assert "corrupt meta.json" in capsys.readouterr().err
+
+
+def test_cache_dir_that_is_a_file_is_refused(data, tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(DuckInputError, match="DUCK_CACHE_DIR"):
+        make_bank(data, f)

@@ -197,3 +197,59 @@ def test_digits_audit_separates_original_from_oracle(digits, tmp_path: Path) -> 
     assert audits["original"]["lira"]["separated_from_chance"]
     assert audits["original"]["lira"]["tpr_at_fpr"]["0.01"] > 0.01
     assert audits["retrained"]["lira"]["within_2se_of_chance"]
+
+
+@pytest.mark.parametrize("option,match", [
+    ({"n_shadow": "abc"}, "attack.n_shadow='abc'"), ({"n_shadow": float("nan")}, "attack.n_shadow=nan"),
+    ({"n_shadow": 4.5}, "attack.n_shadow=4.5"), ({"ci": {"level": 1.5}}, "attack.ci.level"),
+    ({"ci": {"level": "abc"}}, "attack.ci.level"), ({"ci": {"n_boot": 5}}, "attack.ci.n_boot=5"),
+    ({"ci": {"n_boot": "abc"}}, "attack.ci.n_boot='abc'"), ({"ci": {"n_boot": 100.5}}, "attack.ci.n_boot=100.5"),
+    ({"ci": {"n_boot": 10**12}}, "maximum of 100000"), ({"svm_mia": {"runs": "abc"}}, "attack.svm_mia.runs"),
+    ({"svm_mia": {"runs": 0}}, "attack.svm_mia.runs=0"), ({"svm_mia": {"runs": -1}}, "attack.svm_mia.runs=-1"),
+    ({"svm_mia": {"cv": 0}}, "attack.svm_mia.cv=0"), ({"svm_mia": {"cv": 1}}, "attack.svm_mia.cv=1"),
+    ({"svm_mia": {"cv": "abc"}}, "attack.svm_mia.cv"), ({"svm_mia": {"C": []}}, "attack.svm_mia.C"),
+    ({"svm_mia": {"C": [-1]}}, "attack.svm_mia.C"), ({"svm_mia": {"C": [float("nan")]}}, "attack.svm_mia.C"),
+    ({"svm_mia": {"member_ratio_hr": float("nan")}}, "attack.svm_mia.member_ratio_hr"),
+    ({"svm_mia": {"member_ratio_hr": "abc"}}, "attack.svm_mia.member_ratio_hr"),
+    ({"svm_mia": {"enabled": "abc"}}, "attack.svm_mia.enabled"), ({"fpr_levels": ["abc"]}, "attack.fpr_levels"),
+    ({"fpr_levels": []}, "attack.fpr_levels"), ({"chunk_size": "abc"}, "attack.chunk_size"),
+    ({"seed": -1}, "attack.seed=-1"), ({"seed": "abc"}, "attack.seed"),
+    ({"eval_batch_size": 0}, "attack.eval_batch_size=0"), ({"eval_batch_size": "abc"}, "attack.eval_batch_size"),
+    ({"truncate": "abc"}, "attack.truncate"), ({"save_stats": "abc"}, "attack.save_stats"),
+    ({"mode": "fast"}, "attack.mode"), ({"shadow_pool": "all"}, "attack.shadow_pool"),
+    ({"threads": "many"}, "attack.threads"), ({"views": "all"}, "attack.views"),
+])
+def test_settings_check_every_option(option, match) -> None:
+    with pytest.raises(DuckInputError, match=match.replace(".", r"\.").replace("(", r"\(")):
+        AuditSettings.from_cfg(option)
+
+
+def test_settings_take_a_scalar_as_a_one_element_list() -> None:
+    s = AuditSettings.from_cfg({"fpr_levels": 0.01, "svm_mia": {"C": 5, "gamma": 0.1}})
+    assert s.fpr_levels == (0.01,) and s.svm_mia["C"] == [5.0] and s.svm_mia["gamma"] == [0.1]
+
+
+@pytest.mark.parametrize("arg,match", [
+    ("attack.ci.level=1.5", "attack.ci.level"), ("attack.ci.n_boot=5", "attack.ci.n_boot=5"),
+    ("attack.svm_mia.cv=0", "attack.svm_mia.cv=0"),
+    ("report.shareable.eps=-1", "report.shareable.eps"), ("report.shareable.enabled=abc", "report.shareable.enabled"),
+    ("report.shareable.n_components=1000", "report.shareable.n_components=1000"),
+    ("report.shareable.k=2.7", "report.shareable.k=2.7"),
+])
+def test_duck_audit_checks_options_before_any_work(run_cli, synthetic_ckpt: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch, arg, match) -> None:
+    monkeypatch.setenv("DUCK_CACHE_DIR", str(tmp_path / "cache"))
+    code, _, err, run_dir = run_cli("audit", *SYNTH_ARGS, *CLI_ATTACK, *FORGET_1, f"ckpt={synthetic_ckpt}", arg)
+    assert code == 2 and match in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+    assert written_files(run_dir) == set() and not (tmp_path / "cache" / "shadow_banks").exists()
+
+
+def test_duck_audit_cache_dir_that_is_a_file(run_cli, synthetic_ckpt: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "cachefile"
+    f.write_text("x")
+    monkeypatch.setenv("DUCK_CACHE_DIR", str(f))
+    code, _, err, run_dir = run_cli("audit", *SYNTH_ARGS, *CLI_ATTACK, *FORGET_1, f"ckpt={synthetic_ckpt}")
+    assert code == 2 and "DUCK_CACHE_DIR" in err and "Traceback" not in err, err
+    assert written_files(run_dir) == set()

@@ -48,8 +48,45 @@ def test_duck_unlearn_audit_true(run_cli, synthetic_ckpt):
     ("attack.variant=sideways", "sideways"),
     ("method.lr=0", "method.lr must be a finite number > 0.0, got 0"),  # before the original is trained
     ("recipe.epochs=0", "recipe.epochs=0 must be an integer >= 1"),
+    ("attack.ci.level=1.5", "attack.ci.level"),
+    ("attack.ci.n_boot=5", "attack.ci.n_boot=5"),
+    ("attack.svm_mia.cv=0", "attack.svm_mia.cv=0"),
+    ("attack.svm_mia.runs=0", "attack.svm_mia.runs=0"),
+    ("attack.n_shadow=4.5", "attack.n_shadow=4.5"),
+    ("attack.svm_mia.enabled=abc", "attack.svm_mia.enabled='abc'"),
+    ("report.shareable.eps=-1", "report.shareable.eps"),
+    ("report.shareable.delta=1", "report.shareable.delta"),
+    ("report.shareable.enabled=abc", "report.shareable.enabled='abc'"),
+    ("report.shareable.n_components=1000", "report.shareable.n_components=1000"),
 ])
 def test_bad_option_fails_before_work(run_cli, arg, match):
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, arg)
-    assert code == 2 and match in err, err
+    assert code == 2 and match in err and "Traceback" not in err, err
     assert written_files(run_dir) == set()
+
+
+def test_cache_dir_that_is_a_file_is_refused(run_cli, tmp_path, monkeypatch):
+    f = tmp_path / "cachefile"
+    f.write_text("x")
+    monkeypatch.setenv("DUCK_CACHE_DIR", str(f))
+    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, "audit=false")
+    assert code == 2 and "DUCK_CACHE_DIR" in err and "Traceback" not in err, err
+    assert written_files(run_dir) == set()
+
+
+def test_unusable_cached_metrics_are_retrained(run_cli, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DUCK_CACHE_DIR", str(cache))
+    args = (*SYNTH_ARGS, "audit=false", "recipe.epochs=1", "scenario.forget_classes=[1]")
+    code, _, err, _ = run_cli("run", *args)
+    assert code == 0, err
+    entries = sorted((cache / "models").glob("*/metrics.json"))
+    assert len(entries) == 2  # the original and the oracle
+    for bad in ("[1]", "{}"):
+        for m in entries:
+            m.write_text(bad)
+        with pytest.warns(UserWarning, match="unusable cached model"):
+            code, out, err, run_dir = run_cli("run", *args)
+        assert code == 0 and "Traceback" not in err, err
+        assert "reused from cache" not in out and "trained: test accuracy" in out
+        assert json.loads((run_dir / "original" / "metrics.json").read_text())["reused_from_cache"] is False

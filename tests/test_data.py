@@ -201,3 +201,166 @@ def test_augmentations_keep_shape_and_content():
 def test_digits_test_fraction_out_of_range_is_refused(fraction):
     with pytest.raises(DuckInputError, match="data.test_fraction must be a finite number > 0.0 and < 1.0"):
         build_datasets("digits", test_fraction=fraction)
+
+
+def _cifar_batch(tmp_path: Path, obj: object, name: str = "data_batch_1") -> Path:
+    _fake_cifar(tmp_path)
+    path = tmp_path / "cifar-10-batches-py" / name
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=2)
+    return path
+
+
+_GOOD = np.zeros((2, 3072), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("obj,match", [
+    ([1, 2], "holds a list, not a dict"),
+    ({b"labels": [0, 1]}, "has no 'data' entry"),
+    ({b"data": _GOOD}, "has no 'labels' entry"),
+    ({b"data": _GOOD, b"labels": [0, 1, 2]}, "2 images but 3 'labels'"),
+    ({b"data": _GOOD, b"labels": "ab"}, "'labels' is str"),
+    ({b"data": _GOOD, b"labels": None}, "'labels' is NoneType"),
+    ({b"data": _GOOD, b"labels": np.zeros((2, 1), dtype=np.int64)}, "'labels' is 2-D"),
+    ({b"data": _GOOD, b"labels": [1.7, 0.0]}, "'labels' is 1-D float64"),
+    ({b"data": _GOOD, b"labels": [0, 10]}, r"labels \[10\] outside 0..9"),
+    ({b"data": _GOOD, b"labels": [-1, 0]}, r"labels \[-1\] outside 0..9"),
+    ({b"data": "xyz", b"labels": [0]}, "'data' is str"),
+    ({b"data": np.full((2, 3072), 300, dtype=np.int64), b"labels": [0, 1]}, r"pixel values 300..300 outside 0..255"),
+    ({b"data": np.full((2, 3072), -1, dtype=np.int16), b"labels": [0, 1]}, r"pixel values -1..-1 outside 0..255"),
+    ({b"data": np.zeros((2, 3072), dtype=np.float32), b"labels": [0, 1]}, "dtype float32"),
+    ({b"data": np.zeros((0, 3072), dtype=np.uint8), b"labels": []}, r"holds no images \(0 rows\)"),
+    ({b"data": np.zeros((2, 100), dtype=np.uint8), b"labels": [0, 1]}, r"shape \(2, 100\)"),
+])
+def test_cifar_batch_structure_is_validated(tmp_path, obj, match):
+    path = _cifar_batch(tmp_path, obj)
+    with pytest.raises(DuckInputError, match=match) as e:
+        build_datasets("cifar10", root=str(tmp_path))
+    assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("obj,match", [
+    ({b"other": 1}, "has no 'label_names' entry"),
+    ([b"a"], "holds a list, not a dict"),
+    (7, "holds a int, not a dict"),
+    ({b"label_names": 5}, "'label_names' is int"),
+])
+def test_cifar_meta_is_validated(tmp_path, obj, match):
+    path = _cifar_batch(tmp_path, obj, "batches.meta")
+    with pytest.raises(DuckInputError, match=match) as e:
+        build_datasets("cifar10", root=str(tmp_path))
+    assert str(path) in str(e.value)
+
+
+def _write_idx_raw(path: Path, arr: np.ndarray, type_code: int = 0x08, shape: tuple | None = None) -> None:
+    shape = arr.shape if shape is None else shape
+    header = bytes([0, 0, type_code, len(shape)]) + b"".join(int(s).to_bytes(4, "big") for s in shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + arr.astype(arr.dtype.newbyteorder(">")).tobytes())
+
+
+def test_idx_reader_refuses_corrupt_gzip_bad_headers_and_empty_files(tmp_path):
+    _fake_fashion_mnist(tmp_path)
+    p = tmp_path / "train-images-idx3-ubyte.gz"
+    blob = bytearray(p.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (tmp_path / "flip.idx.gz").write_bytes(bytes(blob))
+    with pytest.raises(DuckInputError, match="cannot read IDX file .*flip.idx.gz"):
+        read_idx(tmp_path / "flip.idx.gz")
+    _write_idx_raw(tmp_path / "huge.gz", np.zeros(4, np.uint8), shape=(2**32 - 1,) * 4)
+    with pytest.raises(DuckInputError, match="truncated or corrupt"):
+        read_idx(tmp_path / "huge.gz")
+    _write_idx_raw(tmp_path / "mismatch.gz", np.zeros(10, np.uint8), shape=(3, 3))
+    with pytest.raises(DuckInputError, match="truncated or corrupt"):
+        read_idx(tmp_path / "mismatch.gz")
+    (tmp_path / "hdr.idx").write_bytes(bytes([0, 0, 8, 3, 0, 0]))
+    with pytest.raises(DuckInputError, match="truncated"):
+        read_idx(tmp_path / "hdr.idx")
+    (tmp_path / "empty.idx").write_bytes(b"")
+    with pytest.raises(DuckInputError, match="empty"):
+        read_idx(tmp_path / "empty.idx")
+    with gzip.open(tmp_path / "empty.gz", "wb"):
+        pass
+    with pytest.raises(DuckInputError, match="empty"):
+        read_idx(tmp_path / "empty.gz")
+
+
+@pytest.mark.parametrize("split,stem,arr,match", [
+    ("train", "train-labels", np.array([200] + [0] * 19, dtype=np.uint8), r"labels \[200\] outside 0..9"),
+    ("test", "t10k-labels", np.array([200] + [0] * 9, dtype=np.uint8), r"labels \[200\] outside 0..9"),
+    ("train", "train-labels", np.array([-1] + [0] * 19, dtype=np.int8), r"labels \[-1\] outside 0..9"),
+    ("train", "train-images", np.zeros((20, 10, 10), np.uint8), r"shape \(10, 10\).*28x28"),
+    ("train", "train-images", np.zeros((20, 1, 28, 28), np.uint8), "28x28"),
+    ("train", "train-images", np.zeros((20, 28, 28), np.float32), "float32 pixels.*unsigned bytes"),
+    ("train", "train-images", np.zeros((20, 28, 28), np.int32), "int32 pixels"),
+])
+def test_fashion_mnist_refuses_bad_labels_shapes_and_dtypes(tmp_path, split, stem, arr, match):
+    _fake_fashion_mnist(tmp_path)
+    code = {np.dtype(np.uint8): 0x08, np.dtype(np.int8): 0x09, np.dtype(np.float32): 0x0D,
+            np.dtype(np.int32): 0x0C}[arr.dtype]
+    _write_idx_raw(tmp_path / f"{stem}-idx{3 if 'images' in stem else 1}-ubyte.gz", arr, code)
+    with pytest.raises(DuckInputError, match=match):
+        build_datasets("fashion_mnist", root=str(tmp_path))
+
+
+def _tiny_imagefolder(root: Path) -> None:
+    for split in ("train", "test"):
+        for c, name in enumerate(["cat", "dog"]):
+            _png(root / split / name / "0.png", 40 * c)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"in_chans": 0}, "data.in_chans=0 must be 1 .* or 3"),
+    ({"in_chans": 2}, "data.in_chans=2"),
+    ({"in_chans": 4}, "data.in_chans=4"),
+    ({"in_chans": "abc"}, "data.in_chans='abc'"),
+    ({"img_size": 0}, "data.img_size=0 must be an integer >= 1"),
+    ({"img_size": -4}, "data.img_size=-4"),
+    ({"img_size": "abc"}, "data.img_size='abc'"),
+    ({"img_size": 100000}, "data.img_size=100000 is too large"),
+    ({"mean": [0.5, 0.5]}, r"data.mean=\[0.5, 0.5\] has 2 values; data.in_chans=3 needs 3"),
+    ({"mean": ["a", "b", "c"]}, r"data.mean\[0\] must be a finite number, got 'a'"),
+    ({"mean": [float("nan"), 0.5, 0.5]}, r"data.mean\[0\] must be a finite number"),
+    ({"mean": 0.5}, "data.mean=0.5 must be a list of 3 numbers"),
+    ({"std": [0, 0, 0]}, r"data.std\[0\] must be a finite number > 0"),
+    ({"std": [0.2, -1, 0.2]}, r"data.std\[1\] must be a finite number > 0"),
+    ({"in_chans": 1, "std": [0.2, 0.2, 0.2]}, "data.in_chans=1 needs 1"),
+])
+def test_imagefolder_options_are_validated(tmp_path, kw, match):
+    _tiny_imagefolder(tmp_path)
+    with pytest.raises(DuckInputError, match=match):
+        build_datasets("imagefolder", root=str(tmp_path), **kw)
+
+
+def test_imagefolder_grey_defaults_and_decompression_bomb(tmp_path, monkeypatch):
+    _tiny_imagefolder(tmp_path)
+    ds = build_datasets("imagefolder", root=str(tmp_path), img_size=4, in_chans=1, mean=[0.5], std=[0.25])
+    assert ds.train[0][0].shape == (1, 4, 4)
+    ds = build_datasets("imagefolder", root=str(tmp_path), img_size=4)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10)  # a 12x12 image stands in for a 20000x20000 one
+    with pytest.raises(DuckInputError, match=r"image .*0.png is too large to decode safely"):
+        ds.train[0]
+
+
+def _tiny_layout(tmp_path: Path) -> Path:
+    base = tmp_path / "tiny-imagenet-200"
+    for w in ("n01", "n02"):
+        _png(base / "train" / w / "images" / f"{w}_0.JPEG", 1, 8)
+    _png(base / "val" / "images" / "val_0.JPEG", 1, 8)
+    return base / "val" / "val_annotations.txt"
+
+
+@pytest.mark.parametrize("content,match", [
+    (b"", "lists no validation images; expected one tab-separated line"),
+    (b"\n\n", "lists no validation images"),
+    (b"val_0.JPEG n01 0 0 7 7\n", r"line 1: .* is not in the expected format \(one tab-separated line"),
+    (b"val_0.JPEG\t\xff\xfe\n", "is not UTF-8 text.*tab-separated"),
+])
+def test_tinyimagenet_bad_annotations(tmp_path, content, match):
+    ann = _tiny_layout(tmp_path)
+    ann.write_bytes(content)
+    with pytest.raises(DuckInputError, match=match) as e:
+        build_datasets("tinyimagenet", root=str(tmp_path))
+    assert str(ann) in str(e.value)
+    with pytest.raises(DuckInputError, match="data.img_size=0"):
+        build_datasets("tinyimagenet", root=str(tmp_path), img_size=0)

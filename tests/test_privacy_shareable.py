@@ -164,3 +164,32 @@ def test_bad_options_raise(kwargs):
     params = {"eps": 1.0, "delta": 1e-5, "k": 5, "r": 0.5, "n_components": 4, "h": 2, "device": "cpu"} | kwargs
     with pytest.raises(DuckInputError):
         shareable_outlier_statistics(forget, retain, **params)
+
+
+SHARE = {"enabled": True, "eps": 1.0, "delta": 1e-5, "k": 5, "r": 0.5, "n_components": 4, "h": 2,
+         "max_retain": 5000, "seed": None}
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("eps", -1, "report.shareable.eps"), ("eps", float("nan"), "report.shareable.eps"),
+    ("eps", "abc", "report.shareable.eps"), ("delta", 0, "report.shareable.delta"),
+    ("delta", 1, "report.shareable.delta"), ("k", 0, "report.shareable.k=0"),
+    ("k", 2.7, "report.shareable.k=2.7"), ("r", 0, "report.shareable.r"),
+    ("n_components", 0, "report.shareable.n_components=0"),
+    ("n_components", 2.5, "report.shareable.n_components=2.5"), ("h", 0, "report.shareable.h=0"),
+    ("h", 100, "report.shareable.h=100"), ("seed", -1, "report.shareable.seed=-1"),
+    ("max_retain", 0, "report.shareable.max_retain=0"), ("max_retain", -1, "report.shareable.max_retain=-1"),
+    ("enabled", "abc", "report.shareable.enabled='abc'"), ("epsilon", 1, "unknown report.shareable"),
+])
+def test_shareable_settings_are_checked_with_qualified_names(key, value, match):
+    from duck.privacy.shareable import check_shareable_cfg
+
+    with pytest.raises(DuckInputError, match=match.replace(".", r"\.").replace("[", r"\[")):
+        check_shareable_cfg({**SHARE, key: value})
+
+
+def test_shareable_settings_accept_the_defaults():
+    from duck.privacy.shareable import check_shareable_cfg
+
+    assert check_shareable_cfg(SHARE) == SHARE
+    assert check_shareable_cfg({"enabled": False, "eps": -1})["enabled"] is False  # disabled: nothing else read

@@ -84,3 +84,82 @@ def test_bad_scenarios(tmp_path):
     np.save(tmp_path / "f.npy", np.array([1.5, 2.0]))
     with pytest.raises(DuckInputError, match="non-integer"):
         read_forget_ids(tmp_path / "f.npy")
+
+
+@pytest.mark.parametrize("name,content,match", [
+    ("ids.txt", "99999999999999999999999", "far too large"),
+    ("ids.txt", "9" * 5000, "far too large"),
+    ("ids.txt", "1.5 2", "non-integer value '1.5'"),
+    ("ids.csv", "+5\n6\n", None),
+    ("ids.csv", "1.5\n6\n", "non-integer value '1.5'"),
+    ("ids.csv", "nan\n6\n", "non-integer value 'nan'"),
+    ("ids.csv", "id\n6\n", None),
+])
+def test_forget_id_text_files_are_parsed_strictly(tmp_path, name, content, match):
+    p = tmp_path / name
+    p.write_text(content)
+    if match is None:
+        ids = read_forget_ids(p)
+        assert ids.tolist() == ([5, 6] if content.startswith("+5") else [6])
+    else:
+        with pytest.raises(DuckInputError, match=match):
+            read_forget_ids(p)
+
+
+@pytest.mark.parametrize("arr,match", [
+    (np.array([[1, 2], [3, 4]]), r"shape \(2, 2\).*1-D"),
+    (np.array([1e30, 2.0]), r"\[1e\+30\] outside the int64 range"),
+    (np.array([2**64 - 1, 3], dtype=np.uint64), r"\[18446744073709551615\] outside the int64 range"),
+    (np.array([True, False]), "non-integer"),
+    (np.array(["1", "2"]), "non-integer"),
+])
+def test_forget_id_npy_refuses_bad_arrays(tmp_path, arr, match):
+    np.save(tmp_path / "ids.npy", arr)
+    with pytest.raises(DuckInputError, match=match):
+        read_forget_ids(tmp_path / "ids.npy")
+    assert read_forget_ids(_save(tmp_path, np.array([3.0, 4.0]))).tolist() == [3, 4]
+
+
+def _save(tmp_path, arr):
+    np.save(tmp_path / "ok.npy", arr)
+    return tmp_path / "ok.npy"
+
+
+@pytest.mark.parametrize("ids,match", [
+    (["a", "b"], "non-integer value 'a'"),
+    ([[1, 2], [3]], r"non-integer value \[1, 2\]"),
+    (5, "must be a PATH .* or a list of integer ids"),
+    ([1.5, 2], "non-integer value 1.5"),
+    ([True, 2], "non-integer value True"),
+    ([10**30], "far too large"),
+])
+def test_inline_forget_ids_are_validated(ids, match):
+    with pytest.raises(DuckInputError, match=match):
+        build_scenario("custom", Y_TRAIN, Y_TEST, 5, forget_ids=ids)
+    assert build_scenario("custom", Y_TRAIN, Y_TEST, 5, forget_ids=[4, 1]).forget_idx.tolist() == [1, 4]
+
+
+def test_forget_classes_scalar_zero_and_strings():
+    assert build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=2).forget_classes == [2]
+    zero = build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=[0])
+    assert zero.forget_classes == [0] and zero.forget_idx.tolist() == list(range(20))
+    assert build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=0).forget_classes == [0]
+    with pytest.raises(DuckInputError, match="forget_classes='abc' must be a list of integer class ids"):
+        build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes="abc")
+    with pytest.raises(DuckInputError, match="forget class 'a' is not an integer"):
+        build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=["a"])
+    for empty in (None, []):
+        with pytest.raises(DuckInputError, match="needs scenario.forget_classes"):
+            build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=empty)
+
+
+@pytest.mark.parametrize("seed", [-1, "abc", 1.5, True, 2**64])
+def test_bad_scenario_seed(seed):
+    with pytest.raises(DuckInputError, match="scenario.seed"):
+        build_scenario("homogeneous_removal", Y_TRAIN, Y_TEST, 5, fraction=0.1, seed=seed)
+
+
+@pytest.mark.parametrize("fraction", ["abc", None, True, float("nan"), 0, 1])
+def test_bad_fraction(fraction):
+    with pytest.raises(DuckInputError, match="scenario.fraction"):
+        build_scenario("homogeneous_removal", Y_TRAIN, Y_TEST, 5, fraction=fraction)

@@ -28,7 +28,17 @@ from omegaconf import DictConfig, OmegaConf
 from attacks.audit import audit_models
 from attacks.batched import calibrate, train_batched
 from attacks.shadow import keep_matrix, shadow_seed
-from duck.bench.common import markdown_table, timed
+from duck.bench.common import (
+    boolean,
+    device_rule,
+    dir_path,
+    integer,
+    markdown_table,
+    number,
+    optional,
+    timed,
+    validate,
+)
 from duck.data.base import DatasetSplits, TensorImageDataset
 from duck.data.registry import build_datasets
 from duck.data.scenarios import Scenario, build_scenario
@@ -259,7 +269,82 @@ def _quick(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+RULES = {
+    "quick": boolean(),
+    "device": device_rule(),
+    "cache_dir": optional(dir_path()),
+    "progress": boolean(),
+    "correctness.enabled": boolean(),
+    "throughput.enabled": boolean(),
+}
+
+#: (in_chans, img_size) of the named data sets, to build each setup's model once before any work
+_DATA_SHAPES = {"digits": (1, 8), "fashion_mnist": (1, 28), "mnist": (1, 28)}
+
+
+def _check_setup(setup: Any, name: str, throughput_setup: bool) -> None:
+    """One ``correctness`` / ``throughput`` setup: sizes, recipe (loaded), model (built), scenario kinds."""
+    from duck.data.scenarios import SCENARIOS
+
+    s = OmegaConf.to_container(setup, resolve=True) if not isinstance(setup, dict) else setup
+    if not isinstance(s, dict) or not isinstance(s.get("data"), dict) or not isinstance(s.get("model"), dict):
+        raise DuckInputError(f"{name} must be a mapping with data: {{name: ...}} and model: {{name: ...}}")
+    for key in ("n_train", "n_test"):
+        optional(integer(1))(s.get(key), f"{name}.{key}")
+    if throughput_setup:
+        integer(1)(s.get("n_models"), f"{name}.n_models")
+        optional(integer(1))(s.get("chunk_size"), f"{name}.chunk_size")
+    try:
+        load_recipe(s.get("recipe"), s.get("recipe_overrides"))
+    except FileNotFoundError:
+        raise DuckInputError(f"{name}.recipe={s.get('recipe')!r}: no conf/recipe/{s.get('recipe')}.yaml") from None
+    except (DuckInputError, ValueError, TypeError, KeyError) as e:
+        raise DuckInputError(f"{name}.recipe={s.get('recipe')!r}: {e}") from None
+    data_kw = s["data"]
+    shape = _DATA_SHAPES.get(data_kw.get("name"))
+    if data_kw.get("name") == "synthetic":
+        shape = (data_kw.get("in_chans", 3), data_kw.get("img_size", 32))
+    for key, value in s["model"].items():  # sizes such as width: a zero builds an empty, silent model
+        if key != "name" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            number(0.0, True)(value, f"{name}.model.{key}")
+    if shape is not None:
+        kw = dict(s["model"])
+        try:
+            create_model(kw.pop("name", None), int(data_kw.get("num_classes", 10)), *shape, **kw)
+        except Exception as e:  # any failure to build the model is a bad setting
+            raise DuckInputError(f"{name}.model={s['model']!r}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+    for i, spec in enumerate(s.get("scenarios") or []):
+        if not isinstance(spec, dict) or spec.get("kind") not in SCENARIOS:
+            raise DuckInputError(f"{name}.scenarios[{i}]={spec!r}: kind must be one of {', '.join(SCENARIOS)}")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every key of conf/bench/audit.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
+    from attacks.audit import AuditSettings
+
+    validate(cfg, RULES)
+    quick = bool(cfg.get("quick"))
+    attack = OmegaConf.to_container(cfg.correctness.attack, resolve=True)
+    if quick:
+        attack["n_shadow"] = 4
+    try:
+        AuditSettings.from_cfg(attack)
+    except DuckInputError as e:
+        raise DuckInputError(f"bench.correctness: {e}") from None
+    if cfg.correctness.enabled:
+        setups = [(cfg.quick_setup, "bench.quick_setup")] if quick else [
+            (x, f"bench.correctness.setups[{i}]") for i, x in enumerate(cfg.correctness.setups)]
+        for setup, name in setups:
+            _check_setup(setup, name, False)
+    if cfg.throughput.enabled:
+        setups = [(cfg.quick_throughput, "bench.quick_throughput")] if quick else [
+            (x, f"bench.throughput.setups[{i}]") for i, x in enumerate(cfg.throughput.setups)]
+        for setup, name in setups:
+            _check_setup(setup, name, True)
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
+    check_config(cfg)
     if cfg.get("quick"):
         cfg = _quick(cfg)
     if cfg.get("threads"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import time
@@ -69,3 +70,122 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     out = ["| " + " | ".join(map(str, headers)) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
     return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------- config checks
+#: a rule checks one value (its name, e.g. ``bench.n_queries``, for the message) and raises DuckInputError
+Rule = Callable[[Any, str], Any]
+
+
+def validate(cfg: Any, rules: dict[str, Rule]) -> None:
+    """Check the suite config ``cfg`` against ``{key: rule}`` before any work. ``key`` may be dotted
+    (``gaussian.n``); a missing key is checked as ``None`` (so only ``optional`` rules accept it). Every
+    failure raises :class:`~duck.errors.DuckInputError` naming ``bench.<key>`` and the value."""
+    from omegaconf import OmegaConf
+
+    for key, rule in rules.items():
+        value = OmegaConf.select(cfg, key, default=None) if not isinstance(cfg, dict) else cfg.get(key)
+        rule(value, f"bench.{key}")
+
+
+def _fail(message: str) -> None:
+    from duck.errors import DuckInputError
+
+    raise DuckInputError(message)
+
+
+def integer(minimum: int = 1, maximum: int | None = None) -> Rule:
+    """An integer (not a bool, not a float) in ``[minimum, maximum]``."""
+    from duck.utils import check_positive_int
+
+    def rule(value: Any, name: str) -> int:
+        v = check_positive_int(value, name, minimum)
+        if maximum is not None and v > maximum:
+            _fail(f"{name}={value!r} must be an integer <= {maximum}")
+        return v
+
+    return rule
+
+
+def number(lo: float = -math.inf, lo_open: bool = False, hi: float = math.inf, hi_open: bool = False) -> Rule:
+    """A finite real number in the given interval."""
+    from duck.utils import check_number
+
+    return lambda value, name: check_number(value, name, lo, lo_open, hi, hi_open)
+
+
+def optional(rule: Rule) -> Rule:
+    """``None`` or a value passing ``rule``."""
+    return lambda value, name: None if value is None else rule(value, name)
+
+
+def auto_or(rule: Rule) -> Rule:
+    """The string ``"auto"`` or a value passing ``rule``."""
+    return lambda value, name: value if value == "auto" else rule(value, name)
+
+
+def one_of(*choices: Any) -> Rule:
+    def rule(value: Any, name: str) -> Any:
+        if isinstance(value, bool) or value not in choices:
+            _fail(f"{name}={value!r} must be one of {', '.join(map(str, choices))}")
+        return value
+
+    return rule
+
+
+def boolean() -> Rule:
+    def rule(value: Any, name: str) -> bool:
+        if not isinstance(value, bool):
+            _fail(f"{name}={value!r} must be true or false")
+        return value
+
+    return rule
+
+
+def list_of(rule: Rule, nonempty: bool = True) -> Rule:
+    """A list (or tuple / ListConfig) whose items all pass ``rule`` (named ``bench.key[i]``)."""
+
+    def check(value: Any, name: str) -> list:
+        if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__") or hasattr(value, "keys"):
+            _fail(f"{name}={value!r} must be a list, e.g. {name}=[...]")
+        items = list(value)
+        if nonempty and not items:
+            _fail(f"{name}=[] must list at least one value")
+        for i, item in enumerate(items):
+            rule(item, f"{name}[{i}]")
+        return items
+
+    return check
+
+
+def device_rule() -> Rule:
+    from duck.utils import check_device
+
+    return lambda value, name: check_device(value, name)
+
+
+def dir_path() -> Rule:
+    """A directory path that, if it exists, is a directory (not a file)."""
+
+    def rule(value: Any, name: str) -> Any:
+        if not isinstance(value, str) or not value:
+            _fail(f"{name}={value!r} must be a directory path")
+        path = os.path.expanduser(value)
+        if os.path.exists(path) and not os.path.isdir(path):
+            _fail(f"{name}={value!r} is an existing file, not a directory; name a directory")
+        return value
+
+    return rule
+
+
+def known_names(*choices: str, what: str = "data sets") -> Rule:
+    """A non-empty list of names from ``choices``."""
+
+    def rule(value: Any, name: str) -> list:
+        items = list_of(lambda v, n: v, nonempty=True)(value, name)
+        bad = [v for v in items if v not in choices]
+        if bad:
+            _fail(f"unknown {what} {bad} in {name}; choose from {', '.join(choices)}")
+        return items
+
+    return rule

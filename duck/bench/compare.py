@@ -25,7 +25,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from duck.bench.common import markdown_table, mean_std
+from duck.bench.common import (
+    boolean,
+    dir_path,
+    integer,
+    list_of,
+    markdown_table,
+    mean_std,
+    number,
+    one_of,
+    optional,
+    validate,
+)
 from duck.errors import DuckInputError
 
 SCENARIO_TITLES = {"class_removal": "Class removal (Table I protocol)",
@@ -193,7 +204,48 @@ def resumed_records(path: str | None) -> list[dict[str, Any]]:
     return records
 
 
+def _string(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise DuckInputError(f"{name}={value!r} must be a non-empty name")
+    return value
+
+
+RULES = {
+    "data": _string,
+    "model": _string,
+    "trainer": _string,
+    "scenarios": list_of(one_of("class_removal", "homogeneous_removal")),
+    "classes": optional(list_of(integer(0))),
+    "fraction": number(0.0, True, 1.0, True),
+    "seeds": list_of(integer(0)),
+    "original_seed": integer(0),
+    "methods": list_of(_string, nonempty=False),  # [] = only the original and the oracle
+    "quick": boolean(),
+    "cache_dir": optional(dir_path()),
+    "overrides": list_of(_string, nonempty=False),
+    "fail_fast": boolean(),
+    "resume": optional(_string),
+    "out_dir": optional(dir_path()),
+    "progress": boolean(),
+}
+
+
+def check_method_overrides(cfg: DictConfig, base: list[str], methods: list[str], dataset: str) -> None:
+    """Each method's config composed with ``bench.overrides``: its effective hyperparameters checked for every
+    scenario of the protocol (before any training)."""
+    from duck.unlearn.config import check_hyperparameters, resolve_method_cfg
+
+    for m in methods:
+        method_cfg = OmegaConf.to_container(compose_run([*base, f"method={m}"]).method, resolve=True)
+        for kind in cfg.scenarios:
+            try:
+                check_hyperparameters(resolve_method_cfg(method_cfg, dataset, str(kind)))
+            except DuckInputError as e:
+                raise DuckInputError(f"bench.overrides={list(cfg.overrides)} (method {m}, {kind}): {e}") from None
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
+    validate(cfg, RULES)
     from duck.cli.run import train_or_reuse
     from duck.cli.setup import build_data, build_scenario_cfg, device_of, output_dir
     from duck.cli.unlearn import run_unlearning
@@ -224,8 +276,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             cfg0 = compose_run([*base, f"seed={int(cfg.original_seed)}"])
             data = build_data(cfg0)
             device = device_of(cfg0)
-            for m in methods:  # every method has a config (conf/method/NAME.yaml)
-                compose_run([*base, f"method={m}"])
+            check_method_overrides(cfg, base, methods, data.name)  # every method has a config, checked
+            bad_classes = [c for c in (cfg.classes or []) if int(c) >= data.num_classes]
+            if bad_classes:
+                raise DuckInputError(f"bench.classes={list(cfg.classes)}: {bad_classes} not below the "
+                                     f"{data.num_classes} classes of {data.name}")
             runs = protocol_runs(cfg, data.num_classes)
             in_protocol = {(r["scenario"], r["label"]) for r in runs}
             records = [r for r in records if (r["scenario"], r["run"]) in in_protocol]

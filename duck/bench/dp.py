@@ -30,7 +30,15 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from duck.bench.common import markdown_table
+from duck.bench.common import (
+    device_rule,
+    integer,
+    list_of,
+    markdown_table,
+    number,
+    one_of,
+    validate,
+)
 from duck.errors import DuckInputError
 from duck.privacy import (
     dp_histogram_test,
@@ -182,7 +190,38 @@ def run_dp_check(cfg: DictConfig) -> list[list[Any]]:
     return rows
 
 
+#: dp_check_draws bounds: 2 x 50 pooled draws fill the test's 100 bins; 10**7 draws take minutes already
+MIN_DP_CHECK_DRAWS, MAX_DP_CHECK_DRAWS = 50, 10**7
+
+RULES = {
+    "scenario1_datasets": list_of(one_of("synthetic1", "wine", "digits"), nonempty=False),
+    "scenario2_datasets": list_of(one_of("synthetic2", "wine", "digits"), nonempty=False),
+    "eps_count": list_of(number(0.0, True, 1.0)),  # the smooth mechanism needs eps <= 1
+    "delta": number(0.0, True, 1.0, True),
+    "eps_subspace": list_of(number(0.0, True)),
+    "h": list_of(integer(1)),
+    "n_runs": integer(1),
+    "k": integer(1, 177),  # wine has 178 records
+    "real_outlier_fraction": number(0.0, True, 1.0, True),
+    "scenario2_real_r": number(0.0, True),
+    "timing_eps": list_of(number(0.0, True, 1.0), nonempty=False),
+    "timing_r": list_of(number(0.0, True), nonempty=False),
+    "dp_check_draws": integer(MIN_DP_CHECK_DRAWS, MAX_DP_CHECK_DRAWS),
+    "device": device_rule(),
+}
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every key of conf/bench/dp.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
+    validate(cfg, RULES)
+    dims = {"synthetic2": 10, "wine": 13, "digits": 64}  # one-dimensional subspaces of each data set
+    max_h = min((dims[name] for name in cfg.scenario2_datasets), default=None)
+    if max_h is not None and max(int(h) for h in cfg.h) > max_h:
+        raise DuckInputError(f"bench.h={list(cfg.h)} must be <= {max_h} (the subspaces of bench.scenario2_datasets)")
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
+    check_config(cfg)
     s1_rows, s1 = run_scenario1(cfg)
     s2_rows, s2 = run_scenario2(cfg)
     timing_rows = run_timing(cfg)

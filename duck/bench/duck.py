@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from duck.bench import compare
-from duck.bench.common import fmt_mean_std, markdown_table, mean_std
+from duck.bench.common import boolean, fmt_mean_std, integer, list_of, markdown_table, mean_std, optional, validate
 
 
 def _targets(records: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
@@ -57,7 +57,22 @@ def _ratios(records: list[dict[str, Any]]) -> list[float]:
     return out
 
 
+RULES = {
+    "data": compare.RULES["data"],
+    "model": compare.RULES["model"],
+    "trainer": compare.RULES["trainer"],
+    "classes": optional(list_of(integer(0))),
+    "seeds": list_of(integer(0)),
+    "fraction": compare.RULES["fraction"],
+    "recipe_epochs": list_of(integer(1)),
+    "second_recipe_runs": integer(1),
+    "quick": boolean(),
+    "progress": boolean(),
+}
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
+    validate(cfg, RULES)
     from duck.cli.setup import output_dir
 
     out = output_dir()

@@ -29,7 +29,19 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from duck.bench.common import fmt_mean_std, markdown_table, mean_std, sync
+from duck.bench.common import (
+    boolean,
+    device_rule,
+    fmt_mean_std,
+    integer,
+    markdown_table,
+    mean_std,
+    number,
+    one_of,
+    optional,
+    sync,
+    validate,
+)
 from duck.deletion import DCKMeans, KMeansPP, QKMeans
 from duck.deletion._kmeans_ops import assign
 from duck.errors import DuckInputError
@@ -275,15 +287,65 @@ def run_dataset(name: str, cfg: DictConfig, device: torch.device) -> dict[str, A
 
 
 # ------------------------------------------------------------------------------------------------ suite
-def run(cfg: DictConfig) -> dict[str, Any]:
-    datasets = list(cfg.datasets)
+#: rows of the fixed data sets (the Gaussian mixture's come from bench.gaussian.n)
+DATASET_ROWS = {"digits": 1797, "wine": 178, "fashion_mnist": 60000}
+
+RULES = {
+    "replicates": integer(1),
+    "n_deletions": integer(1),
+    "max_deletion_fraction": number(0.0, True, 1.0, True),
+    "baseline_sample": integer(1),
+    "n_iter": integer(1),
+    "silhouette_sample": integer(2),
+    "reference_inits": integer(1),
+    "device": device_rule(),
+    "dtype": one_of("float32", "float64"),
+    "sklearn_compare": boolean(),
+    "gpu_compare": boolean(),
+    "gaussian.n": integer(2),
+    "gaussian.d": integer(1),
+    "gaussian.k": integer(1),
+    "gaussian.center_std": number(0.0, False),
+    "qkmeans.n_local_trials": optional(integer(1)),
+    "dckmeans.n_local_trials": optional(integer(1)),
+}
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every key of conf/bench/kmeans.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
+    datasets = list(cfg.datasets) if not isinstance(cfg.datasets, str) else [cfg.datasets]
     unknown = [name for name in datasets if name not in DATASETS]
-    if unknown:
+    if unknown or not datasets:
         raise DuckInputError(
             f"unknown data sets {unknown} in bench.datasets; choose from {', '.join(DATASETS)}"
         )
-    if cfg.dtype not in ("float32", "float64"):
-        raise DuckInputError(f"bench.dtype must be float32 or float64, got {cfg.dtype!r}")
+    validate(cfg, RULES)
+    caps = cfg.get("replicates_cap")
+    if caps:
+        for name, cap in caps.items():
+            integer(1)(cap, f"bench.replicates_cap.{name}")
+    if "gaussian" in datasets and int(cfg.gaussian.k) > int(cfg.gaussian.n):
+        raise DuckInputError(f"bench.gaussian.k={cfg.gaussian.k} must be <= bench.gaussian.n={cfg.gaussian.n}")
+    rows = {**DATASET_ROWS, "gaussian": int(cfg.gaussian.n)}
+    for name in datasets:
+        if math.floor(float(cfg.max_deletion_fraction) * rows[name]) < 1:
+            raise DuckInputError(
+                f"bench.max_deletion_fraction={cfg.max_deletion_fraction} allows no deletion on {name} "
+                f"({rows[name]} rows); raise it to at least {1 / rows[name]:.3g}"
+            )
+    common = {"n_iter": int(cfg.n_iter), "seed": int(cfg.seed), "device": "cpu", "dtype": cfg.dtype}
+    for key, cls in (("qkmeans", QKMeans), ("dckmeans", DCKMeans)):
+        try:
+            cls(2, **common, **OmegaConf.to_container(cfg[key], resolve=True))
+        except DuckInputError as e:
+            raise DuckInputError(f"bench.{key}: {e}") from None
+        except TypeError as e:
+            raise DuckInputError(f"bench.{key}: {e}") from None
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    check_config(cfg)
+    datasets = list(cfg.datasets)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     from duck.utils import resolve_device

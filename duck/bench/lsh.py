@@ -30,7 +30,20 @@ from omegaconf import DictConfig
 from scipy.stats import norm
 from tqdm.auto import tqdm
 
-from duck.bench.common import markdown_table, mean_std, timed
+from duck.bench.common import (
+    auto_or,
+    boolean,
+    device_rule,
+    integer,
+    known_names,
+    list_of,
+    markdown_table,
+    mean_std,
+    number,
+    optional,
+    timed,
+    validate,
+)
 from duck.deletion import LSHIndex
 from duck.errors import DuckInputError
 from duck.utils import resolve_device
@@ -187,7 +200,57 @@ def run_dataset(name: str, cfg: DictConfig, device: torch.device) -> dict[str, A
     }
 
 
+#: rows of the data sets: digits (all of it, queries held out), Fashion-MNIST (train split, test split)
+DIGITS_ROWS, FMNIST_TRAIN, FMNIST_TEST = 1797, 60000, 10000
+
+RULES = {
+    "datasets": known_names(*DATASETS),
+    "n_queries": integer(1),
+    "n_tuning_queries": integer(1),
+    "fmnist_subset": integer(1, FMNIST_TRAIN),
+    "min_neighbours": integer(1),
+    "frac_queries": number(0.0, True, 1.0),
+    "w_over_r": number(0.0, True),
+    "L": auto_or(integer(1)),
+    "k_max": integer(1),
+    "fn_target": number(0.0, True, 1.0, True),
+    "samples_per_neighbour": integer(1),
+    "repeats": integer(1),
+    "approx_deltas": list_of(integer(1), nonempty=False),
+    "approx_table_probes": boolean(),
+    "lemma37_gamma": optional(number(0.0, True, 1.0, True)),
+    "device": device_rule(),
+}
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every key of conf/bench/lsh.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
+    validate(cfg, RULES)
+    n_q, n_tune, m = int(cfg.n_queries), int(cfg.n_tuning_queries), int(cfg.min_neighbours)
+    for name in cfg.datasets:
+        if name == "digits":
+            indexed = DIGITS_ROWS - n_q
+            if indexed < max(n_tune, m, 1):
+                raise DuckInputError(
+                    f"bench.n_queries={n_q}, bench.n_tuning_queries={n_tune} and bench.min_neighbours={m} do "
+                    f"not fit digits ({DIGITS_ROWS} rows): n_queries leaves {indexed} indexed rows, which must be "
+                    ">= n_tuning_queries and >= min_neighbours"
+                )
+        else:
+            indexed = int(cfg.fmnist_subset)
+            if n_q + n_tune > FMNIST_TEST:
+                raise DuckInputError(
+                    f"bench.n_queries={n_q} + bench.n_tuning_queries={n_tune} must be <= {FMNIST_TEST} "
+                    "(Fashion-MNIST test images)"
+                )
+            if m > indexed:
+                raise DuckInputError(
+                    f"bench.min_neighbours={m} must be <= bench.fmnist_subset={indexed} (the indexed images)"
+                )
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
+    check_config(cfg)
     device = resolve_device(cfg.device)
     out: dict[str, Any] = {"datasets": {}}
     rows = []

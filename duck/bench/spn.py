@@ -38,7 +38,19 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from duck.bench.common import fmt_mean_std, markdown_table, mean_std, sync
+from duck.bench.common import (
+    boolean,
+    device_rule,
+    fmt_mean_std,
+    integer,
+    known_names,
+    markdown_table,
+    mean_std,
+    number,
+    one_of,
+    sync,
+    validate,
+)
 from duck.deletion import learn_spn
 from duck.errors import DuckInputError
 from duck.utils import resolve_device
@@ -415,20 +427,38 @@ def loglik_speed(data: Data, cfg: DictConfig, device: torch.device, spflow_model
 
 
 # ------------------------------------------------------------------------------------------------ run
+RULES = {
+    "datasets": known_names(*DATASETS),
+    "n_train": integer(2),  # at least one row left after a removal
+    "n_removals": integer(1),
+    "train_repeats": integer(1),
+    "device": device_rule(),
+    "min_instances": integer(1),
+    "rdc_threshold": number(0.0, True, 1.0),
+    "relearn": one_of("replay", "fresh"),
+    "check_certified": boolean(),
+    "spflow": boolean(),
+    "spflow_repetitions": integer(1),
+    "test_rows": integer(1),
+    "loglik_rows": integer(1),
+    "loglik_repeats": integer(1),
+    "fashion_mnist.pool": one_of(1, 2, 4, 7, 14, 28),
+    "fashion_mnist.pool_rows": integer(1),
+}
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every key of conf/bench/spn.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
+    validate(cfg, RULES)
+    schedules(cfg)
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
+    check_config(cfg)
     if cfg.threads is not None:
         torch.set_num_threads(int(cfg.threads))
-    try:
-        device = resolve_device(cfg.device)
-    except (RuntimeError, ValueError) as e:
-        raise DuckInputError(str(e)) from None
+    device = resolve_device(cfg.device)
     datasets = list(cfg.datasets)
-    schedules(cfg)  # reject a bad bench.schedules before any work
-    unknown = [d for d in datasets if d not in DATASETS]
-    if unknown:
-        raise DuckInputError(
-            f"unknown data sets {unknown} in bench.datasets; choose from {', '.join(DATASETS)}"
-        )
     with_spflow = bool(cfg.spflow) and _spflow_available()
     results: dict[str, Any] = {"datasets": {}, "spflow": {}, "loglik": {}}
     notes = []

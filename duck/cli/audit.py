@@ -15,11 +15,13 @@ from typing import Any
 from omegaconf import DictConfig
 
 from attacks.audit import REFERENCE_NAMES, AuditSettings, audit_models
+from attacks.shadow import check_cache_dir
 from duck.cli._app import hydra_entry
 from duck.cli.setup import build_data, build_model, build_scenario_cfg, container, device_of, load_model, output_dir, recipe
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json
 from duck.metrics import aus_inputs, scenario_aus, split_accuracies
+from duck.privacy.shareable import check_shareable_cfg
 from duck.report import write_report
 
 MANIFEST_ROLES = {"original": "original", "retrain": "retrained", "retrained": "retrained"}
@@ -52,6 +54,33 @@ def accuracy_rows(models: dict[str, Any], methods: dict[str, str], data: Any, sc
     return rows
 
 
+def check_audit_options(cfg: DictConfig, data: Any = None, scenario: Any = None) -> tuple[AuditSettings, dict[str, Any]]:
+    """Every audit option (``attack.*``, ``report.shareable.*``, the cache directory) checked before any
+    work: ``(attack settings, shareable settings)``. Given the data and the scenario, the shareable bounds
+    that depend on them (``n_components`` against the embedding dimension and the retain samples, ``k``
+    against the retain samples) are checked too, on a freshly built model."""
+    settings = AuditSettings.from_cfg(container(cfg.attack))
+    share = check_shareable_cfg(container(cfg.report.shareable) if cfg.get("report") is not None else None)
+    check_cache_dir(cfg.cache_dir)
+    if share["enabled"] and data is not None and scenario is not None:
+        import numpy as np
+        import torch
+
+        from duck.unlearn.duck import embed_samples
+
+        with torch.no_grad():
+            dim = int(embed_samples(build_model(cfg, data), data.train, np.array([0]), device=torch.device("cpu"))[0]
+                      .shape[1])
+        n_retain = min(len(scenario.retain_idx), share["max_retain"])
+        if share["n_components"] > min(dim, n_retain - 1):
+            raise DuckInputError(f"report.shareable.n_components={share['n_components']} exceeds min(embedding "
+                                 f"dim {dim}, n_retain - 1 = {n_retain - 1}); lower it")
+        if share["k"] > n_retain:
+            raise DuckInputError(f"report.shareable.k={share['k']} exceeds the number of retain samples "
+                                 f"({n_retain}); lower it")
+    return settings, share
+
+
 def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: Any, scenario: Any,
                       device: Any) -> tuple[str, dict[str, Any]]:
     """DP outlier statistics of the forget samples in each model's embedding space (issue 8 item 5):
@@ -61,6 +90,7 @@ def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: A
     from duck.privacy.shareable import shareable_outlier_statistics
     from duck.unlearn.duck import embed_samples
 
+    cfg_share = check_shareable_cfg(cfg_share)
     n = len(models)
     retain = np.asarray(scenario.retain_idx)
     cap = int(cfg_share["max_retain"])
@@ -73,7 +103,7 @@ def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: A
         released[name] = shareable_outlier_statistics(
             z_f, z_r, eps=float(cfg_share["eps"]) / n, delta=float(cfg_share["delta"]) / n, k=int(cfg_share["k"]),
             r=float(cfg_share["r"]), n_components=int(cfg_share["n_components"]), h=int(cfg_share["h"]),
-            seed=cfg_share.get("seed"), device="cpu")
+            seed=cfg_share.get("seed"), device="cpu", prefix="report.shareable.")
     rows = []
     for name, rel in released.items():
         c = rel["count"]
@@ -97,6 +127,12 @@ def audit_and_report(cfg: DictConfig, data: Any, scenario: Any, models: dict[str
     """LiRA + SVM MIA of ``models`` with one shadow bank, the DP "shareable statistics", and the report.
     Shared by duck-run, duck-unlearn (``audit=true``) and duck-audit."""
     device = device_of(cfg)
+    _, share_cfg = check_audit_options(cfg)
+    extra = []
+    released: dict[str, Any] = {}
+    if share_cfg["enabled"]:  # before the bank and before any file: data-dependent bounds fail here
+        md, released = shareable_section(share_cfg, models, data, scenario, device)
+        extra.append(("Shareable statistics (differential privacy)", md))
     t0 = time.perf_counter()
     audits = audit_models(container(cfg.attack), data, scenario, models, recipe=recipe(cfg),
                           model_factory=lambda: build_model(cfg, data), augment=data.augment,
@@ -105,27 +141,22 @@ def audit_and_report(cfg: DictConfig, data: Any, scenario: Any, models: dict[str
     bank = next(iter(audits.values()))["bank"]
     times = {**run_times, "shadow bank training": bank["train_s"], "shadow inference": bank["phi_s"],
              "audit (all models)": time.perf_counter() - t0}
-    extra = []
-    share_cfg = container(cfg.report.shareable)
-    if share_cfg.get("enabled"):
-        md, released = shareable_section(share_cfg, models, data, scenario, device)
-        extra.append(("Shareable statistics (differential privacy)", md))
-        for name, rel in released.items():
-            audits[name]["shareable"] = rel
-            atomic_save_json(Path(out_dirs[name]) / "audit.json", audits[name])
+    for name, rel in released.items():
+        audits[name]["shareable"] = rel
+        atomic_save_json(Path(out_dirs[name]) / "audit.json", audits[name])
     paths = write_report(out, summary_rows=summary_rows, audits=audits, config=container(cfg), scenario=scenario,
                          run_times=times, title=title, extra_sections=extra)
     return audits, paths
 
 
 def audit(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    check_audit_options(cfg)  # fail on a bad attack/report option before loading anything
     data = build_data(cfg)
     scenario = build_scenario_cfg(cfg, data)
     if scenario is None:
         raise DuckInputError("duck-audit needs a scenario (it defines the members): "
                              "scenario=class_removal|homogeneous_removal|custom|targeted")
-    attack_cfg = container(cfg.attack)
-    AuditSettings.from_cfg(attack_cfg)  # fail on a bad option before loading anything
+    check_audit_options(cfg, data, scenario)
     device = device_of(cfg)
     target, manifest = load_model(cfg.ckpt, cfg, data)
     role = resolve_role(str(cfg.role), manifest)

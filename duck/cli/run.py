@@ -14,11 +14,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from attacks.audit import AuditSettings
+from attacks.shadow import check_cache_dir
 from duck.bench.common import markdown_table
 from duck.checkpoint import build_manifest, save_checkpoint
 from duck.cli._app import hydra_entry
-from duck.cli.audit import audit_and_report
+from duck.cli.audit import audit_and_report, check_audit_options
 from duck.cli.setup import build_data, build_scenario_cfg, container, device_of, load_model, output_dir, recipe
 from duck.cli.train import fit_model, save_model
 from duck.cli.unlearn import method_cfg, run_unlearning
@@ -56,15 +56,16 @@ def train_or_reuse(cfg: DictConfig, data: DatasetSplits, scenario: Scenario, rol
     """The original (``role="original"``) or the oracle (``"retrained"``), from the cache when it holds one
     for the same config; the checkpoint and metrics.json also go to ``out/role``."""
     retrain = role == "retrained"
-    cached = Path(cfg.cache_dir).expanduser() / "models" / cache_key(cfg, scenario if retrain else None)
+    cached = check_cache_dir(cfg.cache_dir) / "models" / cache_key(cfg, scenario if retrain else None)
     ckpt, mfile = cached / "model.ckpt", cached / "metrics.json"
     if cfg.reuse_cached and ckpt.is_file() and mfile.is_file():
         try:
             model, _ = load_model(ckpt, cfg, data)
             metrics = json.loads(mfile.read_text())
+            check_cached_metrics(metrics)
             model.to(device_of(cfg))
             reused = True
-        except (DuckInputError, json.JSONDecodeError) as e:
+        except (DuckInputError, ValueError, UnicodeDecodeError, OSError) as e:
             warnings.warn(f"ignoring unusable cached model {ckpt} ({e}); training again", stacklevel=1)
             reused = False
     else:
@@ -78,6 +79,21 @@ def train_or_reuse(cfg: DictConfig, data: DatasetSplits, scenario: Scenario, rol
     _link_or_copy(ckpt, out / role / "model.ckpt")
     atomic_save_json(out / role / "metrics.json", {**metrics, "reused_from_cache": reused})
     return model, metrics, reused
+
+
+def check_cached_metrics(metrics: Any) -> None:
+    """Raise ``ValueError`` unless a cached ``metrics.json`` holds what a run reads from it (a dict with the
+    :func:`_record_args` fields and an ``acc`` dict with a numeric ``test`` accuracy)."""
+    if not isinstance(metrics, dict):
+        raise ValueError(f"metrics.json holds a {type(metrics).__name__}, not an object")
+    missing = [k for k in ("method", "dataset", "model", "seed", "acc", "time_s", "epochs") if k not in metrics]
+    if missing:
+        raise ValueError(f"metrics.json lacks {missing}")
+    acc = metrics["acc"]
+    if not isinstance(acc, dict) or not isinstance(acc.get("test"), (int, float)) or isinstance(acc["test"], bool):
+        raise ValueError(f"metrics.json has no usable accuracies: acc={acc!r}")
+    if metrics["time_s"] is not None and not isinstance(metrics["time_s"], (int, float)):
+        raise ValueError(f"metrics.json time_s={metrics['time_s']!r} is not a number")
 
 
 def _record_args(m: dict[str, Any]) -> dict[str, Any]:
@@ -109,8 +125,9 @@ def run(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         raise DuckInputError("duck-run needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
     name, _ = method_cfg(cfg, data, scenario)
     recipe(cfg)  # the original's and the oracle's training recipe, checked before the first stage
-    if cfg.audit:
-        AuditSettings.from_cfg(container(cfg.attack))  # a bad attack option fails before any training
+    check_cache_dir(cfg.cache_dir)
+    if cfg.audit:  # a bad attack / report option fails before any training
+        check_audit_options(cfg, data, scenario)
     out = output_dir()
     stages = 4 if cfg.audit else 3
     print(f"[1/{stages}] original {cfg.model.name} on {data.describe()}")

@@ -68,9 +68,9 @@ def unlearn(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         raise DuckInputError("duck-unlearn needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
     method_cfg(cfg, data, scenario)
     if cfg.audit:
-        from attacks.audit import AuditSettings
+        from duck.cli.audit import check_audit_options
 
-        AuditSettings.from_cfg(container(cfg.attack))  # a bad attack option fails before any work
+        check_audit_options(cfg, data, scenario)  # a bad attack or report option fails before any work
     model, _ = load_model(cfg.ckpt, cfg, data)
     device = device_of(cfg)
     model.to(device)

@@ -34,6 +34,8 @@ _SPECS = {
 _ALLOWED_GLOBALS = {
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
     ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+    # an empty bytes payload (a 0-row array) is pickled as a call to bytes(); harmless
+    ("__builtin__", "bytes"), ("builtins", "bytes"),
 }
 
 
@@ -54,19 +56,70 @@ def _load_batch(path: Path) -> dict[str, Any]:
         raise
     except Exception as e:
         raise DuckInputError(f"cannot read CIFAR batch {path}: {e}; re-extract the archive") from None
-    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+    if not isinstance(raw, dict) or not all(isinstance(k, (str, bytes)) for k in raw):
+        raise DuckInputError(
+            f"CIFAR file {path} holds a {type(raw).__name__}, not a dict with string keys as in the official "
+            "python archive; re-extract the archive"
+        )
+    return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in raw.items()}
 
 
-def _load_split(folder: Path, files: list[str], label_key: str) -> tuple[torch.Tensor, np.ndarray]:
+def _get(batch: dict[str, Any], key: str, path: Path) -> Any:
+    if key not in batch:
+        raise DuckInputError(
+            f"CIFAR file {path} has no {key!r} entry (keys: {sorted(batch)[:6]}); re-extract the archive"
+        )
+    return batch[key]
+
+
+def _batch_arrays(path: Path, label_key: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(images uint8 (n, 3, 32, 32), labels int64 (n,))`` of one batch file, validated."""
+    batch = _load_batch(path)
+    data, labels = _get(batch, "data", path), _get(batch, label_key, path)
+    arr = None if isinstance(data, (str, bytes)) else np.asarray(data)
+    if arr is None or arr.dtype.kind not in "iu":
+        what = type(data).__name__ if arr is None else f"dtype {arr.dtype}"
+        raise DuckInputError(f"CIFAR file {path}: 'data' is {what}, expected an integer (uint8) array "
+                             "of shape (N, 3072); re-extract the archive")
+    if arr.ndim != 2 or arr.shape[1] != 3 * 32 * 32:
+        raise DuckInputError(f"CIFAR file {path}: 'data' has shape {arr.shape}, expected (N, 3072); "
+                             "re-extract the archive")
+    if arr.shape[0] == 0:
+        raise DuckInputError(f"CIFAR file {path} holds no images (0 rows); re-extract the archive")
+    if arr.dtype != np.uint8 and (arr.min() < 0 or arr.max() > 255):
+        raise DuckInputError(f"CIFAR file {path}: pixel values {arr.min()}..{arr.max()} outside 0..255; "
+                             "re-extract the archive")
+    y = None if isinstance(labels, (str, bytes)) or labels is None else np.asarray(labels)
+    if y is None or y.ndim != 1 or y.dtype.kind not in "iu":
+        what = type(labels).__name__ if y is None else f"{y.ndim}-D {y.dtype} array"
+        raise DuckInputError(f"CIFAR file {path}: {label_key!r} is {what}, expected a list of integer class "
+                             f"ids; re-extract the archive")
+    if len(y) != len(arr):
+        raise DuckInputError(f"CIFAR file {path}: {len(arr)} images but {len(y)} {label_key!r}; "
+                             "re-extract the archive")
+    bad = y[(y < 0) | (y >= num_classes)]
+    if bad.size:
+        raise DuckInputError(f"CIFAR file {path}: labels {bad[:5].tolist()} outside 0..{num_classes - 1}; "
+                             "corrupt file? re-extract the archive")
+    return arr.astype(np.uint8).reshape(-1, 3, 32, 32), y.astype(np.int64)
+
+
+def _load_split(folder: Path, files: list[str], label_key: str, num_classes: int) -> tuple[torch.Tensor, np.ndarray]:
     xs, ys = [], []
     for name in files:
-        batch = _load_batch(folder / name)
-        data = np.asarray(batch["data"], dtype=np.uint8)
-        if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-            raise DuckInputError(f"{folder / name}: 'data' has shape {data.shape}, expected (N, 3072)")
-        xs.append(data.reshape(-1, 3, 32, 32))
-        ys.append(np.asarray(batch[label_key], dtype=np.int64))
+        x, y = _batch_arrays(folder / name, label_key, num_classes)
+        xs.append(x)
+        ys.append(y)
     return torch.from_numpy(np.concatenate(xs)), np.concatenate(ys)
+
+
+def _class_names(path: Path, key: str) -> list[str]:
+    raw = _get(_load_batch(path), key, path)
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, (list, tuple)) \
+            or not all(isinstance(n, (str, bytes)) for n in raw):
+        raise DuckInputError(f"CIFAR file {path}: {key!r} is {type(raw).__name__}, expected a list of class "
+                             "names; re-extract the archive or delete the file")
+    return [n.decode("latin1") if isinstance(n, bytes) else n for n in raw]
 
 
 def _cifar(kind: str, root: str | None, download: bool, augment: list[str] | None) -> DatasetSplits:
@@ -88,15 +141,12 @@ def _cifar(kind: str, root: str | None, download: bool, augment: list[str] | Non
             f"{kind} files {missing} not found under {folder}; download {spec['url']}, extract it into "
             f"{Path(root).expanduser()} (so that {spec['folder']}/ exists) or fix data.root"
         )
-    xtr, ytr = _load_split(folder, spec["train"], spec["label_key"])
-    xte, yte = _load_split(folder, spec["test"], spec["label_key"])
+    xtr, ytr = _load_split(folder, spec["train"], spec["label_key"], spec["num_classes"])
+    xte, yte = _load_split(folder, spec["test"], spec["label_key"], spec["num_classes"])
     names: list[str] = []
     meta_file, meta_key = spec["meta"]
     if (folder / meta_file).is_file():
-        names = [n.decode() if isinstance(n, bytes) else str(n) for n in _load_batch(folder / meta_file)[meta_key]]
-    for split, y in (("train", ytr), ("test", yte)):
-        if y.min() < 0 or y.max() >= spec["num_classes"]:
-            raise DuckInputError(f"{kind} {split} labels outside 0..{spec['num_classes'] - 1}; corrupt files?")
+        names = _class_names(folder / meta_file, meta_key)
     return DatasetSplits(
         name=kind,
         train=TensorImageDataset(xtr, ytr, spec["mean"], spec["std"]),

@@ -8,7 +8,9 @@ are read too.
 from __future__ import annotations
 
 import gzip
+import math
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +33,19 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     try:
         with opener(path, "rb") as f:
             raw = f.read()
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise DuckInputError(f"cannot read IDX file {path}: {e}; re-download or reinstall the data set") from None
+    if len(raw) == 0:
+        raise DuckInputError(f"IDX file {path} is empty; re-download or reinstall the data set")
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
         raise DuckInputError(f"{path} is not an IDX file (bad magic number); check the data set files")
     dtype, ndim = np.dtype(_IDX_TYPES[raw[2]]), raw[3]
     header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DuckInputError(f"{path} is truncated: its header ({ndim} dimensions) needs {header} bytes, file "
+                             f"holds {len(raw)}; re-download the data set")
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    expected = int(np.prod(shape)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize  # exact Python int: no overflow
     if len(raw) - header != expected:
         raise DuckInputError(
             f"{path} is truncated or corrupt: header says shape {shape} ({expected} bytes), "
@@ -64,9 +71,29 @@ def fashion_mnist_arrays(root: str | os.PathLike | None = None, split: str = "tr
         raise DuckInputError(f"unknown Fashion-MNIST split {split!r}; use 'train' or 'test'")
     root = Path(root or FASHION_MNIST_DEFAULT_ROOT)
     img_stem, lbl_stem = FASHION_MNIST_FILES[split]
-    images, labels = read_idx(_find(root, img_stem)), read_idx(_find(root, lbl_stem))
-    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+    img_path, lbl_path = _find(root, img_stem), _find(root, lbl_stem)
+    images, labels = read_idx(img_path), read_idx(lbl_path)
+    if images.dtype != np.uint8:
+        raise DuckInputError(
+            f"{img_path} stores {images.dtype} pixels; Fashion-MNIST images must be unsigned bytes (IDX type 0x08, "
+            "values 0..255); re-download the data set"
+        )
+    if images.ndim != 3 or images.shape[1:] != (28, 28):
+        raise DuckInputError(
+            f"{img_path} holds images of shape {images.shape[1:]} (array {images.shape}); Fashion-MNIST images "
+            "are 28x28 (N, 28, 28); re-download the data set"
+        )
+    if labels.ndim != 1 or len(images) != len(labels):
         raise DuckInputError(
             f"Fashion-MNIST files under {root} disagree: images {images.shape}, labels {labels.shape}"
         )
-    return images, labels.astype(np.int64)
+    if labels.dtype.kind not in "iu":
+        raise DuckInputError(f"{lbl_path} stores {labels.dtype} labels; expected integer class ids 0..9")
+    labels = labels.astype(np.int64)
+    bad = labels[(labels < 0) | (labels > 9)]
+    if bad.size:
+        raise DuckInputError(
+            f"{lbl_path} holds labels {bad[:5].tolist()} outside 0..9 (Fashion-MNIST has 10 classes); "
+            "re-download the data set"
+        )
+    return images, labels

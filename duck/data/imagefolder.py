@@ -15,10 +15,42 @@ from PIL import Image, UnidentifiedImageError
 from duck.data.base import DatasetSplits, IndexedDataset
 from duck.data.registry import register_dataset
 from duck.errors import DuckInputError
+from duck.utils import check_number, check_positive_int
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 TINY_MEAN, TINY_STD = (0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821)
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
+MAX_IMG_SIZE = 1024
+
+
+def check_img_size(img_size: object) -> int:
+    """``data.img_size`` as an int in ``1..MAX_IMG_SIZE``, else a ``DuckInputError``."""
+    size = check_positive_int(img_size, "data.img_size")
+    if size > MAX_IMG_SIZE:
+        raise DuckInputError(f"data.img_size={img_size!r} is too large; use an integer in 1..{MAX_IMG_SIZE}")
+    return size
+
+
+def check_in_chans(in_chans: object) -> int:
+    """``data.in_chans`` as 1 (grey) or 3 (RGB), else a ``DuckInputError``."""
+    if isinstance(in_chans, bool) or not hasattr(in_chans, "__index__") or int(in_chans.__index__()) not in (1, 3):
+        raise DuckInputError(f"data.in_chans={in_chans!r} must be 1 (greyscale) or 3 (RGB)")
+    return int(in_chans.__index__())
+
+
+def check_norm(values: object, name: str, in_chans: int, default: tuple[float, ...], positive: bool) -> tuple[float, ...]:
+    """Per-channel normalisation ``data.mean`` / ``data.std``: ``in_chans`` finite numbers (``> 0`` for std);
+    ``None`` gives ``default`` cut to ``in_chans`` channels."""
+    if values is None:
+        return tuple(default[:in_chans])
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise DuckInputError(f"{name}={values!r} must be a list of {in_chans} numbers (one per channel), "
+                             f"e.g. {name}={list(default[:in_chans])}")
+    if len(values) != in_chans:
+        raise DuckInputError(f"{name}={list(values)!r} has {len(values)} values; data.in_chans={in_chans} needs "
+                             f"{in_chans} (one per channel)")
+    return tuple(check_number(v, f"{name}[{i}]", 0.0 if positive else -float("inf"), positive)
+                 for i, v in enumerate(values))
 
 
 class FileImageDataset(IndexedDataset):
@@ -40,6 +72,9 @@ class FileImageDataset(IndexedDataset):
                 if im.size != (self.img_size, self.img_size):
                     im = im.resize((self.img_size, self.img_size), Image.BILINEAR)
                 arr = np.asarray(im, dtype=np.uint8)
+        except Image.DecompressionBombError as e:
+            raise DuckInputError(f"image {path} is too large to decode safely ({e}); shrink or remove the file") \
+                from None
         except (OSError, UnidentifiedImageError) as e:
             raise DuckInputError(f"cannot decode image {path}: {e}; remove or replace the file") from None
         x = torch.from_numpy(arr.copy()).float().div_(255.0)
@@ -80,8 +115,9 @@ def imagefolder(root: str | None = None, train_split: str = "train", test_split:
     if not root:
         raise DuckInputError("data.root is not set for imagefolder; pass data.root=DIR with DIR/train/<class>/...")
     root_p = Path(root).expanduser()
-    mean_t = tuple(mean or IMAGENET_MEAN)
-    std_t = tuple(std or IMAGENET_STD)
+    in_chans, img_size = check_in_chans(in_chans), check_img_size(img_size)
+    mean_t = check_norm(mean, "data.mean", in_chans, IMAGENET_MEAN, positive=False)
+    std_t = check_norm(std, "data.std", in_chans, IMAGENET_STD, positive=True)
     tr_files, tr_y, classes = _scan_class_folders(root_p / train_split)
     te_files, te_y, _ = _scan_class_folders(root_p / test_split, classes)
     return DatasetSplits(
@@ -91,6 +127,32 @@ def imagefolder(root: str | None = None, train_split: str = "train", test_split:
         num_classes=len(classes), in_chans=in_chans, img_size=img_size, class_names=classes,
         augment=list(augment or []),
     )
+
+
+def _read_val_annotations(ann: Path, images: Path, cls_id: dict[str, int]) -> tuple[list[Path], list[int]]:
+    """TinyImageNet ``val_annotations.txt``: one ``<file>\\t<wnid>[\\t<box>...]`` line per validation image."""
+    fmt = "one tab-separated line per image: <file name>\\t<wnid>\\t<x0>\\t<y0>\\t<x1>\\t<y1>"
+    try:
+        text = ann.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DuckInputError(f"{ann} is not UTF-8 text ({e}); expected {fmt}; re-extract tiny-imagenet-200.zip") \
+            from None
+    files, labels = [], []
+    # sorted by line text, so the sample order (and index) does not depend on the file's line order
+    for lineno, line in sorted(enumerate(text.splitlines(), 1), key=lambda t: t[1]):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) < 2 or not parts[0].strip() or not parts[1].strip():
+            raise DuckInputError(f"{ann} line {lineno}: {line[:80]!r} is not in the expected format ({fmt})")
+        name, wnid = parts[0].strip(), parts[1].strip()
+        if wnid not in cls_id:
+            raise DuckInputError(f"{ann}: class {wnid!r} of {name} is not a training class")
+        files.append(images / name)
+        labels.append(cls_id[wnid])
+    if not files:
+        raise DuckInputError(f"{ann} lists no validation images; expected {fmt}; re-extract tiny-imagenet-200.zip")
+    return files, labels
 
 
 @register_dataset("tinyimagenet")
@@ -103,6 +165,7 @@ def tinyimagenet(root: str | None = None, img_size: int = 64, augment: list[str]
             "data.root is not set for tinyimagenet; download http://cs231n.stanford.edu/tiny-imagenet-200.zip, "
             "unzip it and pass data.root=DIR (the folder containing tiny-imagenet-200/)"
         )
+    img_size = check_img_size(img_size)
     base = Path(root).expanduser() / "tiny-imagenet-200"
     ann = base / "val" / "val_annotations.txt"
     if not (base / "train").is_dir() or not ann.is_file():
@@ -112,15 +175,7 @@ def tinyimagenet(root: str | None = None, img_size: int = 64, augment: list[str]
         )
     tr_files, tr_y, classes = _scan_class_folders(base / "train")
     cls_id = {c: i for i, c in enumerate(classes)}
-    te_files, te_y = [], []
-    for line in sorted(ann.read_text().splitlines()):
-        parts = line.split("\t")
-        if len(parts) < 2:
-            continue
-        if parts[1] not in cls_id:
-            raise DuckInputError(f"{ann}: class {parts[1]!r} of {parts[0]} is not a training class")
-        te_files.append(base / "val" / "images" / parts[0])
-        te_y.append(cls_id[parts[1]])
+    te_files, te_y = _read_val_annotations(ann, base / "val" / "images", cls_id)
     return DatasetSplits(
         name="tinyimagenet",
         train=FileImageDataset(tr_files, tr_y, img_size, 3, TINY_MEAN, TINY_STD),

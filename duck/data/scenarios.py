@@ -18,6 +18,10 @@ from typing import Any
 import numpy as np
 
 from duck.errors import DuckInputError
+from duck.utils import check_number, check_seed
+
+#: ids are stored as int64
+_ID_MAX = 2**63 - 1
 
 SCENARIOS = ("class_removal", "homogeneous_removal", "custom", "targeted")
 
@@ -55,36 +59,100 @@ class Scenario:
                 "forget_hash": self.forget_hash}
 
 
+def _is_header(token: str) -> bool:
+    """A ``.csv`` first cell is a header only when it holds a letter and is not a number (``nan``/``inf``
+    and ``1e5`` are numbers, so they are parsed and refused, not dropped)."""
+    if not any(ch.isalpha() for ch in token):
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return True
+    return False
+
+
+def _parse_int_token(token: str, where: str) -> int:
+    t = token.strip()
+    body = t[1:] if t[:1] in "+-" else t
+    if not body.isascii() or not body.isdigit():
+        raise DuckInputError(f"{where} holds the non-integer value {token!r}; write one integer id per entry")
+    v = int(t) if len(body) <= 20 else _ID_MAX + 1
+    if not -_ID_MAX - 1 <= v <= _ID_MAX:
+        raise DuckInputError(f"{where} holds id {token[:30]} which is far too large; ids are training-set indices")
+    return v
+
+
+def _ids_array(values: Any, where: str) -> np.ndarray:
+    """A numeric array of ids as int64, refusing non-integers and values outside int64 (reporting the
+    original value, before any cast)."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise DuckInputError(f"{where} has shape {arr.shape}; give a flat (1-D) list of training-sample ids")
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
+        raise DuckInputError(f"{where} holds non-integer values (dtype {arr.dtype}); store integer ids")
+    if arr.dtype.kind == "f":
+        bad = arr[~np.isfinite(arr) | (arr != np.round(arr))]
+        if bad.size:
+            raise DuckInputError(f"{where} holds non-integer values {bad[:5].tolist()}; store integer ids")
+        big = arr[(arr < -(2.0**63)) | (arr >= 2.0**63)]
+        if big.size:
+            raise DuckInputError(f"{where} holds ids {big[:5].tolist()} outside the int64 range; "
+                                 "ids are training-set indices")
+    elif arr.dtype.kind == "u":
+        big = arr[arr > _ID_MAX]
+        if big.size:
+            raise DuckInputError(f"{where} holds ids {[int(v) for v in big[:5]]} outside the int64 range; "
+                                 "ids are training-set indices")
+    return arr.astype(np.int64)
+
+
 def read_forget_ids(path: str | Path) -> np.ndarray:
-    """Read integer ids from ``.txt`` (whitespace/comma separated), ``.csv`` (first column; header skipped)
-    or ``.npy`` (loaded without pickle)."""
+    """Read integer ids from ``.txt`` (whitespace/comma separated), ``.csv`` (first column; a first row
+    holding a non-numeric word is a header) or ``.npy`` (a 1-D integer array, loaded without pickle)."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise DuckInputError(f"forget-id file {p} not found; pass scenario.forget_ids=PATH to a .txt/.npy/.csv file")
-    try:
-        if p.suffix == ".npy":
+    where = f"forget-id file {p}"
+    if p.suffix == ".npy":
+        try:
             arr = np.load(p, allow_pickle=False)
-        elif p.suffix in (".txt", ".csv"):
-            rows = [line.split(",")[0].strip() if p.suffix == ".csv" else line
-                    for line in p.read_text().splitlines() if line.strip()]
-            if p.suffix == ".csv" and rows and not rows[0].lstrip("-").isdigit():
-                rows = rows[1:]  # header
-            tokens = " ".join(rows).replace(",", " ").split()
-            arr = np.array([int(t) for t in tokens], dtype=np.int64)
-        else:
-            raise DuckInputError(f"forget-id file {p} has unsupported suffix {p.suffix!r}; use .txt, .npy or .csv")
-    except ValueError as e:
-        if isinstance(e, DuckInputError):
-            raise
-        raise DuckInputError(f"forget-id file {p} holds a non-integer value ({e}); write one integer id per entry") \
-            from None
-    arr = np.asarray(arr)
-    if arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            raise DuckInputError(f"forget-id file {p} holds non-integer values (dtype {arr.dtype}); store integer ids")
-    return arr.reshape(-1).astype(np.int64)
+        except (ValueError, OSError, EOFError) as e:
+            raise DuckInputError(f"cannot read {where} as a numpy array ({e}); save a 1-D integer array with "
+                                 "numpy.save") from None
+        return _ids_array(arr, where)
+    if p.suffix not in (".txt", ".csv"):
+        raise DuckInputError(f"forget-id file {p} has unsupported suffix {p.suffix!r}; use .txt, .npy or .csv")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DuckInputError(f"{where} is not UTF-8 text ({e}); write one integer id per entry") from None
+    rows = [line.split(",")[0].strip() if p.suffix == ".csv" else line
+            for line in text.splitlines() if line.strip()]
+    if p.suffix == ".csv" and rows and _is_header(rows[0]):
+        rows = rows[1:]  # header
+    tokens = " ".join(rows).replace(",", " ").split()
+    return np.array([_parse_int_token(t, where) for t in tokens], dtype=np.int64)
+
+
+def _inline_ids(values: Any) -> np.ndarray:
+    """``scenario.forget_ids=[...]`` given inline: a flat list of integers (not bools, not floats)."""
+    where = "scenario.forget_ids"
+    if isinstance(values, (bool, int, float, np.integer, np.floating)) or not isinstance(values, (list, tuple, np.ndarray)):
+        raise DuckInputError(f"{where}={values!r} must be a PATH to a .txt/.npy/.csv file or a list of integer "
+                             "ids, e.g. scenario.forget_ids=[3,17,42]")
+    if isinstance(values, np.ndarray):
+        return _ids_array(values, where)
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise DuckInputError(f"{where} holds the non-integer value {v!r}; give a flat list of integer "
+                                 "ids, e.g. scenario.forget_ids=[3,17,42]")
+        if not -_ID_MAX - 1 <= int(v) <= _ID_MAX:
+            raise DuckInputError(f"{where} holds id {v} which is far too large; ids are training-set indices")
+        out.append(int(v))
+    return np.array(out, dtype=np.int64)
 
 
 def validate_forget_ids(ids: np.ndarray, n_train: int) -> np.ndarray:
@@ -110,6 +178,7 @@ def validate_forget_ids(ids: np.ndarray, n_train: int) -> np.ndarray:
 def _check_class(c: int, num_classes: int, labels: np.ndarray, what: str) -> int:
     if not isinstance(c, (int, np.integer)) or isinstance(c, bool):
         raise DuckInputError(f"{what} {c!r} is not an integer class id")
+    c = int(c)
     if c < 0 or c >= num_classes or not (labels == c).any():
         raise DuckInputError(f"{what} {c} is not a class of this data set (classes are 0..{num_classes - 1})")
     return int(c)
@@ -126,9 +195,15 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray,
         raise DuckInputError(f"unknown scenario {kind!r}; choose one of: {', '.join(SCENARIOS)}")
     test_f = test_r = None
     classes = None
+    seed = check_seed(seed, "scenario.seed")
     if kind == "class_removal":
-        if not forget_classes:
+        if forget_classes is None or (isinstance(forget_classes, (list, tuple)) and len(forget_classes) == 0):
             raise DuckInputError("class_removal needs scenario.forget_classes, e.g. scenario.forget_classes=[3]")
+        if isinstance(forget_classes, (int, np.integer)) and not isinstance(forget_classes, bool):
+            forget_classes = [int(forget_classes)]  # a single class id given as a scalar
+        elif not isinstance(forget_classes, (list, tuple)):
+            raise DuckInputError(f"scenario.forget_classes={forget_classes!r} must be a list of integer class ids, "
+                                 "e.g. scenario.forget_classes=[3]")
         classes = sorted({_check_class(c, num_classes, train_labels, "forget class") for c in forget_classes})
         if len(classes) != len(list(forget_classes)):
             raise DuckInputError(f"duplicated forget classes in {list(forget_classes)}")
@@ -138,8 +213,10 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray,
         test_f = np.flatnonzero(np.isin(test_labels, classes))
         test_r = np.flatnonzero(~np.isin(test_labels, classes))
     elif kind == "homogeneous_removal":
-        if fraction is None or not (0.0 < float(fraction) < 1.0):
+        ok = not isinstance(fraction, bool) and isinstance(fraction, (int, float, np.integer, np.floating))
+        if not ok or not (0.0 < float(fraction) < 1.0):
             raise DuckInputError(f"scenario.fraction={fraction!r} must be in (0, 1), e.g. 0.1 for 10 %")
+        fraction = check_number(fraction, "scenario.fraction", 0.0, True, 1.0, True)
         k = int(round(float(fraction) * n))
         if k < 1:
             raise DuckInputError(f"scenario.fraction={fraction} selects no sample of {n}; increase it")
@@ -147,7 +224,7 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray,
     else:  # custom / targeted
         if forget_ids is None:
             raise DuckInputError(f"{kind} needs scenario.forget_ids=PATH (.txt/.npy/.csv of training-set indices)")
-        ids = read_forget_ids(forget_ids) if isinstance(forget_ids, (str, Path)) else np.asarray(list(forget_ids))
+        ids = read_forget_ids(forget_ids) if isinstance(forget_ids, (str, Path)) else _inline_ids(forget_ids)
         forget = validate_forget_ids(ids, n)
         if kind == "targeted":
             if target_class is None:

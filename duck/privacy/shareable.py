@@ -51,7 +51,48 @@ from duck.privacy.mechanisms import (
     top_h_without_replacement,
 )
 from duck.privacy.outliers import all_subspaces, as_records, count_within
-from duck.utils import check_number, check_positive_int, check_radius
+from duck.utils import check_number, check_positive_int, check_radius, check_seed
+
+#: the options of ``report.shareable`` (conf/report/default.yaml)
+SHAREABLE_OPTIONS = ("enabled", "eps", "delta", "k", "r", "n_components", "h", "max_retain", "seed")
+
+
+def check_shareable_cfg(cfg: Any, prefix: str = "report.shareable") -> dict[str, Any]:
+    """The ``report.shareable`` settings, validated before any work (errors name ``prefix.key`` and the
+    value): ``enabled`` a bool; ``eps > 0``; ``0 < delta < 1``; ``k``, ``n_components``, ``h``,
+    ``max_retain`` integers >= 1; ``r > 0``; ``seed`` null or an integer >= 0. Bounds that depend on the
+    data (``n_components`` against the embedding dimension, ``k`` against the retain samples) are checked
+    by :func:`shareable_outlier_statistics`. Returns the dict with numbers converted."""
+    from collections.abc import Mapping
+
+    if cfg is None:
+        cfg = {}
+    if not isinstance(cfg, Mapping):
+        raise DuckInputError(f"{prefix}={cfg!r} must be a mapping of options {list(SHAREABLE_OPTIONS)}")
+    out = dict(cfg)
+    unknown = sorted(set(out) - set(SHAREABLE_OPTIONS))
+    if unknown:
+        raise DuckInputError(f"unknown {prefix} option(s) {unknown}; known: {list(SHAREABLE_OPTIONS)}")
+    enabled = out.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise DuckInputError(f"{prefix}.enabled={enabled!r}; use true or false")
+    out["enabled"] = enabled
+    if not enabled:
+        return out
+    missing = [key for key in SHAREABLE_OPTIONS if key not in out and key != "seed"]
+    if missing:
+        raise DuckInputError(f"{prefix} is missing option(s) {missing}")
+    out["eps"] = check_number(out["eps"], f"{prefix}.eps", 0.0, True)
+    out["delta"] = check_number(out["delta"], f"{prefix}.delta", 0.0, True, 1.0, True)
+    out["r"] = check_number(out["r"], f"{prefix}.r", 0.0, True)
+    for key in ("k", "n_components", "h", "max_retain"):
+        out[key] = check_positive_int(out[key], f"{prefix}.{key}")
+    if out["h"] > out["n_components"]:
+        raise DuckInputError(f"{prefix}.h={out['h']} exceeds {prefix}.n_components={out['n_components']} "
+                             "(the candidate subspaces); lower h")
+    if out.get("seed") is not None:
+        out["seed"] = check_seed(out["seed"], f"{prefix}.seed")
+    return out
 
 
 def check_squares_finite(emb: torch.Tensor, name: str) -> None:
@@ -122,11 +163,13 @@ def shareable_outlier_statistics(
     count_share: float = 0.5,
     seed: Seed = None,
     device: Any = "auto",
+    prefix: str = "",
 ) -> dict[str, Any]:
     """DP count of forget samples that are outliers among the retain samples, and DP top-h subspaces.
 
     forget_emb (n_f, D), retain_emb (n_r, D): numpy or torch embeddings from the same model. See the module
     docstring for what is protected. Returns a JSON-able dict (released values and parameters only).
+    ``prefix`` (e.g. ``"report.shareable."``) qualifies the option names in error messages.
     """
     eps = check_eps(eps)
     delta = check_delta(delta)
@@ -148,15 +191,15 @@ def shareable_outlier_statistics(
         )
     if n_components > min(dim, n_retain - 1):
         raise DuckInputError(
-            f"n_components={n_components} exceeds min(embedding dim {dim}, n_retain - 1 = {n_retain - 1})"
+            f"{prefix}n_components={n_components} exceeds min(embedding dim {dim}, n_retain - 1 = {n_retain - 1})"
         )
     if k > n_retain:
-        raise DuckInputError(f"k={k} exceeds the number of retain samples ({n_retain}); lower k")
+        raise DuckInputError(f"{prefix}k={k} exceeds the number of retain samples ({n_retain}); lower k")
     if subspace_dim > n_components:
         raise DuckInputError(f"subspace_dim={subspace_dim} exceeds n_components={n_components}")
     subspaces = all_subspaces(n_components, subspace_dim)
     if h > len(subspaces):
-        raise DuckInputError(f"h={h} exceeds the number of candidate subspaces ({len(subspaces)}); lower h")
+        raise DuckInputError(f"{prefix}h={h} exceeds the number of candidate subspaces ({len(subspaces)}); lower h")
     check_squares_finite(forget, "forget_emb")
     check_squares_finite(retain, "retain_emb")
 

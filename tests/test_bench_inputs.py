@@ -1,0 +1,63 @@
+"""Bad ``duck-bench`` settings fail with DuckInputError naming ``bench.<key>`` before any work."""
+
+import importlib
+
+import pytest
+from omegaconf import OmegaConf
+
+from duck.cli._app import conf_dir
+from duck.errors import DuckInputError
+
+CASES = [
+    ("kmeans", "n_deletions=-5", "bench.n_deletions"), ("kmeans", "n_deletions=abc", "bench.n_deletions"),
+    ("kmeans", "n_deletions=0", "bench.n_deletions"),
+    ("kmeans", "max_deletion_fraction=-0.1", "bench.max_deletion_fraction"),
+    ("kmeans", "baseline_sample=-1", "bench.baseline_sample"), ("kmeans", "reference_inits=0", "bench.reference_inits"),
+    ("kmeans", "gaussian.n=-5", "bench.gaussian.n"), ("kmeans", "gaussian.k=abc", "bench.gaussian.k"),
+    ("kmeans", "gaussian.center_std=-1", "bench.gaussian.center_std"), ("kmeans", "replicates=0", "bench.replicates"),
+    ("kmeans", "device=foo", "bench.device"), ("kmeans", "qkmeans.gamma=2", "bench.qkmeans"),
+    ("lsh", "n_queries=0", "bench.n_queries"), ("lsh", "n_queries=abc", "bench.n_queries"),
+    ("lsh", "n_tuning_queries=0", "bench.n_tuning_queries"), ("lsh", "min_neighbours=100000", "bench.min_neighbours"),
+    ("lsh", "frac_queries=1.5", "bench.frac_queries"), ("lsh", "samples_per_neighbour=0", "bench.samples_per_neighbour"),
+    ("lsh", "L=abc", "bench.L"), ("lsh", "device=foo", "bench.device"), ("lsh", "repeats=0", "bench.repeats"),
+    ("lsh", "k_max=-1", "bench.k_max"), ("lsh", "fn_target=2", "bench.fn_target"),
+    ("lsh", "min_neighbours=-3", "bench.min_neighbours"),
+    ("dp", "n_runs=0", "bench.n_runs"), ("dp", "eps_count=[abc]", "bench.eps_count[0]"), ("dp", "delta=abc", "bench.delta"),
+    ("dp", "real_outlier_fraction=2", "bench.real_outlier_fraction"),
+    ("dp", "dp_check_draws=1000000000000", "bench.dp_check_draws"), ("dp", "dp_check_draws=-1", "bench.dp_check_draws"),
+    ("dp", "eps_subspace=[0]", "bench.eps_subspace[0]"), ("dp", "h=[0]", "bench.h[0]"),
+    ("dp", "timing_eps=[0]", "bench.timing_eps[0]"), ("dp", "timing_r=[0]", "bench.timing_r[0]"),
+    ("spn", "n_train=0", "bench.n_train"), ("spn", "n_removals=abc", "bench.n_removals"),
+    ("spn", "train_repeats=0", "bench.train_repeats"), ("spn", "rdc_threshold=abc", "bench.rdc_threshold"),
+    ("spn", "loglik_repeats=0", "bench.loglik_repeats"), ("spn", "loglik_rows=0", "bench.loglik_rows"),
+    ("audit", "quick=true|quick_throughput.n_models=0", "bench.quick_throughput.n_models"),
+    ("audit", "device=foo", "bench.device"), ("audit", "quick=true|quick_setup.model.width=0", "bench.quick_setup.model.width"),
+    ("audit", "quick=true|quick_setup.recipe=foo", "bench.quick_setup.recipe"),
+    ("audit", "correctness.attack.mode=foo", "attack.mode"), ("audit", "correctness.attack.ci.level=2", "attack.ci.level"),
+    ("compare", "fraction=0", "bench.fraction"), ("compare", "fraction=abc", "bench.fraction"),
+    ("compare", "classes=[abc]", "bench.classes[0]"), ("compare", "classes=[1.5]", "bench.classes[0]"),
+    ("compare", "original_seed=-1", "bench.original_seed"),
+    ("duck", "fraction=2", "bench.fraction"), ("duck", "recipe_epochs=[abc]", "bench.recipe_epochs[0]"),
+    ("duck", "recipe_epochs=[1.5]", "bench.recipe_epochs[0]"), ("duck", "classes=[1.5]", "bench.classes[0]"),
+]
+
+
+def _cfg(suite: str, overrides: str):
+    base = OmegaConf.load(conf_dir() / "bench" / f"{suite}.yaml")
+    return OmegaConf.merge(base, OmegaConf.from_dotlist(overrides.split("|")))
+
+
+@pytest.mark.parametrize("suite, overrides, key", CASES)
+def test_bad_setting_fails_before_work(suite, overrides, key):
+    module = importlib.import_module(f"duck.bench.{suite}")
+    with pytest.raises(DuckInputError, match=key.replace(".", r"\.").replace("[", r"\[")):
+        module.run(_cfg(suite, overrides))
+
+
+@pytest.mark.parametrize("suite", ["audit", "compare"])
+def test_directory_that_is_a_file(suite, tmp_path):
+    path = tmp_path / "afile"
+    path.write_text("x")
+    key = "cache_dir" if suite == "audit" else "out_dir"
+    with pytest.raises(DuckInputError, match=f"bench.{key}"):
+        importlib.import_module(f"duck.bench.{suite}").run(_cfg(suite, f"{key}={path}"))
