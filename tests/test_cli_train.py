@@ -55,6 +55,7 @@ def test_retrain_oracle_uses_retain_set_only(run_cli):
     (("eval_batch_size=0",), "eval_batch_size=0 must be an integer >= 1"),
     (("trainer.devices=0",), "invalid trainer settings"),
     (("+trainer.foo=1",), "unexpected keyword argument 'foo'"),
+    (("retrain=no",), "retrain='no' must be true or false"),
 ])
 def test_bad_input_exits_cleanly(run_cli, args, match):
     code, out, err, run_dir = run_cli("train", *SYNTH_ARGS, *args)

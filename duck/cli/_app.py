@@ -64,10 +64,15 @@ def configure_threads(threads: Any) -> None:
 
 
 def check_job_numbers(cfg: Any) -> None:
-    """The top-level integers every job config may carry: ``seed >= 0``, ``eval_batch_size >= 1``."""
+    """The top-level settings job configs share: ``seed >= 0``, ``eval_batch_size >= 1``, and the flags
+    ``retrain``, ``audit``, ``reuse_cached``, ``progress`` as true/false (a string like ``no`` is refused, not
+    read as true)."""
     for key, minimum in (("seed", 0), ("eval_batch_size", 1)):
         if cfg.get(key) is not None:
             check_positive_int(cfg.get(key), key, minimum)
+    for key in ("retrain", "audit", "reuse_cached", "progress"):
+        if key in cfg and not isinstance(cfg.get(key), bool):
+            raise DuckInputError(f"{key}={cfg.get(key)!r} must be true or false")
 
 
 def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], None]:
