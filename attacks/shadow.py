@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,6 +40,7 @@ from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_save_npz
 from duck.models import Classifier
 from duck.training import Recipe, train_classifier
+from duck.utils import warn_line
 
 BANK_FORMAT = 1
 POOLS = ("train", "train+test")
@@ -74,11 +74,6 @@ def check_cache_dir(cache_dir: str | Path) -> Path:
                                      "file; point DUCK_CACHE_DIR / cache_dir= at a folder")
             break
     return path
-
-
-def _warn(message: str) -> None:
-    """One ``warning: ...`` line on stderr (a corrupt cache entry is rebuilt, not an error)."""
-    print(f"warning: {message}", file=sys.stderr)
 
 
 #: what reading a damaged .npy/.npz/.json raises
@@ -256,7 +251,7 @@ class ShadowBank:
                 if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
                     raise ValueError("not a bank description")
             except (*CORRUPT_ERRORS, UnicodeDecodeError) as e:
-                _warn(f"shadow bank {self.dir} has a corrupt meta.json ({str(e).splitlines()[0][:120]}); "
+                warn_line(f"shadow bank {self.dir} has a corrupt meta.json ({str(e).splitlines()[0][:120]}); "
                       "rebuilding the bank")
                 shutil.rmtree(self.dir, ignore_errors=True)
                 self._keep = None
@@ -288,7 +283,7 @@ class ShadowBank:
                 except CORRUPT_ERRORS as e:
                     problem = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
                 if problem:
-                    _warn(f"shadow bank {self.dir}: corrupt keep.npy ({problem}); rewriting it")
+                    warn_line(f"shadow bank {self.dir}: corrupt keep.npy ({problem}); rewriting it")
                     keep = None
             if keep is None:
                 keep = expected
@@ -425,7 +420,7 @@ class ShadowBank:
                 if arrays[k].shape != shape or arrays[k].dtype.kind != "f":
                     raise ValueError(f"{k} is a {arrays[k].shape} {arrays[k].dtype} array, expected {shape}")
         except CORRUPT_ERRORS as e:
-            _warn(f"shadow bank {self.dir}: corrupt {path.name} ({str(e).splitlines()[0][:120] or type(e).__name__}); "
+            warn_line(f"shadow bank {self.dir}: corrupt {path.name} ({str(e).splitlines()[0][:120] or type(e).__name__}); "
                   "recomputing it")
             return None
         return arrays["phi_train"], arrays["phi_test"]
@@ -435,7 +430,7 @@ class ShadowBank:
         try:
             return self.load_shadow(k)
         except DuckInputError as e:
-            _warn(f"shadow bank {self.dir}: corrupt {self.shadow_path(k).name} "
+            warn_line(f"shadow bank {self.dir}: corrupt {self.shadow_path(k).name} "
                   f"({str(e).splitlines()[0][:160]}); training it again")
         self.shadow_path(k).unlink(missing_ok=True)
         self.train()

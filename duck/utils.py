@@ -44,6 +44,14 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     return int(value.__index__())
 
 
+def warn_line(message: str) -> None:
+    """One ``warning: ...`` line on stderr (for a recoverable problem such as a corrupt cache entry that is
+    rebuilt; Python's ``warnings`` would print two lines with a source location)."""
+    import sys
+
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def check_number(value: Any, name: str, lo: float, lo_open: bool, hi: float = math.inf,
                  hi_open: bool = False) -> float:
     """``value`` as a float if it is a finite real number (not bool) in the interval from ``lo`` to ``hi``

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_write_text
 from duck.metrics import aus_inputs, metrics_record
 from duck.models import Classifier
+from duck.utils import warn_line
 
 
 def cache_key(cfg: DictConfig, scenario: Scenario | None) -> str:
@@ -66,7 +66,7 @@ def train_or_reuse(cfg: DictConfig, data: DatasetSplits, scenario: Scenario, rol
             model.to(device_of(cfg))
             reused = True
         except (DuckInputError, ValueError, UnicodeDecodeError, OSError) as e:
-            warnings.warn(f"ignoring unusable cached model {ckpt} ({e}); training again", stacklevel=1)
+            warn_line(f"ignoring unusable cached model {ckpt} ({e}); training again")
             reused = False
     else:
         reused = False
