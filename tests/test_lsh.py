@@ -231,7 +231,8 @@ def test_table_number_must_be_an_int_below_L(bad):
         {"seed": "abc"}, {"seed": [1]}, {"seed": 1.5}, {"seed": True}, {"seed": -1}, {"seed": 2**63},
         {"max_proposals": "x"}, {"max_proposals": 1.5}, {"max_proposals": 0}, {"max_proposals": True},
         {"n_samples": "2"}, {"n_samples": None}, {"n_samples": 1 + 0j}, {"n_samples": True}, {"n_samples": 2.0},
-        {"n_samples": [[1]]}, {"n_samples": np.uint64(2**64 - 1)},
+        {"n_samples": [[1]]}, {"n_samples": np.uint64(2**64 - 1)}, {"n_samples": 10**12},
+        {"n_samples": [2**62, 2**62]},  # the total, not each count, is capped (no int64 overflow in the sum)
         {"method": "approx_degree", "gamma": 5e-324}, {"method": "approx_degree", "gamma": 1e-30},
         {"method": "approx_degree", "gamma": True}, {"method": "approx_degree", "gamma": "0.1"},
         {"method": "approx_degree", "gamma": 0.0}, {"method": "approx_degree", "gamma": 1.0},

@@ -69,6 +69,8 @@ from duck.utils import (
 
 _PRIME = 2_147_483_647  # 2^31 - 1: (value mod p) * multiplier < 2^62 fits in int64
 _INT64_MAX = 2**63 - 1
+#: most samples one ``sample`` call draws (all queries together): the ids alone are 8 bytes each
+MAX_SAMPLES_PER_CALL = 2**28
 SAMPLING_METHODS = ("uniform", "weighted", "exact_degree", "approx_degree")
 PROBE_MODES = ("closed_form", "tables")
 #: Largest Delta of approx_degree (``approx_delta``, or the Delta that ``gamma`` implies). A near point of
@@ -437,6 +439,12 @@ class LSHIndex:
         counts = counts.expand(n_q) if counts.ndim == 0 else counts
         if counts.numel() != n_q or bool((counts < 0).any()):
             raise DuckInputError(f"n_samples must be >= 0 and give one count per query ({n_q}), got {_preview(n_samples)}")
+        total = sum(counts.tolist())  # Python ints: no int64 overflow
+        if total > MAX_SAMPLES_PER_CALL:
+            raise DuckInputError(
+                f"n_samples asks for {total} samples in one call; at most {MAX_SAMPLES_PER_CALL} (their ids alone "
+                "take 2 GiB): draw in several calls"
+            )
         return counts.clone()
 
     @staticmethod
