@@ -34,7 +34,7 @@ from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_save_npz
 from duck.models import Classifier
 from duck.training import Recipe
-from duck.utils import check_number, check_positive_int, check_seed
+from duck.utils import check_bool, check_number, check_positive_int, check_seed
 
 REFERENCE_NAMES = ("original", "retrained")
 SVM_OPTIONS = {"enabled", "member_ratio_cr", "member_ratio_hr", "runs", "C", "gamma", "cv", "test_size",
@@ -89,7 +89,7 @@ class AuditSettings:
             raise DuckInputError(f"attack.offline_test={s.offline_test!r}; choose one of "
                                  f"{list(OFFLINE_TESTS)}")
         for key in ("fixed_variance", "truncate", "save_stats"):
-            _check_bool(getattr(s, key), f"attack.{key}")
+            check_bool(getattr(s, key), f"attack.{key}")
         s.fpr_levels = tuple(check_number(f, "attack.fpr_levels[]", 0.0, True, 1.0, True)
                              for f in _number_list(s.fpr_levels, "attack.fpr_levels", "[0.001, 0.01, 0.05]"))
         if s.shadow_pool not in POOLS:
@@ -121,12 +121,6 @@ class AuditSettings:
 MAX_N_BOOT = 100_000
 #: the fewest resamples a percentile interval is computed from
 MIN_N_BOOT = 100
-
-
-def _check_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise DuckInputError(f"{name}={value!r}; use true or false")
-    return value
 
 
 def _number_list(value: Any, name: str, example: str) -> list[Any]:
@@ -163,7 +157,7 @@ def _check_svm(svm: Any) -> dict[str, Any]:
     bad_svm = sorted(set(svm) - SVM_OPTIONS)
     if bad_svm:
         raise DuckInputError(f"unknown attack.svm_mia option(s) {bad_svm}; known: {sorted(SVM_OPTIONS)}")
-    _check_bool(svm["enabled"], "attack.svm_mia.enabled")
+    check_bool(svm["enabled"], "attack.svm_mia.enabled")
     for key in ("member_ratio_cr", "member_ratio_hr"):
         if key in svm:
             svm[key] = check_number(svm[key], f"attack.svm_mia.{key}", 0.0, True)

@@ -52,6 +52,16 @@ def warn_line(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """A config switch: ``true`` or ``false`` (a Python or numpy bool), else a ``DuckInputError`` naming the
+    value (a string such as ``no`` is refused, not read as truthy)."""
+    from duck.errors import DuckInputError
+
+    if not isinstance(value, (bool, np.bool_)):
+        raise DuckInputError(f"{name}={value!r} must be true or false")
+    return bool(value)
+
+
 def check_number(value: Any, name: str, lo: float, lo_open: bool, hi: float = math.inf,
                  hi_open: bool = False) -> float:
     """``value`` as a float if it is a finite real number (not bool) in the interval from ``lo`` to ``hi``

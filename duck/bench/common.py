@@ -134,12 +134,9 @@ def one_of(*choices: Any) -> Rule:
 
 
 def boolean() -> Rule:
-    def rule(value: Any, name: str) -> bool:
-        if not isinstance(value, bool):
-            _fail(f"{name}={value!r} must be true or false")
-        return value
+    from duck.utils import check_bool
 
-    return rule
+    return check_bool
 
 
 def list_of(rule: Rule, nonempty: bool = True) -> Rule:

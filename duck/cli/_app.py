@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.errors import DuckInputError
-from duck.utils import check_positive_int
+from duck.utils import check_bool, check_positive_int
 
 
 def conf_dir() -> Path:
@@ -71,8 +71,8 @@ def check_job_numbers(cfg: Any) -> None:
         if cfg.get(key) is not None:
             check_positive_int(cfg.get(key), key, minimum)
     for key in ("retrain", "audit", "reuse_cached", "progress"):
-        if key in cfg and not isinstance(cfg.get(key), bool):
-            raise DuckInputError(f"{key}={cfg.get(key)!r} must be true or false")
+        if key in cfg:
+            check_bool(cfg.get(key), key)
 
 
 def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], None]:

@@ -51,7 +51,7 @@ from duck.privacy.mechanisms import (
     top_h_without_replacement,
 )
 from duck.privacy.outliers import all_subspaces, as_records, count_within
-from duck.utils import check_number, check_positive_int, check_radius, check_seed
+from duck.utils import check_bool, check_number, check_positive_int, check_radius, check_seed
 
 #: the options of ``report.shareable`` (conf/report/default.yaml)
 SHAREABLE_OPTIONS = ("enabled", "eps", "delta", "k", "r", "n_components", "h", "max_retain", "seed")
@@ -73,10 +73,7 @@ def check_shareable_cfg(cfg: Any, prefix: str = "report.shareable") -> dict[str,
     unknown = sorted(set(out) - set(SHAREABLE_OPTIONS))
     if unknown:
         raise DuckInputError(f"unknown {prefix} option(s) {unknown}; known: {list(SHAREABLE_OPTIONS)}")
-    enabled = out.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise DuckInputError(f"{prefix}.enabled={enabled!r}; use true or false")
-    out["enabled"] = enabled
+    enabled = out["enabled"] = check_bool(out.get("enabled", False), f"{prefix}.enabled")
     if not enabled:
         return out
     missing = [key for key in SHAREABLE_OPTIONS if key not in out and key != "seed"]
