@@ -13,6 +13,7 @@ import json
 import pickle
 import re
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,9 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
         manifest = json.loads(meta["duck_manifest"]) if "duck_manifest" in meta else None
         return sd, manifest
     try:
-        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # the weights-only unpickler decides; its protocol notice is noise
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         # torch's weights-only unpickler names a disallowed class/function ("Unsupported global: GLOBAL x",
         # "Trying to load unsupported GLOBAL x whose module m is blocked");

@@ -12,13 +12,20 @@ import torch
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """``"auto"``/``None`` -> CUDA when available else CPU; otherwise ``torch.device(device)``.
 
-    Asking for CUDA on a machine without it raises instead of silently falling back.
+    Asking for CUDA on a machine without it, or for a GPU index the machine lacks, raises instead of
+    silently falling back (or failing later, at the first tensor moved there).
     """
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):  # torch's message lists every device type it knows
+        raise ValueError(f"device={device!r} is not a device; use cpu, cuda, cuda:N or auto") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device={device!r} requested but CUDA is not available; use device=cpu or auto")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise RuntimeError(f"device={device!r} requested but this machine has {torch.cuda.device_count()} GPU(s); "
+                           f"use device=cuda:0..cuda:{torch.cuda.device_count() - 1}")
     return dev
 
 
@@ -106,10 +113,8 @@ def check_device(device: Any, name: str = "device") -> torch.device:
 
     try:
         return resolve_device(device)
-    except (RuntimeError, ValueError, TypeError) as e:
-        detail = str(e).splitlines()[0]
-        hint = "" if "use device" in detail else "; use cpu, cuda or auto"
-        raise DuckInputError(f"{name}={device!r}: {detail}{hint}") from None
+    except (RuntimeError, ValueError) as e:
+        raise DuckInputError(str(e).replace("device=", f"{name}=")) from None
 
 
 def real_array_tensor(X: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
@@ -132,3 +137,66 @@ def real_array_tensor(X: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
     if arr.dtype.kind not in "iuf":
         raise DuckInputError(f"{name} must be a real-valued numeric array, got dtype {arr.dtype}")
     return torch.from_numpy(np.ascontiguousarray(arr))
+
+
+#: the integers an int64 holds: [-2^63, 2^63 - 1]
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def int64_array(value: Any, name: str, *, floats: bool = True, keep_scalar: bool = False,
+                hint: str = "") -> np.ndarray:
+    """``value`` (an int, a flat list, a numpy array or a tensor of integers) as an int64 numpy array.
+
+    The one integer-id parser of the library (k-means and SPN row ids, LSH point ids and sample counts,
+    forget-id files). Accepts integer dtypes, Python ints of any size that fit, and -- where ``floats`` --
+    integer-valued finite floats, all within int64; a scalar becomes a 1-element array unless
+    ``keep_scalar`` (then it stays 0-d, for per-query counts that broadcast). Anything else is a
+    ``DuckInputError`` naming ``name`` and the first bad values, ending with ``hint``: nested or ragged
+    lists, 2-D arrays, booleans, text, complex numbers, non-integral or non-finite floats, and values
+    outside int64 (a uint64 >= 2^63, a float such as 1e20, an int beyond 64 bits), which a plain cast
+    would wrap around silently.
+    """
+    from duck.errors import DuckInputError
+
+    tail = f"; {hint}" if hint else ""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        arr = (t.double() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
+    else:
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError, OverflowError):
+            raise DuckInputError(
+                f"{name} must be a flat 1-D sequence of integer ids, got a nested or ragged sequence{tail}"
+            ) from None
+    if arr.ndim > 1:
+        raise DuckInputError(f"{name} has shape {arr.shape}; give a flat (1-D) sequence of integer ids{tail}")
+    shape = arr.shape if keep_scalar else (arr.size,)
+    flat = arr.reshape(-1)
+
+    def outside(values: list) -> DuckInputError:
+        return DuckInputError(f"{name} holds {values[:5]} outside the int64 range [-2^63, 2^63 - 1]{tail}")
+
+    kind = flat.dtype.kind
+    if flat.size == 0:
+        return np.empty(shape, dtype=np.int64)
+    if kind == "O" and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
+        values = [int(v) for v in flat]  # Python ints numpy could not fit in one 64-bit dtype
+        big = [v for v in values if not INT64_MIN <= v <= INT64_MAX]
+        if big:
+            raise outside(big)
+        return np.array(values, dtype=np.int64).reshape(shape)
+    if kind == "u" and int(flat.max()) > INT64_MAX:
+        raise outside(flat[flat > INT64_MAX].tolist())
+    if kind == "f" and floats:
+        bad = flat[~np.isfinite(flat) | (flat != np.round(flat))]
+        if bad.size:
+            raise DuckInputError(f"{name} must hold integer ids, got non-integer values {bad[:5].tolist()}{tail}")
+        big = flat[(flat < INT64_MIN) | (flat >= 2.0**63)]
+        if big.size:
+            raise outside(big.tolist())
+    elif kind not in "iu":
+        what = {"b": "booleans", "c": "complex numbers", "f": "floats"}.get(kind, f"{flat.dtype} values")
+        preview = " ".join(repr(flat[:5].tolist()).split())[:60]
+        raise DuckInputError(f"{name} must hold integer ids, got non-integer {what} {preview}{tail}")
+    return flat.astype(np.int64).reshape(shape)

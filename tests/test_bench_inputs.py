@@ -19,7 +19,8 @@ CASES = [
     ("lsh", "n_queries=0", "bench.n_queries"), ("lsh", "n_queries=abc", "bench.n_queries"),
     ("lsh", "n_tuning_queries=0", "bench.n_tuning_queries"), ("lsh", "min_neighbours=100000", "bench.min_neighbours"),
     ("lsh", "frac_queries=1.5", "bench.frac_queries"), ("lsh", "samples_per_neighbour=0", "bench.samples_per_neighbour"),
-    ("lsh", "L=abc", "bench.L"), ("lsh", "device=foo", "bench.device"), ("lsh", "repeats=0", "bench.repeats"),
+    ("lsh", "L=abc", "bench.L='abc' must be an integer >= 1, or auto"), ("lsh", "repeats=0", "bench.repeats"),
+    ("lsh", "device=foo", "bench.device='foo' is not a device; use cpu, cuda, cuda:N or auto"),
     ("lsh", "k_max=-1", "bench.k_max"), ("lsh", "fn_target=2", "bench.fn_target"),
     ("lsh", "min_neighbours=-3", "bench.min_neighbours"),
     ("dp", "n_runs=0", "bench.n_runs"), ("dp", "eps_count=[abc]", "bench.eps_count[0]"), ("dp", "delta=abc", "bench.delta"),
@@ -33,6 +34,10 @@ CASES = [
     ("audit", "quick=true|quick_throughput.n_models=0", "bench.quick_throughput.n_models"),
     ("audit", "device=foo", "bench.device"), ("audit", "quick=true|quick_setup.model.width=0", "bench.quick_setup.model.width"),
     ("audit", "quick=true|quick_setup.recipe=foo", "bench.quick_setup.recipe"),
+    ("audit", "quick=true|quick_setup.data.name=cifar11", "bench.quick_setup.data.name='cifar11' is not a data set"),
+    ("audit", "quick=true|quick_setup.data={name: synthetic, img_size: abc}", "bench.quick_setup.data.img_size"),
+    ("audit", "quick=true|quick_setup.data={name: tinyimagenet}|quick_setup.model={name: nosuchnet}",
+     "unknown model 'nosuchnet'; use one of"),
     ("audit", "correctness.attack.mode=foo", "attack.mode"), ("audit", "correctness.attack.ci.level=2", "attack.ci.level"),
     ("compare", "fraction=0", "bench.fraction"), ("compare", "fraction=abc", "bench.fraction"),
     ("compare", "classes=[abc]", "bench.classes[0]"), ("compare", "classes=[1.5]", "bench.classes[0]"),
@@ -61,3 +66,10 @@ def test_directory_that_is_a_file(suite, tmp_path):
     key = "cache_dir" if suite == "audit" else "out_dir"
     with pytest.raises(DuckInputError, match=f"bench.{key}"):
         importlib.import_module(f"duck.bench.{suite}").run(_cfg(suite, f"{key}={path}"))
+
+
+def test_audit_bench_knows_the_shape_of_every_registered_data_set():
+    from duck.bench.audit import _DATA_SHAPES
+    from duck.data.registry import list_datasets
+
+    assert sorted(_DATA_SHAPES) == list_datasets()

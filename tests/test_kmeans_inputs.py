@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from duck.deletion import DCKMeans, KMeansPP, QKMeans
-from duck.deletion._kmeans_base import to_ids
 from duck.errors import DuckInputError
 
 MODELS = [KMeansPP, QKMeans, DCKMeans]
@@ -206,17 +205,6 @@ def test_bad_ids_are_refused_in_fit_and_delete(cls):
         assert_refused_and_unchanged(model, lambda i=ids: model.delete(i[:2]), match)
     assert_refused_and_unchanged(model, lambda: model.delete([1e20]), "outside the int64 range")
     assert_refused_and_unchanged(model, lambda: model.delete(True), "booleans")
-
-
-def test_to_ids_accepts_every_int64_id_and_nothing_else():
-    assert to_ids([2**63 - 1, -(2**63)]).tolist() == [2**63 - 1, -(2**63)]
-    assert to_ids(np.array([3, 2**62 + 1], dtype=object)).tolist() == [3, 2**62 + 1]  # exact, not via float
-    assert to_ids(np.array([7], dtype=np.uint64)).dtype == np.int64
-    assert to_ids(torch.tensor([1.0, 2.0], dtype=torch.bfloat16)).tolist() == [1, 2]
-    assert to_ids(5).tolist() == [5] and to_ids([]).size == 0
-    for bad in ([2**63], [float("nan")], [1.5], [True], "3", 2**64):
-        with pytest.raises(DuckInputError):
-            to_ids(bad)
 
 
 @pytest.mark.parametrize("cls", MODELS)

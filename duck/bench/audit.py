@@ -278,8 +278,12 @@ RULES = {
     "throughput.enabled": boolean(),
 }
 
-#: (in_chans, img_size) of the named data sets, to build each setup's model once before any work
-_DATA_SHAPES = {"digits": (1, 8), "fashion_mnist": (1, 28), "mnist": (1, 28)}
+#: (in_chans, img_size, num_classes) of every registered data set, to build each setup's model once before
+#: any work; a setup's data.in_chans / data.img_size / data.num_classes override them (synthetic, imagefolder)
+_DATA_SHAPES = {
+    "digits": (1, 8, 10), "fashion_mnist": (1, 28, 10), "cifar10": (3, 32, 10), "cifar100": (3, 32, 100),
+    "tinyimagenet": (3, 64, 200), "imagefolder": (3, 32, 10), "synthetic": (1, 8, 4),
+}
 
 
 def _check_setup(setup: Any, name: str, throughput_setup: bool) -> None:
@@ -301,18 +305,22 @@ def _check_setup(setup: Any, name: str, throughput_setup: bool) -> None:
     except (DuckInputError, ValueError, TypeError, KeyError) as e:
         raise DuckInputError(f"{name}.recipe={s.get('recipe')!r}: {e}") from None
     data_kw = s["data"]
-    shape = _DATA_SHAPES.get(data_kw.get("name"))
-    if data_kw.get("name") == "synthetic":
-        shape = (data_kw.get("in_chans", 3), data_kw.get("img_size", 32))
+    if data_kw.get("name") not in _DATA_SHAPES:
+        raise DuckInputError(f"{name}.data.name={data_kw.get('name')!r} is not a data set; choose one of "
+                             f"{', '.join(sorted(_DATA_SHAPES))}")
+    in_chans, img_size, num_classes = (
+        integer(1)(data_kw.get(key, default), f"{name}.data.{key}")
+        for key, default in zip(("in_chans", "img_size", "num_classes"), _DATA_SHAPES[data_kw["name"]], strict=True)
+    )
     for key, value in s["model"].items():  # sizes such as width: a zero builds an empty, silent model
         if key != "name" and isinstance(value, (int, float)) and not isinstance(value, bool):
             number(0.0, True)(value, f"{name}.model.{key}")
-    if shape is not None:
-        kw = dict(s["model"])
-        try:
-            create_model(kw.pop("name", None), int(data_kw.get("num_classes", 10)), *shape, **kw)
-        except Exception as e:  # any failure to build the model is a bad setting
-            raise DuckInputError(f"{name}.model={s['model']!r}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+    kw = dict(s["model"])
+    try:
+        create_model(kw.pop("name", None), num_classes, in_chans, img_size, **kw)
+    except Exception as e:  # any failure to build the model is a bad setting
+        detail = str(e.args[0] if isinstance(e, KeyError) and e.args else e)  # a KeyError's str() adds quotes
+        raise DuckInputError(f"{name}.model={s['model']!r}: {detail.splitlines()[0] if detail else repr(e)}") from None
     for i, spec in enumerate(s.get("scenarios") or []):
         if not isinstance(spec, dict) or spec.get("kind") not in SCENARIOS:
             raise DuckInputError(f"{name}.scenarios[{i}]={spec!r}: kind must be one of {', '.join(SCENARIOS)}")

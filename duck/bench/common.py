@@ -120,8 +120,18 @@ def optional(rule: Rule) -> Rule:
 
 
 def auto_or(rule: Rule) -> Rule:
-    """The string ``"auto"`` or a value passing ``rule``."""
-    return lambda value, name: value if value == "auto" else rule(value, name)
+    """The string ``"auto"`` or a value passing ``rule`` (whose message then also offers ``auto``)."""
+    from duck.errors import DuckInputError
+
+    def checked(value: Any, name: str) -> Any:
+        if value == "auto":
+            return value
+        try:
+            return rule(value, name)
+        except DuckInputError as e:
+            raise DuckInputError(f"{e}, or auto") from None
+
+    return checked
 
 
 def one_of(*choices: Any) -> Rule:

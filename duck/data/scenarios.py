@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 
 from duck.errors import DuckInputError
-from duck.utils import check_number, check_seed
+from duck.utils import INT64_MAX, INT64_MIN, check_number, check_seed, int64_array
 
 #: ids are stored as int64
-_ID_MAX = 2**63 - 1
 
 SCENARIOS = ("class_removal", "homogeneous_removal", "custom", "targeted")
 
@@ -76,36 +75,10 @@ def _parse_int_token(token: str, where: str) -> int:
     body = t[1:] if t[:1] in "+-" else t
     if not body.isascii() or not body.isdigit():
         raise DuckInputError(f"{where} holds the non-integer value {token!r}; write one integer id per entry")
-    v = int(t) if len(body) <= 20 else _ID_MAX + 1
-    if not -_ID_MAX - 1 <= v <= _ID_MAX:
+    v = int(t) if len(body) <= 20 else INT64_MAX + 1
+    if not INT64_MIN <= v <= INT64_MAX:
         raise DuckInputError(f"{where} holds id {token[:30]} which is far too large; ids are training-set indices")
     return v
-
-
-def _ids_array(values: Any, where: str) -> np.ndarray:
-    """A numeric array of ids as int64, refusing non-integers and values outside int64 (reporting the
-    original value, before any cast)."""
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise DuckInputError(f"{where} has shape {arr.shape}; give a flat (1-D) list of training-sample ids")
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
-        raise DuckInputError(f"{where} holds non-integer values (dtype {arr.dtype}); store integer ids")
-    if arr.dtype.kind == "f":
-        bad = arr[~np.isfinite(arr) | (arr != np.round(arr))]
-        if bad.size:
-            raise DuckInputError(f"{where} holds non-integer values {bad[:5].tolist()}; store integer ids")
-        big = arr[(arr < -(2.0**63)) | (arr >= 2.0**63)]
-        if big.size:
-            raise DuckInputError(f"{where} holds ids {big[:5].tolist()} outside the int64 range; "
-                                 "ids are training-set indices")
-    elif arr.dtype.kind == "u":
-        big = arr[arr > _ID_MAX]
-        if big.size:
-            raise DuckInputError(f"{where} holds ids {[int(v) for v in big[:5]]} outside the int64 range; "
-                                 "ids are training-set indices")
-    return arr.astype(np.int64)
 
 
 def read_forget_ids(path: str | Path) -> np.ndarray:
@@ -121,7 +94,7 @@ def read_forget_ids(path: str | Path) -> np.ndarray:
         except (ValueError, OSError, EOFError) as e:
             raise DuckInputError(f"cannot read {where} as a numpy array ({e}); save a 1-D integer array with "
                                  "numpy.save") from None
-        return _ids_array(arr, where)
+        return int64_array(arr, where, hint="store integer training-sample ids")
     if p.suffix not in (".txt", ".csv"):
         raise DuckInputError(f"forget-id file {p} has unsupported suffix {p.suffix!r}; use .txt, .npy or .csv")
     try:
@@ -143,13 +116,13 @@ def _inline_ids(values: Any) -> np.ndarray:
         raise DuckInputError(f"{where}={values!r} must be a PATH to a .txt/.npy/.csv file or a list of integer "
                              "ids, e.g. scenario.forget_ids=[3,17,42]")
     if isinstance(values, np.ndarray):
-        return _ids_array(values, where)
+        return int64_array(values, where, hint="give integer training-sample ids")
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise DuckInputError(f"{where} holds the non-integer value {v!r}; give a flat list of integer "
                                  "ids, e.g. scenario.forget_ids=[3,17,42]")
-        if not -_ID_MAX - 1 <= int(v) <= _ID_MAX:
+        if not INT64_MIN <= int(v) <= INT64_MAX:
             raise DuckInputError(f"{where} holds id {v} which is far too large; ids are training-set indices")
         out.append(int(v))
     return np.array(out, dtype=np.int64)

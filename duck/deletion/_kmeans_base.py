@@ -19,13 +19,9 @@ import torch
 
 from duck.deletion._kmeans_ops import assign, sq_norms
 from duck.errors import DuckInputError
-from duck.utils import check_device, check_positive_int, check_seed, real_array_tensor
+from duck.utils import check_device, check_positive_int, check_seed, int64_array, real_array_tensor
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-#: ids are stored as int64: integers in [-2^63, 2^63)
-_ID_MIN, _ID_MAX = -(2**63), 2**63 - 1
-
-
 def resolve_dtype(dtype: Any) -> torch.dtype:
     """``torch.float32`` / ``torch.float64`` from a torch dtype or its name; ``DuckInputError`` otherwise."""
     if isinstance(dtype, str) and dtype in _DTYPES:
@@ -40,63 +36,6 @@ def resolve_dtype(dtype: Any) -> torch.dtype:
 def dtype_name(dtype: torch.dtype) -> str:
     """``"float32"`` for ``torch.float32`` (for messages)."""
     return str(dtype).removeprefix("torch.")
-
-
-def _outside_int64(name: str, values: list) -> DuckInputError:
-    """The error for ids that int64 cannot hold (naming the first few)."""
-    return DuckInputError(
-        f"{name} holds {values[:5]}, outside the int64 range [-2^63, 2^63 - 1]; ids must fit in int64"
-    )
-
-
-def to_ids(ids: Any, name: str = "ids") -> np.ndarray:
-    """A 1-D int64 numpy array from an int / flat list / numpy array / tensor of integers.
-
-    Accepts integer dtypes and integer-valued floats, all within int64 (``[-2^63, 2^63)``); raises a
-    ``DuckInputError`` naming ``name`` for anything else: nested or ragged lists, 2-D arrays, booleans,
-    strings, complex numbers, non-integral or non-finite floats, values outside int64 (a uint64 >= 2^63, a
-    float such as 1e20, a Python int beyond 64 bits), which would otherwise wrap around silently.
-    """
-    if isinstance(ids, torch.Tensor):
-        t = ids.detach().cpu()
-        arr = (t.double() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
-    else:
-        try:
-            arr = np.asarray(ids)
-        except (TypeError, ValueError, OverflowError):
-            raise DuckInputError(
-                f"{name} must be a flat 1-D sequence of integer ids, got a nested or ragged sequence"
-            ) from None
-    if arr.ndim == 0:
-        arr = arr.reshape(1)
-    if arr.ndim != 1:
-        raise DuckInputError(f"{name} must be a 1-D sequence of integer ids, got shape {arr.shape}")
-    if arr.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if arr.dtype.kind == "O" and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in arr):
-        values = [int(v) for v in arr]  # Python ints numpy could not fit in one 64-bit dtype
-        outside = [v for v in values if not _ID_MIN <= v <= _ID_MAX]
-        if outside:
-            raise _outside_int64(name, outside)
-        return np.array(values, dtype=np.int64)
-    if arr.dtype.kind == "i":
-        return arr.astype(np.int64, copy=False)
-    if arr.dtype.kind == "u":
-        if int(arr.max()) > _ID_MAX:
-            raise _outside_int64(name, arr[arr > _ID_MAX].tolist())
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "f":
-        finite = np.isfinite(arr)
-        if not finite.all():
-            raise DuckInputError(f"{name} must be integer ids, got non-finite values {arr[~finite][:5].tolist()}")
-        if not np.all(arr == np.round(arr)):
-            raise DuckInputError(f"{name} must be integer ids, got {arr.dtype} values {arr[:5].tolist()}")
-        outside = (arr < _ID_MIN) | (arr >= 2.0**63)
-        if outside.any():
-            raise _outside_int64(name, arr[outside].tolist())
-        return arr.astype(np.int64)
-    kind = {"b": "booleans", "c": "complex numbers"}.get(arr.dtype.kind, f"{arr.dtype} values")
-    raise DuckInputError(f"{name} must be integer ids, got {kind} {arr[:5].tolist()}")
 
 
 class DeletableKMeansBase:
@@ -199,7 +138,7 @@ class DeletableKMeansBase:
     def _as_fit_ids(self, ids: Any, n: int) -> np.ndarray:
         if ids is None:
             return np.arange(n, dtype=np.int64)
-        arr = np.array(to_ids(ids))  # a copy: the model never shares memory with the caller's ids
+        arr = np.array(int64_array(ids, "ids"))  # a copy: the model never shares memory with the caller's ids
         if arr.size != n:
             raise DuckInputError(f"ids has {arr.size} entries but X has {n} rows; pass one id per row")
         if np.unique(arr).size != n:
@@ -249,7 +188,7 @@ class DeletableKMeansBase:
     def _rows_to_delete(self, ids: Any) -> np.ndarray:
         """Validate a deletion request and return its rows. Raises before touching any state."""
         self._check_fitted()
-        req = to_ids(ids)
+        req = int64_array(ids, "ids")
         if req.size > 1 and np.unique(req).size != req.size:
             raise DuckInputError(f"ids to delete contain duplicates: {req[:10].tolist()}; pass each id once")
         rows = self._rows_of(req)

@@ -41,10 +41,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from duck.deletion._kmeans_base import DeletableKMeansBase, to_ids
+from duck.deletion._kmeans_base import DeletableKMeansBase
 from duck.deletion._kmeans_ops import assign, kmeans_plusplus, lloyd, make_generator, sq_norms
 from duck.errors import DuckInputError
-from duck.utils import check_positive_int, check_seed
+from duck.utils import check_positive_int, check_seed, int64_array
 
 #: generator tags: leaf assignment (seed, 2); node (level, index): (seed, 3, level, index)
 _LEAF_TAG, _NODE_TAG = 2, 3
@@ -199,8 +199,8 @@ class DCKMeans(DeletableKMeansBase):
             raise DuckInputError(f"replay width {width} differs from this model's width={self.width}")
         n_leaves = self._check_leaf_count(width, row_ids.size, replayed=True)
         node_seed = check_seed(replay["seed"], "replay['seed']")
-        stored_ids = to_ids(replay["leaf_ids"], "replay['leaf_ids']")
-        stored_leaves = to_ids(replay["leaves"], "replay['leaves']")
+        stored_ids = int64_array(replay["leaf_ids"], "replay['leaf_ids']")
+        stored_leaves = int64_array(replay["leaves"], "replay['leaves']")
         if stored_leaves.size != stored_ids.size:
             raise DuckInputError(
                 f"replay['leaves'] has {stored_leaves.size} entries but replay['leaf_ids'] has {stored_ids.size}; "

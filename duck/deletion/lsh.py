@@ -53,7 +53,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import numpy as np
 import torch
 
 from duck.errors import DuckInputError
@@ -64,11 +63,11 @@ from duck.utils import (
     check_positive_int,
     check_radius,
     check_seed,
+    int64_array,
     real_array_tensor,
 )
 
 _PRIME = 2_147_483_647  # 2^31 - 1: (value mod p) * multiplier < 2^62 fits in int64
-_INT64_MAX = 2**63 - 1
 #: most samples one ``sample`` call draws (all queries together): the ids alone are 8 bytes each
 MAX_SAMPLES_PER_CALL = 2**28
 SAMPLING_METHODS = ("uniform", "weighted", "exact_degree", "approx_degree")
@@ -84,24 +83,6 @@ def _preview(value: Any) -> str:
     """A short one-line repr of a user value for error messages."""
     text = " ".join(repr(value).split())
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _integer_array(value: Any, name: str, hint: str) -> np.ndarray:
-    """``value`` (an int, a list, numpy array or tensor of integers) as an int64 numpy array with at most one
-    dimension. Anything else -- strings, None, bools, floats, complex numbers, ragged or nested lists, integers
-    beyond int64 -- is a ``DuckInputError`` naming ``name`` and the value, ending with ``hint``."""
-    try:
-        arr = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value)
-    except (TypeError, ValueError):  # ragged nesting, tensor dtypes numpy lacks
-        raise DuckInputError(f"{name}={_preview(value)} is not an array of integers; {hint}") from None
-    if arr.ndim > 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise DuckInputError(
-            f"{name}={_preview(value)} must be an integer or a 1-D array of integers (not bool, float, complex or "
-            f"text), got dtype {arr.dtype} and shape {arr.shape}; {hint}"
-        )
-    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:
-        raise DuckInputError(f"{name}={_preview(value)} holds integers above 2^63 - 1; {hint}")
-    return arr.astype(np.int64)
 
 
 def approx_acceptance(degree: torch.Tensor, L: int, delta: int, lemma37: bool) -> torch.Tensor:
@@ -230,7 +211,7 @@ class LSHIndex:
     def _check_ids(self, ids: Any, name: str = "ids") -> torch.Tensor:
         """Ids (an int or a 1-D array of ints) of stored points as an int64 tensor on the index device, else a
         ``DuckInputError`` (the one id check of remove, query and sample)."""
-        t = torch.from_numpy(np.atleast_1d(_integer_array(ids, name, "pass point ids as returned by add")))
+        t = torch.from_numpy(int64_array(ids, name, floats=False, hint="pass point ids as returned by add"))
         n = self._points.shape[0]
         bad = t[(t < 0) | (t >= n)]
         if bad.numel():
@@ -435,7 +416,9 @@ class LSHIndex:
 
     @staticmethod
     def _sample_counts(n_samples: Any, n_q: int) -> torch.Tensor:
-        counts = torch.from_numpy(_integer_array(n_samples, "n_samples", "pass an int or one int per query"))
+        counts = torch.from_numpy(
+            int64_array(n_samples, "n_samples", floats=False, keep_scalar=True, hint="pass an int or one int per query")
+        )
         counts = counts.expand(n_q) if counts.ndim == 0 else counts
         if counts.numel() != n_q or bool((counts < 0).any()):
             raise DuckInputError(f"n_samples must be >= 0 and give one count per query ({n_q}), got {_preview(n_samples)}")

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from duck.deletion._kmeans_base import DeletableKMeansBase, dtype_name, to_ids
+from duck.deletion._kmeans_base import DeletableKMeansBase, dtype_name
 from duck.deletion._kmeans_ops import (
     Partition,
     default_local_trials,
@@ -66,7 +66,7 @@ from duck.deletion._kmeans_ops import (
     uniforms,
 )
 from duck.errors import DuckInputError
-from duck.utils import check_number, check_positive_int, real_array_tensor
+from duck.utils import check_number, check_positive_int, int64_array, real_array_tensor
 
 #: width of the grid on which log2(eps) is quantised when eps="auto" (half an octave)
 _LOG2_EPS_STEP = 0.5
@@ -125,7 +125,7 @@ def check_replay_draws(
     missing = {"seed_ids", "phases", "eps_phase", "n_reseeds"} - set(replay)
     if missing:
         raise DuckInputError(f"{name} must be a QKMeans.random_state_ dict; missing keys {sorted(missing)}")
-    seed_ids = to_ids(replay["seed_ids"], f"{name}['seed_ids']")
+    seed_ids = int64_array(replay["seed_ids"], f"{name}['seed_ids']")
     if seed_ids.size != n_clusters or np.unique(seed_ids).size != seed_ids.size:
         raise DuckInputError(
             f"{name} holds seeds {seed_ids.tolist()} but n_clusters={n_clusters}; "

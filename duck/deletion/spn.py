@@ -68,7 +68,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from duck.deletion._kmeans_base import to_ids
 from duck.deletion._kmeans_ops import derive_seed, make_generator
 from duck.deletion._spn_circuit import Circuit, CircuitBuilder
 from duck.deletion._spn_circuit import log_likelihood as circuit_log_likelihood
@@ -104,6 +103,7 @@ from duck.utils import (
     check_number,
     check_positive_int,
     check_seed,
+    int64_array,
     real_array_tensor,
 )
 
@@ -905,7 +905,7 @@ class SPN:
         self._counters["rows_relearned"] += int(n_rows)
 
     def _positions_to_remove(self, ids: Any) -> np.ndarray:
-        req = to_ids(ids, "ids")
+        req = int64_array(ids, "ids")
         if req.size > 1 and np.unique(req).size != req.size:
             raise DuckInputError(f"ids to remove contain duplicates: {req[:10].tolist()}; pass each id once")
         pos = np.minimum(np.searchsorted(self._ids, req), self._ids.size - 1)
@@ -1295,7 +1295,7 @@ def learn_spn(
     if ids is None:
         row_ids = np.arange(n, dtype=np.int64)
     else:
-        row_ids = to_ids(ids, "ids")
+        row_ids = int64_array(ids, "ids")
         if row_ids.size != n:
             raise DuckInputError(f"ids has {row_ids.size} entries but X has {n} rows; pass one id per row")
         if np.unique(row_ids).size != n:
