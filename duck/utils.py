@@ -161,7 +161,12 @@ def int64_array(value: Any, name: str, *, floats: bool = True, keep_scalar: bool
     tail = f"; {hint}" if hint else ""
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu()
-        arr = (t.double() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
+        if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
+            t = t.double()  # bfloat16, float16, float8: dtypes numpy lacks
+        try:
+            arr = t.numpy()
+        except TypeError:  # complex32 and the like
+            raise DuckInputError(f"{name} must hold integer ids, got a tensor of dtype {t.dtype}{tail}") from None
     else:
         try:
             arr = np.asarray(value)

@@ -46,6 +46,7 @@ def test_number_seed_and_bool_checks():
             check_bool(bad, "audit")
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
 def test_int64_array_accepts_every_int64_id_and_nothing_else():
     assert int64_array([2**63 - 1, -(2**63)], "ids").tolist() == [2**63 - 1, -(2**63)]
     assert int64_array(np.array([3, 2**62 + 1], dtype=object), "ids").tolist() == [3, 2**62 + 1]  # exact, not via float
@@ -60,5 +61,8 @@ def test_int64_array_accepts_every_int64_id_and_nothing_else():
                        ([[1], [2, 3]], "nested or ragged"), (None, "non-integer object values")]:
         with pytest.raises(DuckInputError, match=f"^ids .*{match}.*; use ids$"):
             int64_array(bad, "ids", hint="use ids")
+    assert int64_array(torch.tensor([2.0, 3.0], dtype=torch.float16), "ids").tolist() == [2, 3]
+    with pytest.raises(DuckInputError, match="got a tensor of dtype torch.complex32"):
+        int64_array(torch.zeros(2, dtype=torch.complex64).to(torch.complex32), "ids")
     with pytest.raises(DuckInputError, match="ids must hold integer ids, got non-integer floats"):
         int64_array([2.0], "ids", floats=False)  # where a float id is a caller's mistake (LSH point ids)

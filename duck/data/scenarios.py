@@ -20,8 +20,6 @@ import numpy as np
 from duck.errors import DuckInputError
 from duck.utils import INT64_MAX, INT64_MIN, check_number, check_seed, int64_array
 
-#: ids are stored as int64
-
 SCENARIOS = ("class_removal", "homogeneous_removal", "custom", "targeted")
 
 

@@ -22,6 +22,8 @@ from duck.errors import DuckInputError
 from duck.utils import check_device, check_positive_int, check_seed, int64_array, real_array_tensor
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
 def resolve_dtype(dtype: Any) -> torch.dtype:
     """``torch.float32`` / ``torch.float64`` from a torch dtype or its name; ``DuckInputError`` otherwise."""
     if isinstance(dtype, str) and dtype in _DTYPES:
