@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from duck.errors import DuckInputError
+
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """``"auto"``/``None`` -> CUDA when available else CPU; otherwise ``torch.device(device)``.
@@ -44,8 +46,6 @@ def as_tensor(
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     """``value`` as an int if it is an integer (Python or numpy, not bool) ``>= minimum``, else a
     ``DuckInputError`` naming ``name`` and the value."""
-    from duck.errors import DuckInputError
-
     if isinstance(value, bool) or not hasattr(value, "__index__") or int(value.__index__()) < minimum:
         raise DuckInputError(f"{name}={value!r} must be an integer >= {minimum}")
     return int(value.__index__())
@@ -62,8 +62,6 @@ def warn_line(message: str) -> None:
 def check_bool(value: Any, name: str) -> bool:
     """A config switch: ``true`` or ``false`` (a Python or numpy bool), else a ``DuckInputError`` naming the
     value (a string such as ``no`` is refused, not read as truthy)."""
-    from duck.errors import DuckInputError
-
     if not isinstance(value, (bool, np.bool_)):
         raise DuckInputError(f"{name}={value!r} must be true or false")
     return bool(value)
@@ -73,8 +71,6 @@ def check_number(value: Any, name: str, lo: float, lo_open: bool, hi: float = ma
                  hi_open: bool = False) -> float:
     """``value`` as a float if it is a finite real number (not bool) in the interval from ``lo`` to ``hi``
     (open ends where ``lo_open`` / ``hi_open``), else a ``DuckInputError`` naming ``name`` and the value."""
-    from duck.errors import DuckInputError
-
     ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
     if ok:
         v = float(value)
@@ -100,17 +96,13 @@ def check_seed(seed: Any, name: str = "seed") -> int:
     """An integer seed in ``[0, 2^63 - 1]`` (not a bool), else a ``DuckInputError`` naming the value."""
     value = check_positive_int(seed, name, 0)
     if value > SEED_MAX:
-        from duck.errors import DuckInputError
-
-        raise DuckInputError(f"{name}={seed!r} is too large; seeds are integers in [0, 2^63 - 1]")
+            raise DuckInputError(f"{name}={seed!r} is too large; seeds are integers in [0, 2^63 - 1]")
     return value
 
 
 def check_device(device: Any, name: str = "device") -> torch.device:
     """:func:`resolve_device` with a ``DuckInputError`` (naming the value) for an unknown or unavailable
     device."""
-    from duck.errors import DuckInputError
-
     try:
         return resolve_device(device)
     except (RuntimeError, ValueError) as e:
@@ -123,8 +115,6 @@ def real_array_tensor(X: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
     Raises ``DuckInputError`` naming ``name`` for input that is not a numeric array (strings, objects,
     ragged lists) or is complex / boolean; shapes and finiteness are the caller's checks.
     """
-    from duck.errors import DuckInputError
-
     if isinstance(X, torch.Tensor):
         t = X.detach()
         if t.is_complex() or t.dtype == torch.bool:
@@ -156,8 +146,6 @@ def int64_array(value: Any, name: str, *, floats: bool = True, keep_scalar: bool
     outside int64 (a uint64 >= 2^63, a float such as 1e20, an int beyond 64 bits), which a plain cast
     would wrap around silently.
     """
-    from duck.errors import DuckInputError
-
     tail = f"; {hint}" if hint else ""
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu()
@@ -177,6 +165,8 @@ def int64_array(value: Any, name: str, *, floats: bool = True, keep_scalar: bool
     if arr.ndim > 1:
         raise DuckInputError(f"{name} has shape {arr.shape}; give a flat (1-D) sequence of integer ids{tail}")
     shape = arr.shape if keep_scalar else (arr.size,)
+    if arr.dtype.kind == "i":  # the common case, first: nothing to check
+        return arr.astype(np.int64).reshape(shape)
     flat = arr.reshape(-1)
 
     def outside(values: list) -> DuckInputError:
