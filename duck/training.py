@@ -35,10 +35,29 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*Checkpoint directory.*")
 
 
+# Trainer arguments the jobs set themselves, and the setting a user changes instead: a ``trainer.*`` value for
+# one of these would be replaced without a word, so it is refused.
+_JOB_SET_TRAINER_KEYS = {
+    "max_epochs": "the epochs come from recipe.epochs (training) or the method's epoch settings "
+                  "(unlearning: method.max_epochs, method.epochs, ...; see conf/method/NAME.yaml)",
+    "enable_progress_bar": "use progress=true|false",
+    "callbacks": "the jobs set their own callbacks",
+    "num_sanity_val_steps": "unlearning phases run no sanity validation",
+}
+
+
 def build_trainer(trainer_cfg: Mapping[str, Any] | None = None, **overrides: Any) -> L.Trainer:
-    """A ``lightning.Trainer`` from a ``conf/trainer/*.yaml`` mapping (``_target_`` ignored) plus overrides."""
+    """A ``lightning.Trainer`` from a ``conf/trainer/*.yaml`` mapping (``_target_`` ignored) plus overrides.
+
+    A ``trainer_cfg`` key that ``overrides`` also sets is refused (DuckInputError naming the setting to use)
+    instead of being replaced silently."""
     quiet_lightning()
     kw = {k: v for k, v in dict(trainer_cfg or {}).items() if not str(k).startswith("_")}
+    clash = sorted(set(kw) & set(overrides))
+    if clash:
+        key = clash[0]
+        why = _JOB_SET_TRAINER_KEYS.get(key, "the job sets it itself")
+        raise DuckInputError(f"trainer.{key}={kw[key]!r} cannot be set here: {why}; remove the trainer.{key} override")
     kw.setdefault("logger", False)
     kw.setdefault("enable_checkpointing", False)
     kw.setdefault("enable_model_summary", False)
@@ -53,6 +72,12 @@ def build_trainer(trainer_cfg: Mapping[str, Any] | None = None, **overrides: Any
         settings = ", ".join(f"{k}={v!r}" for k, v in kw.items() if k in (trainer_cfg or {}))
         raise DuckInputError(f"invalid trainer settings ({settings}): {str(e).splitlines()[0]}; "
                              "fix the trainer.* overrides (conf/trainer/*.yaml lists the defaults)") from None
+
+
+def check_trainer_settings(trainer_cfg: Mapping[str, Any] | None) -> None:
+    """Build (and drop) the Trainer the jobs will build from ``trainer_cfg``, so that a setting Lightning
+    rejects, or one the jobs set themselves, fails before any work (a few ms; nothing is launched)."""
+    build_trainer(trainer_cfg, max_epochs=1, enable_progress_bar=False, callbacks=[], num_sanity_val_steps=0)
 
 
 def make_optimizer(spec: Any, params: Any) -> torch.optim.Optimizer:

@@ -162,6 +162,7 @@ def test_duck_audit_cli(run_cli, synthetic_ckpt: Path) -> None:
     (("scenario=none",), "duck-audit needs a scenario"),
     (("attack.n_shadow=3",), "even number"),
     (("role=original",), "original_ckpt given, but the audited checkpoint is the original itself"),
+    (("trainer.devices=0",), "invalid trainer settings"),
 ])
 def test_duck_audit_bad_input_exits_cleanly(run_cli, synthetic_ckpt: Path, args, match) -> None:
     extra = (f"original_ckpt={synthetic_ckpt}",) if "role=original" in args else ()

@@ -58,6 +58,9 @@ def test_duck_unlearn_audit_true(run_cli, synthetic_ckpt):
     ("report.shareable.delta=1", "report.shareable.delta"),
     ("report.shareable.enabled=abc", "report.shareable.enabled='abc'"),
     ("report.shareable.n_components=1000", "report.shareable.n_components=1000"),
+    # trainer settings: checked before the original is trained or copied from the cache
+    ("trainer.devices=0", "invalid trainer settings"),
+    ("+trainer.max_epochs=2", "trainer.max_epochs=2 cannot be set here"),
 ])
 def test_bad_option_fails_before_work(run_cli, arg, match):
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, arg)

@@ -55,6 +55,9 @@ def test_retrain_oracle_uses_retain_set_only(run_cli):
     (("eval_batch_size=0",), "eval_batch_size=0 must be an integer >= 1"),
     (("trainer.devices=0",), "invalid trainer settings"),
     (("+trainer.foo=1",), "unexpected keyword argument 'foo'"),
+    # a setting the job makes itself would be replaced silently: refused, naming the one to use
+    (("+trainer.max_epochs=3",), "trainer.max_epochs=3 cannot be set here: the epochs come from recipe.epochs"),
+    (("+trainer.enable_progress_bar=false",), "use progress=true|false"),
     (("retrain=no",), "retrain='no' must be true or false"),
 ])
 def test_bad_input_exits_cleanly(run_cli, args, match):

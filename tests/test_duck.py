@@ -199,6 +199,7 @@ def test_duck_unlearn_cli_every_scenario(run_cli, synthetic_ckpt, tmp_path, scen
     (("method.lr=nan",), "method.lr must be a finite number > 0.0, got nan"),
     (("method.max_epochs=-1",), "method.max_epochs=-1 must be an integer >= 1"),
     (("method=bad_teacher", "method.retain_fraction=2"), "method.retain_fraction must be a finite number >= 0.0"),
+    (("+trainer.max_epochs=1",), "trainer.max_epochs=1 cannot be set here"),
 ])
 def test_duck_unlearn_bad_input(run_cli, synthetic_ckpt, tmp_path, args, match):
     ids = tmp_path / "ids.txt"

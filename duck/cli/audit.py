@@ -17,7 +17,17 @@ from omegaconf import DictConfig
 from attacks.audit import REFERENCE_NAMES, AuditSettings, audit_models
 from attacks.shadow import check_cache_dir
 from duck.cli._app import hydra_entry
-from duck.cli.setup import build_data, build_model, build_scenario_cfg, container, device_of, load_model, output_dir, recipe
+from duck.cli.setup import (
+    build_data,
+    build_model,
+    build_scenario_cfg,
+    check_trainer,
+    container,
+    device_of,
+    load_model,
+    output_dir,
+    recipe,
+)
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json
 from duck.metrics import aus_inputs, scenario_aus, split_accuracies
@@ -157,7 +167,7 @@ def audit(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         raise DuckInputError("duck-audit needs a scenario (it defines the members): "
                              "scenario=class_removal|homogeneous_removal|custom|targeted")
     check_audit_options(cfg, data, scenario)
-    device = device_of(cfg)
+    device = check_trainer(cfg)
     target, manifest = load_model(cfg.ckpt, cfg, data)
     role = resolve_role(str(cfg.role), manifest)
     models, methods = {role: target}, {role: (manifest or {}).get("method") or "?"}

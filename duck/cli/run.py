@@ -18,7 +18,16 @@ from duck.bench.common import markdown_table
 from duck.checkpoint import build_manifest, save_checkpoint
 from duck.cli._app import hydra_entry
 from duck.cli.audit import audit_and_report, check_audit_options
-from duck.cli.setup import build_data, build_scenario_cfg, container, device_of, load_model, output_dir, recipe
+from duck.cli.setup import (
+    build_data,
+    build_scenario_cfg,
+    check_trainer,
+    container,
+    device_of,
+    load_model,
+    output_dir,
+    recipe,
+)
 from duck.cli.train import fit_model, save_model
 from duck.cli.unlearn import method_cfg, run_unlearning
 from duck.data.base import DatasetSplits
@@ -125,6 +134,7 @@ def run(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         raise DuckInputError("duck-run needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
     name, _ = method_cfg(cfg, data, scenario)
     recipe(cfg)  # the original's and the oracle's training recipe, checked before the first stage
+    check_trainer(cfg)
     check_cache_dir(cfg.cache_dir)
     if cfg.audit:  # a bad attack / report option fails before any training
         check_audit_options(cfg, data, scenario)

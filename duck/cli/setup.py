@@ -15,7 +15,7 @@ from duck.data.registry import build_datasets
 from duck.data.scenarios import Scenario, build_scenario
 from duck.errors import DuckInputError
 from duck.models import Classifier, create_model
-from duck.training import Recipe
+from duck.training import Recipe, check_trainer_settings
 
 
 def container(node: Any) -> Any:
@@ -79,3 +79,11 @@ def device_of(cfg: DictConfig) -> torch.device:
             raise DuckInputError(f"trainer.accelerator={acc} but CUDA is not available; use trainer=cpu or trainer=auto")
         return torch.device("cuda")
     return torch.device("cpu")
+
+
+def check_trainer(cfg: DictConfig) -> torch.device:
+    """The job's device, with every ``trainer.*`` setting checked before any work (``device_of``, then
+    :func:`duck.training.check_trainer_settings`)."""
+    device = device_of(cfg)
+    check_trainer_settings(container(cfg.trainer))
+    return device

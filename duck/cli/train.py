@@ -11,7 +11,16 @@ from omegaconf import DictConfig
 
 from duck.checkpoint import build_manifest, save_checkpoint
 from duck.cli._app import hydra_entry
-from duck.cli.setup import build_data, build_model, build_scenario_cfg, container, device_of, output_dir, recipe
+from duck.cli.setup import (
+    build_data,
+    build_model,
+    build_scenario_cfg,
+    check_trainer,
+    container,
+    device_of,
+    output_dir,
+    recipe,
+)
 from duck.data.base import DatasetSplits
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
@@ -58,7 +67,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     scenario = build_scenario_cfg(cfg, data)
     if cfg.retrain and scenario is None:
         raise DuckInputError("retrain=true needs a scenario (e.g. scenario=class_removal) to define the retain set")
-    device_of(cfg)
+    check_trainer(cfg)
     model, metrics = fit_model(cfg, data, scenario, bool(cfg.retrain))
     if rank_zero_only.rank != 0:  # DDP: only the first process writes
         return metrics, {"model": model, "data": data, "scenario": scenario}

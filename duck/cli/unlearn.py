@@ -13,6 +13,7 @@ from duck.cli.setup import (
     build_data,
     build_model,
     build_scenario_cfg,
+    check_trainer,
     container,
     device_of,
     load_model,
@@ -67,6 +68,7 @@ def unlearn(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     if scenario is None:
         raise DuckInputError("duck-unlearn needs a scenario: scenario=class_removal|homogeneous_removal|custom|targeted")
     method_cfg(cfg, data, scenario)
+    check_trainer(cfg)
     if cfg.audit:
         from duck.cli.audit import check_audit_options
 
