@@ -82,10 +82,21 @@ def check_number(value: Any, name: str, lo: float, lo_open: bool, hi: float = ma
     return float(value)
 
 
+#: largest radius accepted: radii are compared through squared distances (and small multiples of them), which
+#: must stay finite in float64 (max ~1.8e308)
+RADIUS_MAX = 1e150
+
+
 def check_radius(r: Any, name: str = "r") -> float:
-    """A finite radius ``> 0`` as a float (a real number, not a bool or a string), else a ``DuckInputError``
-    naming the value."""
-    return check_number(r, name, 0.0, True)
+    """A finite radius in ``(0, RADIUS_MAX]`` as a float (a real number, not a bool or a string), else a
+    ``DuckInputError`` naming the value (beyond RADIUS_MAX, ``r^2`` overflows or nearly: rescale)."""
+    value = check_number(r, name, 0.0, True)
+    if value > RADIUS_MAX:
+        raise DuckInputError(
+            f"{name}={value:.3g} is too large: radii are compared as squared distances, and above {RADIUS_MAX:.0e} "
+            f"those approach the float64 maximum; rescale the data and {name} by the same factor"
+        )
+    return value
 
 
 #: seeds are the 64-bit values torch.Generator.manual_seed and numpy accept

@@ -136,3 +136,17 @@ def test_leaves_that_empty_out_are_skipped():
     fresh_ids = np.setdiff1d(np.arange(40), rows_by_leaf[target])
     fresh = DCKMeans(2, width=8, **F64).fit(X[fresh_ids], ids=fresh_ids, replay=model.random_state_)
     assert all_nodes_equal(model, fresh)
+
+
+def test_result_does_not_depend_on_the_row_order():
+    """Leaves are drawn in stable-id order (module docstring): a permutation of the rows with their ids gives
+    the same tree, centroids and labels (per id); before, leaves followed row positions."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 3))
+    ids = rng.choice(10_000, 400, replace=False)
+    perm = rng.permutation(400)
+    a = DCKMeans(3, seed=0, dtype=torch.float64).fit(X, ids=ids)
+    b = DCKMeans(3, seed=0, dtype=torch.float64).fit(X[perm], ids=ids[perm])
+    assert all_nodes_equal(a, b) and torch.equal(a.cluster_centers_, b.cluster_centers_)
+    by_id = dict(zip(b.ids_.tolist(), b.labels_.tolist(), strict=True))
+    assert a.labels_.tolist() == [by_id[i] for i in a.ids_.tolist()]

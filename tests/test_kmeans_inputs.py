@@ -188,6 +188,33 @@ def test_too_large_data_is_refused_and_a_failed_refit_keeps_the_model(cls):
     assert small.fit(data() * 1e15).n_samples_ == 60  # large but representable: fits
 
 
+def blobs_far_from_zero(offset: float) -> tuple[np.ndarray, np.ndarray]:
+    """Three well-separated blobs (std 1) shifted by ``offset`` in both coordinates, and their labels."""
+    rng = np.random.default_rng(0)
+    z = rng.integers(0, 3, 300)
+    return np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0]])[z] + rng.normal(size=(300, 2)) + offset, z
+
+
+@pytest.mark.parametrize("cls", MODELS)
+def test_data_far_from_the_origin_is_refused_where_distances_would_be_wrong(cls):
+    """||x||^2 - 2 x.c + ||c||^2 cancels for data far from 0 compared with its spread: in float32 an offset of
+    1e5 leaves no correct digit (the clustering was arbitrary, ARI ~0 against the blobs, before this check),
+    so the fit is refused with the two remedies; accepted offsets give the blobs back exactly (the reference:
+    the generating labels, which scikit-learn's KMeans also recovers)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    float32 = cls(3, seed=0, device="cpu").fit(data())
+    X, _ = blobs_far_from_zero(1e5)  # float64 would resolve it: both remedies
+    assert_refused_and_unchanged(float32, lambda: float32.fit(X), "far from the origin.*centre X first.*float64")
+    X, _ = blobs_far_from_zero(1e9)  # beyond float64 too: centring only
+    float64 = make(cls).fit(data())
+    for model in (float32, float64):
+        assert_refused_and_unchanged(model, lambda m=model: m.fit(X), r"far from the origin.*predict\)$")
+    for model, offset in ((float32, 1e3), (float64, 1e5), (float64, 1e7)):
+        X, z = blobs_far_from_zero(offset)
+        assert adjusted_rand_score(z, model.fit(X).labels_.numpy()) > 0.98, offset
+
+
 @pytest.mark.parametrize("cls", MODELS)
 def test_bad_ids_are_refused_in_fit_and_delete(cls):
     model = make(cls).fit(data(), ids=np.arange(100, 160))

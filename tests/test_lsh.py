@@ -122,6 +122,7 @@ def test_bad_ids_raise_and_leave_the_index_unchanged():
         lambda: LSHIndex(8, k=2, L=3, w="4"),
         lambda: LSHIndex(8, k=2, L=3, w=float("inf")),
         lambda: LSHIndex(8, k=2, L=3, w=1.0, device="gpu"),
+        lambda: LSHIndex(4, k=10**6, L=10**6, w=1.0),  # 32 TB of projections: refused before allocating
         pytest.param(lambda: LSHIndex(8, k=2, L=3, w=1.0, device="cuda"),
                      marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")),
     ],

@@ -145,12 +145,25 @@ def test_dp_top_subspaces_finds_planted_outlier_dimensions():
         lambda X: dp_top_subspaces(X, 2, 1.0, 1, 1.0, [[0], [3]]),
         lambda X: dp_top_subspaces(X, 2, 1.0, 1, 1.0, 4),
         lambda X: dp_top_subspaces(X, 2, 1.0, 1, 1.0, [[0], [0]]),
+        # r^2 overflows float64: counted every pair as a neighbour (inf <= inf) or raised a bare OverflowError
+        lambda X: outlier_count(np.array([[0.0], [1e300]]), 1, 1e160),
+        lambda X: dp_outlier_count(X, 2, 1e155, 0.5, 0.01, seed=0),
     ],
 )
 def test_bad_input_raises_clear_errors(call):
     X = np.random.default_rng(0).normal(size=(20, 3))
     with pytest.raises(DuckInputError):
         call(X)
+
+
+def test_error_names_the_value_at_fault():
+    """A subnormal delta overflows ln(2 / delta); the message blamed eps before. An overflowing r^2 made
+    ``outlier_count`` count every pair as neighbours (inf <= inf)."""
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    with pytest.raises(DuckInputError, match="delta=1e-320 is below the smallest normal"):
+        dp_outlier_count(X, 2, 1.0, 0.5, 1e-320, seed=0)
+    with pytest.raises(DuckInputError, match="r=1e.160 is too large"):
+        outlier_count(X, 1, 1e160)
 
 
 def test_lsh_neighbour_counts_never_exceed_exact_and_match_with_wide_buckets():

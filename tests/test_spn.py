@@ -349,6 +349,20 @@ def test_leaf_parameters_are_the_smoothed_maximum_likelihood_estimates():
     assert spn.log_likelihood(x).item() == pytest.approx(expected, rel=1e-12)
 
 
+def test_gaussian_leaves_keep_their_precision_far_from_zero():
+    """Centred leaf sums: values around 1e9 with std ~1 (E[x^2] - E[x]^2 in float64 keeps no correct digit)
+    give numpy's mean and std, before and after removals."""
+    rng = np.random.default_rng(0)
+    X = 1e9 + rng.normal(size=(60, 1))
+    spn = learn_spn(X, ["gaussian"], **CPU)
+    leaf = spn.describe()["leaf"]
+    assert leaf["mean"] == pytest.approx(X.mean(), rel=1e-15) and leaf["std"] == pytest.approx(X.std(), rel=1e-9)
+    spn.unlearn([0, 5, 7])
+    rest = np.delete(X, [0, 5, 7], axis=0)
+    leaf = spn.describe()["leaf"]
+    assert leaf["mean"] == pytest.approx(rest.mean(), rel=1e-15) and leaf["std"] == pytest.approx(rest.std(), rel=1e-9)
+
+
 def test_sampling_follows_the_spn_distribution():
     rng = np.random.default_rng(5)
     n = 400
@@ -538,6 +552,7 @@ def test_bad_unlearn_and_sample_arguments_leave_the_spn_usable():
         (dict(n=2, seed=True), "seed"),
         (dict(n=0), "n=0"),
         (dict(n=2.0), "n=2.0"),
+        (dict(n=2**40), "several calls"),  # terabytes: refused before allocating
     ]:
         with pytest.raises(DuckInputError, match=message):
             spn.sample(**kwargs)

@@ -40,11 +40,18 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+#: largest rounding error of a squared distance accepted at fit, as a fraction of the data's total variance
+_OFFSET_TOLERANCE = 1e-2
+
+
 class DeletableKMeansBase:
     """Shared state and checks: the stored rows, their ids, the alive mask, ``predict``, bad-input errors."""
 
     #: model name used in error messages
     _name = "model"
+    #: refuse training data whose distances the matrix-product expansion cannot resolve (``_check_offset``);
+    #: the SPN turns it off for its SplitData clusterings, where near-identical rows may split either way
+    check_offset = True
 
     def __init__(
         self,
@@ -102,9 +109,39 @@ class DeletableKMeansBase:
             )
         if summed:
             self._check_scale(t, name, t.shape[0], f" summed over {t.shape[0]} rows")
+            if self.check_offset:
+                self._check_offset(source, name)
         else:
             self._check_scale(t, name, 1)
         return t
+
+    def _check_offset(self, X: torch.Tensor, name: str) -> None:
+        """Refuse training data far from the origin compared with its spread, where the expansion
+        ``||x||^2 - 2 x.c + ||c||^2`` behind every distance of these models (one matrix product) loses the
+        distances to cancellation: its rounding error is about ``u max||x||^2`` (u: the dtype's unit roundoff),
+        against squared distances of the order of the total variance V. Refused when that error exceeds
+        ``_OFFSET_TOLERANCE`` V (float32: a mean more than about 400 standard deviations from 0 per coordinate;
+        float64: about 1e7). Checked on the caller's values (``X`` before the cast to the model's dtype).
+
+        Centring is left to the caller: a stored mean of the training rows would keep information about rows
+        deleted later (these models must forget them entirely)."""
+        if X.shape[0] < 2:
+            return
+        X64 = X.to(torch.float64)  # the caller's values: a cast to float32 may already have rounded the spread away
+        total_variance = float(X64.var(dim=0, correction=0).sum())
+        largest = float(sq_norms(X64).max())
+        error = 0.5 * torch.finfo(self.dtype).eps * largest
+        if total_variance == 0.0 or error <= _OFFSET_TOLERANCE * total_variance:  # (V = 0: identical rows)
+            return
+        in_float64 = error * torch.finfo(torch.float64).eps / torch.finfo(self.dtype).eps
+        hint = " or use dtype=torch.float64" if in_float64 <= _OFFSET_TOLERANCE * total_variance else ""
+        raise DuckInputError(
+            f"{name} lies far from the origin compared with its spread (largest squared row norm {largest:.3g}, "
+            f"total variance {total_variance:.3g}): the squared distances, computed as ||x||^2 - 2 x.c + ||c||^2 in "
+            f"{dtype_name(self.dtype)}, would carry rounding errors of {error / total_variance:.2g} times the "
+            f"variance; centre {name} first (subtract its column means, and the same vector from every row "
+            f"passed to predict){hint}"
+        )
 
     def _too_large(self, name: str, detail: str, rescale: str | None = None) -> DuckInputError:
         """The error for data beyond the dtype's range; ``rescale`` says what to rescale (default: ``name``)."""

@@ -13,8 +13,8 @@ Ginart et al. (NeurIPS 2019), seeds/000 §4.2, Alg. 2; ALGORITHMS.md §6:
 Exactness statement (tested): after any sequence of deletions the model (every node) equals
 ``DCKMeans(same parameters).fit(X_remaining, ids=remaining_ids, replay=model.random_state_)``: the same leaf
 assignment and the same per-node generators ``(seed, 3, level, index)``, which are independent of the data,
-so a recomputed node is a fresh k-means of its new data. A node's rows are ordered by stable id, so the
-result does not depend on the order of the rows passed to ``fit``.
+so a recomputed node is a fresh k-means of its new data. Leaves are drawn in stable-id order and a node's
+rows are ordered by stable id, so the result does not depend on the order of the rows passed to ``fit``.
 
 Heuristics (no tuning; reasoning in docs/kmeans.md):
 
@@ -144,7 +144,9 @@ class DCKMeans(DeletableKMeansBase):
                      if self.width == "auto" else self.width)
             n_leaves = self._check_leaf_count(width, n, replayed=False)
             node_seed = self.seed
-            leaves = torch.randint(n_leaves, (n,), generator=make_generator(self.seed, _LEAF_TAG)).numpy()
+            draws = torch.randint(n_leaves, (n,), generator=make_generator(self.seed, _LEAF_TAG)).numpy()
+            leaves = np.empty_like(draws)
+            leaves[np.argsort(row_ids, kind="stable")] = draws  # the i-th smallest id takes draw i: any row order
         else:
             width, node_seed, leaves = self._parse_replay(replay, row_ids)
         with self._fit_transaction():

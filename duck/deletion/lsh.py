@@ -70,6 +70,8 @@ from duck.utils import (
 _PRIME = 2_147_483_647  # 2^31 - 1: (value mod p) * multiplier < 2^62 fits in int64
 #: most samples one ``sample`` call draws (all queries together): the ids alone are 8 bytes each
 MAX_SAMPLES_PER_CALL = 2**28
+#: coefficients of the L * k projections of dimension dim an index may hold
+MAX_PROJECTION_VALUES = 2**28
 SAMPLING_METHODS = ("uniform", "weighted", "exact_degree", "approx_degree")
 PROBE_MODES = ("closed_form", "tables")
 #: Largest Delta of approx_degree (``approx_delta``, or the Delta that ``gamma`` implies). A near point of
@@ -158,6 +160,11 @@ class LSHIndex:
         self.w = check_number(w, "w (bucket width)", 0.0, True)
         self.seed = check_seed(seed, "seed")
         self.device = check_device(device, "device")
+        if self.L * self.k * self.dim > MAX_PROJECTION_VALUES:
+            raise DuckInputError(
+                f"L * k * dim = {self.L} * {self.k} * {self.dim} projection coefficients is more than "
+                f"{MAX_PROJECTION_VALUES} (2 GiB of float64); lower k or L"
+            )
         gen = torch.Generator().manual_seed(self.seed)
         self.projections = torch.randn(self.L * self.k, self.dim, generator=gen, dtype=torch.float64).to(self.device)
         self.offsets = (torch.rand(self.L * self.k, generator=gen, dtype=torch.float64) * self.w).to(self.device)

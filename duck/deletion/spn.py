@@ -122,6 +122,8 @@ _REPLAY_ENTRY_KEYS = ("rdc_projections", "qkmeans")
 MAX_CATEGORIES = 2**16
 #: most entries of one node's RDC projections, V x (Kmax + 1) x rdc_features float64 values (2 GiB)
 MAX_PROJECTION_ENTRIES = 2**28
+#: values (rows x variables) one ``SPN.sample`` call may return
+MAX_SAMPLE_VALUES = 2**28
 #: SplitData's Q-k-means defaults: a lattice 8x coarser than QKMeans' own (eps = 4 sigma_hat); see docs/spn.md
 QKMEANS_DEFAULTS: dict[str, Any] = {"eps_scale": 4.0}
 #: margin around the RDC threshold inside which a component check falls back to the full matrix
@@ -200,7 +202,9 @@ class _Node:
     rdc: _RDCState | None = None
     qkmeans: QKMeans | None = None
     var: int = -1  # leaf: its variable
-    stats: np.ndarray | None = None  # leaf: Gaussian [sum x, sum x^2]; categorical counts (K,)
+    #: leaf: Gaussian [sum (x - c), sum (x - c)^2, c] with c the leaf's mean when it was created (centred sums:
+    #: no cancellation for values far from 0); categorical counts (K,)
+    stats: np.ndarray | None = None
     #: per variable, rows holding its largest and smallest value (-1: constant variable), kept once an update
     #: has evaluated them: while both are present a removal cannot make the variable constant
     witnesses: np.ndarray | None = None  # (2, s)
@@ -749,6 +753,7 @@ class SPN:
             dtype=_F64,
             **p.qkmeans,
         )
+        qk.check_offset = False  # a node's near-identical rows may split either way (rounding is harmless here)
         if replay is None and self._replay_nodes is not None:
             replay = self._replay_nodes.get(path, {}).get("qkmeans")
         return qk.fit(data, ids=ids, replay=replay)
@@ -840,19 +845,26 @@ class SPN:
         return out
 
     def _leaf_stats(self, rows: np.ndarray, variables: np.ndarray) -> list[np.ndarray]:
-        """Sufficient statistics of every variable on ``rows``: Gaussian [sum x, sum x^2], categorical counts
-        (K,). Computed on the host: the statistics are host arrays, and on the update path ``rows`` are the
-        few removed ones, where one (n, s) copy beats a dozen device ops."""
+        """Sufficient statistics of every variable on ``rows``: Gaussian [sum (x - c), sum (x - c)^2, c] centred
+        at the rows' mean c, categorical counts (K,). Computed on the host: the statistics are host arrays, and
+        on the update path ``rows`` are the few removed ones, where one (n, s) copy beats a dozen device ops."""
         sums, counts, cats = self._leaf_moments(rows, variables)
         return [counts[j, : cats[j]].copy() if cats[j] else sums[j].copy() for j in range(variables.size)]
 
-    def _leaf_moments(self, rows: np.ndarray, variables: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(s, 2) sums of x and x^2, (s, Kmax) category counts (categorical variables' rows) and (s,) K (0:
-        Gaussian) of ``variables`` on ``rows``."""
+    def _leaf_moments(
+        self, rows: np.ndarray, variables: np.ndarray, centres: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(s, 3) sums of x - c and (x - c)^2 with c (third column), (s, Kmax) category counts (categorical
+        variables' rows) and (s,) K (0: Gaussian) of ``variables`` on ``rows``. ``centres`` (s,): the leaves'
+        c (an update); None: c = the mean over ``rows`` (a new leaf). Uncentred sums would lose the variance
+        to cancellation for values far from 0 (mean 1e9, std 1: ``E[x^2] - E[x]^2`` keeps no correct digit)."""
         cats = np.asarray(self.params_.n_categories)[variables]  # (s,)
         d = self._gather_host(rows, variables)  # (n, s)
-        sums = np.empty((variables.size, 2))
-        sums[:, 0], sums[:, 1] = d.sum(0), np.einsum("ij,ij->j", d, d)
+        sums = np.empty((variables.size, 3))
+        sums[:, 2] = d.mean(0) if centres is None else centres
+        sums[cats > 0, 2] = 0.0
+        r = d - sums[:, 2]
+        sums[:, 0], sums[:, 1] = r.sum(0), np.einsum("ij,ij->j", r, r)
         is_cat = cats > 0
         counts = np.zeros((variables.size, max(int(cats.max()), 1)))
         if is_cat.any():
@@ -976,10 +988,13 @@ class SPN:
         """UnlearnCreateLeaf (Alg. 4) for leaves over the same rows: subtract the lost rows' statistics (and
         add the gained rows')."""
         variables = np.array([leaf.var for leaf in leaves])
+        cats = self.params_.n_categories
+        centres = np.array([0.0 if cats[leaf.var] else leaf.stats[2] for leaf in leaves])
         n = int(rows.size)
         for moved, add in ((lost, False), (gained, True)):
             if moved.size:
-                sums, counts, cats = self._leaf_moments(moved, variables)
+                sums, counts, cats = self._leaf_moments(moved, variables, centres)
+                sums[:, 2] = 0.0  # the centre stays
                 for leaf, K, count, moment in zip(leaves, cats.tolist(), counts, sums, strict=True):
                     delta = count[:K] if K else moment  # new arrays: a deep copy never shares statistics
                     leaf.stats = leaf.stats + delta if add else leaf.stats - delta
@@ -1051,10 +1066,10 @@ class SPN:
         p = self.params_
         K = p.n_categories[leaf.var]
         if K == 0:
-            s1, s2 = leaf.stats
-            mean = s1 / leaf.n
-            var = max(s2 / leaf.n - mean * mean, 0.0)
-            return "gaussian", (mean, max(math.sqrt(var), p.min_std))
+            s1, s2, centre = leaf.stats  # centred sums (see _leaf_moments)
+            shift = s1 / leaf.n
+            var = max(s2 / leaf.n - shift * shift, 0.0)
+            return "gaussian", (centre + shift, max(math.sqrt(var), p.min_std))
         probs = (leaf.stats + p.alpha) / (leaf.n + p.alpha * K)
         return "categorical", probs
 
@@ -1096,6 +1111,11 @@ class SPN:
     def sample(self, n: int, *, seed: int = 0) -> torch.Tensor:
         """``n`` rows drawn from the SPN (ancestral sampling, batched by tree height). -> (n, V) float64"""
         n = check_positive_int(n, "n")
+        if n * len(self.types_) > MAX_SAMPLE_VALUES:
+            raise DuckInputError(
+                f"n={n} rows of {len(self.types_)} variables is more than {MAX_SAMPLE_VALUES} values (2 GiB of "
+                "float64) in one call; draw them in several calls with different seeds"
+            )
         generator = torch.Generator().manual_seed(check_seed(seed, "seed"))
         return circuit_sample(self._compile(), n, generator, self.device)
 
