@@ -76,9 +76,8 @@ class AuditSettings:
         if unknown:
             raise DuckInputError(f"unknown attack option(s) {unknown}; known: {sorted(known)}")
         s = cls(**raw)
-        s.n_shadow = check_positive_int(s.n_shadow, "attack.n_shadow", 1)
-        if s.n_shadow < 4 or s.n_shadow % 2:
-            raise DuckInputError(f"attack.n_shadow={s.n_shadow} must be an even number >= 4 (each forget "
+        if isinstance(s.n_shadow, bool) or not isinstance(s.n_shadow, int) or s.n_shadow < 4 or s.n_shadow % 2:
+            raise DuckInputError(f"attack.n_shadow={s.n_shadow!r} must be an even number >= 4 (each forget "
                                  f"sample is "
                                  "OUT for half of the shadows and a Gaussian needs >= 2 of them); 16 or 64 "
                                  "are usual")

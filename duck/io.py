@@ -16,8 +16,18 @@ from typing import IO, Any
 import numpy as np
 
 
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back: there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
-    """Call ``write(fileobj)`` on a temporary file next to ``path``, fsync, then rename over ``path``."""
+    """Call ``write(fileobj)`` on a temporary file next to ``path``, fsync, then rename over ``path``.
+
+    The file gets the mode a plain ``open(path, "w")`` would give it (0666 less the umask), not the 0600 of
+    the temporary file: reports and checkpoints stay readable by whoever may read the directory."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -26,6 +36,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -9,6 +9,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -70,6 +71,18 @@ def test_class_removal_only_methods_refuse_homogeneous_removal(name, synthetic, 
     sc = scenario_of(synthetic, "homogeneous_removal")
     data = UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(synthetic_model, synthetic, sc))
     with pytest.raises(DuckInputError, match="does not support scenario 'homogeneous_removal'"):
+        create_unlearner(name, copy.deepcopy(synthetic_model), data, {}, seed=0)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in list_unlearners() if n != "duck"))
+def test_methods_without_target_centroids_refuse_the_targeted_scenario(name, synthetic, synthetic_model):
+    """scenario.target_class is DUCK's; the other methods ran targeted removals ignoring it (same metrics for
+    every target class)."""
+    ids = np.flatnonzero(synthetic.train.labels == 1)[:5]
+    sc = build_scenario("targeted", synthetic.train.labels, synthetic.test.labels, 4, forget_ids=ids.tolist(),
+                        target_class=2)
+    data = UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(synthetic_model, synthetic, sc))
+    with pytest.raises(DuckInputError, match="does not support scenario 'targeted'.*scenario=custom"):
         create_unlearner(name, copy.deepcopy(synthetic_model), data, {}, seed=0)
 
 

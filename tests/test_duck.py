@@ -35,6 +35,19 @@ def cr(synthetic, classes=(1,)):
     return build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, 4, forget_classes=list(classes))
 
 
+def test_multi_device_settings_are_reported_not_silently_dropped(synthetic, synthetic_model, capsys):
+    """Unlearning runs on one device; trainer.devices / strategy from trainer=ddp were dropped without a word."""
+    sc = cr(synthetic)
+    data = UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(synthetic_model, synthetic, sc))
+    u = create_unlearner("duck", copy.deepcopy(synthetic_model), data, BASE, seed=0,
+                         trainer_cfg={"accelerator": "cpu", "devices": 2, "strategy": "ddp"})
+    assert u.trainer_cfg["devices"] == 1 and "strategy" not in u.trainer_cfg
+    err = capsys.readouterr().err
+    assert "warning: trainer.devices=2, trainer.strategy='ddp' not used: unlearning methods run on one device" in err
+    make_duck(synthetic, synthetic_model, sc)
+    assert capsys.readouterr().err == ""
+
+
 def test_registry_has_duck():
     assert "duck" in list_unlearners()
 
@@ -173,7 +186,7 @@ def test_targeted_bias_removal_in_miniature(synthetic):
     ("scenario=class_removal", "scenario.forget_classes=[0,3]"),
     ("scenario=homogeneous_removal", "scenario.fraction=0.1"),
     ("scenario=custom", "scenario.forget_ids=IDS"),
-    ("scenario=targeted", "scenario.forget_ids=IDS", "scenario.target_class=2"),
+    ("scenario=targeted", "scenario.forget_ids=IDS", "scenario.target_class=0"),  # ids 0-9: classes 1-3
 ])
 def test_duck_unlearn_cli_every_scenario(run_cli, synthetic_ckpt, tmp_path, scenario_args):
     ids = tmp_path / "ids.txt"
@@ -200,6 +213,13 @@ def test_duck_unlearn_cli_every_scenario(run_cli, synthetic_ckpt, tmp_path, scen
     (("method.max_epochs=-1",), "method.max_epochs=-1 must be an integer >= 1"),
     (("method=bad_teacher", "method.retain_fraction=2"), "method.retain_fraction must be a finite number >= 0.0"),
     (("+trainer.max_epochs=1",), "trainer.max_epochs=1 cannot be set here"),
+    # method switches and counts: a string was truthy, a ratio < 1 crashed, 2.7 was truncated; typos were ignored
+    (("method.low_cosine=no",), "method.low_cosine='no' must be true or false"),
+    (("method.batch_ratio=0.5",), "method.batch_ratio=0.5 must be an integer >= 1"),
+    (("method.batch_ratio=2.7",), "method.batch_ratio=2.7 must be an integer >= 1"),
+    (("method.low_pairing=both",), "method.low_pairing='both' must be one of ratio, first_forget"),
+    (("+method.lambda_fgtt=3",), "method 'duck' has no hyperparameter(s) ['lambda_fgtt']"),
+    (("method=scrub", "+method.lambda_fgt=1"), "method 'scrub' has no hyperparameter(s) ['lambda_fgt']"),
 ])
 def test_duck_unlearn_bad_input(run_cli, synthetic_ckpt, tmp_path, args, match):
     ids = tmp_path / "ids.txt"
@@ -208,6 +228,15 @@ def test_duck_unlearn_bad_input(run_cli, synthetic_ckpt, tmp_path, args, match):
     code, out, err, run_dir = run_cli("unlearn", *SYNTH_ARGS, f"ckpt={synthetic_ckpt}", *args)
     assert code != 0 and match in err, err
     assert written_files(run_dir) == set()
+
+
+def test_required_settings_are_named(run_cli, tmp_path):
+    """``???`` values: a missing ckpt was an OmegaConf traceback, a missing forget-id file was read as ``???``."""
+    code, _, err, run_dir = run_cli("unlearn", *SYNTH_ARGS)
+    assert code == 2 and "error: required setting ckpt not given; pass ckpt=... on the command line" in err, err
+    assert "Traceback" not in err and written_files(run_dir) == set()
+    code, _, err, _ = run_cli("unlearn", *SYNTH_ARGS, f"ckpt={tmp_path / 'm.ckpt'}", "scenario=targeted")
+    assert code == 2 and "required settings scenario.forget_ids, scenario.target_class not given" in err, err
 
 
 def test_duck_unlearn_refuses_missing_and_corrupt_checkpoints(run_cli, synthetic_ckpt, tmp_path):

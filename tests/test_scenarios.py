@@ -53,6 +53,10 @@ def test_targeted_scenario(tmp_path):
     assert sc.target_class == 2 and sc.forget_target_rule == "zero"
     with pytest.raises(DuckInputError, match="target class 9 is not a class"):
         build_scenario("targeted", Y_TRAIN, Y_TEST, 5, forget_ids=str(p), target_class=9)
+    # ids 1-3 are class 0: pushed to their own centroid they cannot be forgotten (ran every epoch before)
+    with pytest.raises(DuckInputError, match=r"forget ids \[1, 2, 3\] \(3 of 3\) are labelled with the target class 0"):
+        build_scenario("targeted", Y_TRAIN, Y_TEST, 5, forget_ids=str(p), target_class=0)
+    assert build_scenario("targeted", Y_TRAIN, Y_TEST, 5, forget_ids=[2.0, 3], target_class=2).forget_idx.tolist() == [2, 3]
 
 
 @pytest.mark.parametrize("content,match", [
@@ -94,13 +98,19 @@ def test_bad_scenarios(tmp_path):
     ("ids.csv", "1.5\n6\n", "non-integer value '1.5'"),
     ("ids.csv", "nan\n6\n", "non-integer value 'nan'"),
     ("ids.csv", "id\n6\n", None),
+    # an empty first cell was dropped silently; quoted cells, a byte-order mark and integral floats (as .npy and
+    # inline lists accept them) were refused
+    ("ids.csv", "5,1\n,6\n", r"empty first cell on line\(s\) \[2\]"),
+    ("ids.csv", 'id,name\n"5",a\n"6",b\n', None),
+    ("ids.txt", "\ufeff5 6", None),
+    ("ids.txt", "5.0 6", None),
 ])
 def test_forget_id_text_files_are_parsed_strictly(tmp_path, name, content, match):
     p = tmp_path / name
-    p.write_text(content)
+    p.write_text(content, encoding="utf-8")
     if match is None:
         ids = read_forget_ids(p)
-        assert ids.tolist() == ([5, 6] if content.startswith("+5") else [6])
+        assert ids.tolist() == ([6] if content.startswith("id\n") else [5, 6])
     else:
         with pytest.raises(DuckInputError, match=match):
             read_forget_ids(p)
@@ -163,3 +173,12 @@ def test_bad_scenario_seed(seed):
 def test_bad_fraction(fraction):
     with pytest.raises(DuckInputError, match="scenario.fraction"):
         build_scenario("homogeneous_removal", Y_TRAIN, Y_TEST, 5, fraction=fraction)
+
+
+def test_settings_a_kind_does_not_use_are_refused():
+    """``+scenario.fraction=0.5`` with class removal (or a typo such as ``forget_class``) was ignored silently."""
+    with pytest.raises(DuckInputError, match=r"scenario class_removal does not use scenario.fraction; remove it"):
+        build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=[1], fraction=0.5)
+    with pytest.raises(DuckInputError, match=r"does not use scenario.forget_class\b.*scenario.fraction, scenario.seed"):
+        build_scenario("homogeneous_removal", Y_TRAIN, Y_TEST, 5, fraction=0.1, forget_class=2)
+    assert build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=[1], seed=3).seed == 3

@@ -66,3 +66,22 @@ def test_int64_array_accepts_every_int64_id_and_nothing_else():
         int64_array(torch.zeros(2, dtype=torch.complex64).to(torch.complex32), "ids")
     with pytest.raises(DuckInputError, match="ids must hold integer ids, got non-integer floats"):
         int64_array([2.0], "ids", floats=False)  # where a float id is a caller's mistake (LSH point ids)
+
+
+def test_atomic_writes_get_the_umask_mode_not_the_temporary_files_0600(tmp_path):
+    """Reports and checkpoints were all -rw------- (mkstemp's mode); they now get 0666 less the umask, as a plain
+    open() would give them."""
+    import os
+    import stat
+
+    from duck.io import atomic_save_json, atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_save_json(tmp_path / "a.json", {"x": 1})
+        os.umask(0o027)
+        atomic_write_text(tmp_path / "b.md", "hi")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "b.md").stat().st_mode) == 0o640

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -39,10 +40,12 @@ def check_group_choices(args: list[str], root: Path) -> None:
         group = root / key
         if "." in key or not group.is_dir() or value in ("", "null"):
             continue
+        if re.match(r"\s*[A-Za-z_]+\(", value):  # a sweep function: choice(...), glob(...), range(...): Hydra's
+            continue
         choices = sorted(p.stem for p in group.glob("*.yaml"))
         for v in value.split(","):
-            if v not in choices:
-                fail(f"unknown {key} {v!r}; choose one of: {', '.join(choices)}")
+            if v.strip() not in choices:
+                fail(f"unknown {key} {v.strip()!r}; choose one of: {', '.join(choices)}")
 
 
 def configure_threads(threads: Any) -> None:
@@ -63,16 +66,35 @@ def configure_threads(threads: Any) -> None:
     torch.set_num_threads(threads)
 
 
+#: largest job seed: Lightning's seed_everything seeds numpy, which takes 32-bit seeds
+JOB_SEED_MAX = 2**32 - 1
+
+
 def check_job_numbers(cfg: Any) -> None:
-    """The top-level settings job configs share: ``seed >= 0``, ``eval_batch_size >= 1``, and the flags
-    ``retrain``, ``audit``, ``reuse_cached``, ``progress`` as true/false (a string like ``no`` is refused, not
-    read as true)."""
+    """The top-level settings job configs share: ``seed`` in ``[0, 2^32 - 1]``, ``eval_batch_size >= 1`` (neither
+    null), and the flags ``retrain``, ``audit``, ``reuse_cached``, ``progress`` as true/false (a string like
+    ``no`` is refused, not read as true)."""
     for key, minimum in (("seed", 0), ("eval_batch_size", 1)):
-        if cfg.get(key) is not None:
+        if key in cfg:
             check_positive_int(cfg.get(key), key, minimum)
+    if "seed" in cfg and cfg.get("seed") > JOB_SEED_MAX:
+        raise DuckInputError(f"seed={cfg.get('seed')} must be at most {JOB_SEED_MAX} (Lightning seeds numpy, "
+                             "which takes 32-bit seeds)")
     for key in ("retrain", "audit", "reuse_cached", "progress"):
         if key in cfg:
             check_bool(cfg.get(key), key)
+
+
+def check_required(cfg: Any) -> None:
+    """Refuse a run whose config still holds mandatory ``???`` values (``ckpt``, ``scenario.forget_ids``...),
+    naming every one (OmegaConf raised a traceback at the first access, or the literal ``???`` was read as a
+    file name)."""
+    from omegaconf import OmegaConf
+
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise DuckInputError(f"required setting{'s' if len(missing) > 1 else ''} {', '.join(missing)} not given; "
+                             f"pass {' '.join(f'{k}=...' for k in missing)} on the command line")
 
 
 def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], None]:
@@ -91,6 +113,7 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], No
         @hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
         def _run(cfg: DictConfig) -> None:
             try:
+                check_required(cfg)
                 configure_threads(cfg.get("threads", "auto"))
                 check_job_numbers(cfg)
                 task(cfg)

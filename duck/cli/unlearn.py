@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from duck.checkpoint import build_manifest, save_checkpoint
-from duck.cli._app import hydra_entry
+from duck.cli._app import conf_dir, hydra_entry
 from duck.cli.setup import (
     build_data,
     build_model,
@@ -27,7 +27,7 @@ from duck.io import atomic_save_json
 from duck.metrics import metrics_record, split_accuracies
 from duck.models import Classifier
 from duck.unlearn import UnlearnData, create_unlearner, get_unlearner_class
-from duck.unlearn.config import resolve_method_cfg
+from duck.unlearn.config import check_known_keys, resolve_method_cfg
 
 
 def method_cfg(cfg: DictConfig, data: DatasetSplits | None = None,
@@ -37,6 +37,9 @@ def method_cfg(cfg: DictConfig, data: DatasetSplits | None = None,
     m = container(cfg.method)
     name = m.pop("name")
     get_unlearner_class(name)
+    defaults = conf_dir() / "method" / f"{name}.yaml"
+    if defaults.is_file():  # keys added with +method.KEY=... must be the method's own
+        check_known_keys(m, OmegaConf.to_container(OmegaConf.load(defaults)), name)
     if data is not None and scenario is not None:
         resolve_method_cfg(m, data.name, scenario.kind)
     return name, m

@@ -10,7 +10,10 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,9 @@ from duck.errors import DuckInputError
 from duck.utils import INT64_MAX, INT64_MIN, check_number, check_seed, int64_array
 
 SCENARIOS = ("class_removal", "homogeneous_removal", "custom", "targeted")
+#: the settings each kind reads besides ``seed`` (``conf/scenario/KIND.yaml``)
+_KIND_SETTINGS = {"class_removal": ("forget_classes",), "homogeneous_removal": ("fraction", "seed"),
+                  "custom": ("forget_ids",), "targeted": ("forget_ids", "target_class")}
 
 
 @dataclass
@@ -70,6 +76,8 @@ def _is_header(token: str) -> bool:
 
 def _parse_int_token(token: str, where: str) -> int:
     t = token.strip()
+    if re.fullmatch(r"[+-]?\d+\.0*", t):  # an integral float such as 3.0 (as .npy files and int64_array accept)
+        t = t.split(".")[0]
     body = t[1:] if t[:1] in "+-" else t
     if not body.isascii() or not body.isdigit():
         raise DuckInputError(f"{where} holds the non-integer value {token!r}; write one integer id per entry")
@@ -96,19 +104,27 @@ def read_forget_ids(path: str | Path) -> np.ndarray:
     if p.suffix not in (".txt", ".csv"):
         raise DuckInputError(f"forget-id file {p} has unsupported suffix {p.suffix!r}; use .txt, .npy or .csv")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (spreadsheet exports) is not an id
     except UnicodeDecodeError as e:
         raise DuckInputError(f"{where} is not UTF-8 text ({e}); write one integer id per entry") from None
-    rows = [line.split(",")[0].strip() if p.suffix == ".csv" else line
-            for line in text.splitlines() if line.strip()]
-    if p.suffix == ".csv" and rows and _is_header(rows[0]):
-        rows = rows[1:]  # header
+    if p.suffix == ".csv":  # first column, with csv quoting ("3")
+        records = [(i + 1, r) for i, r in enumerate(csv.reader(text.splitlines())) if any(c.strip() for c in r)]
+        rows = [r[0].strip() for _, r in records]
+        if rows and _is_header(rows[0]):
+            records, rows = records[1:], rows[1:]  # header
+        empty = [line for (line, _), cell in zip(records, rows, strict=True) if not cell]
+        if empty:
+            raise DuckInputError(f"{where} has an empty first cell on line(s) {empty[:5]}; the first column must "
+                                 "hold one integer id per row")
+    else:
+        rows = [line for line in text.splitlines() if line.strip()]
     tokens = " ".join(rows).replace(",", " ").split()
     return np.array([_parse_int_token(t, where) for t in tokens], dtype=np.int64)
 
 
 def _inline_ids(values: Any) -> np.ndarray:
-    """``scenario.forget_ids=[...]`` given inline: a flat list of integers (not bools, not floats)."""
+    """``scenario.forget_ids=[...]`` given inline: a flat list of integers (not bools; integral floats such as
+    3.0 count as integers, as everywhere else ids are read)."""
     where = "scenario.forget_ids"
     if isinstance(values, (bool, int, float, np.integer, np.floating)) or not isinstance(values, (list, tuple, np.ndarray)):
         raise DuckInputError(f"{where}={values!r} must be a PATH to a .txt/.npy/.csv file or a list of integer "
@@ -117,6 +133,8 @@ def _inline_ids(values: Any) -> np.ndarray:
         return int64_array(values, where, hint="give integer training-sample ids")
     out = []
     for v in values:
+        if isinstance(v, (float, np.floating)) and math.isfinite(v) and float(v).is_integer():
+            v = int(v)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise DuckInputError(f"{where} holds the non-integer value {v!r}; give a flat list of integer "
                                  "ids, e.g. scenario.forget_ids=[3,17,42]")
@@ -158,12 +176,19 @@ def _check_class(c: int, num_classes: int, labels: np.ndarray, what: str) -> int
 def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray, num_classes: int, *,
                    forget_classes: list[int] | None = None, fraction: float | None = None,
                    forget_ids: str | list[int] | None = None, target_class: int | None = None,
-                   seed: int = 0, **_: Any) -> Scenario:
-    """Build and validate a scenario (arguments mirror ``conf/scenario/KIND.yaml``)."""
+                   seed: int = 0, **extra: Any) -> Scenario:
+    """Build and validate a scenario (arguments mirror ``conf/scenario/KIND.yaml``). A setting the kind does
+    not use (``+scenario.fraction=0.5`` with class removal, a typo) is refused: it would be ignored."""
     train_labels, test_labels = np.asarray(train_labels), np.asarray(test_labels)
     n = len(train_labels)
     if kind not in SCENARIOS:
         raise DuckInputError(f"unknown scenario {kind!r}; choose one of: {', '.join(SCENARIOS)}")
+    given = {"forget_classes": forget_classes, "fraction": fraction, "forget_ids": forget_ids,
+             "target_class": target_class, **extra}
+    unused = sorted(k for k, v in given.items() if v is not None and k not in _KIND_SETTINGS[kind])
+    if unused:
+        raise DuckInputError(f"scenario {kind} does not use {', '.join(f'scenario.{k}' for k in unused)}; remove it "
+                             f"(its settings: {', '.join(f'scenario.{k}' for k in _KIND_SETTINGS[kind])})")
     test_f = test_r = None
     classes = None
     seed = check_seed(seed, "scenario.seed")
@@ -201,6 +226,12 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray,
             if target_class is None:
                 raise DuckInputError("targeted needs scenario.target_class (the class whose centroid to push to)")
             target_class = _check_class(target_class, num_classes, train_labels, "target class")
+            own = forget[train_labels[forget] == target_class]
+            if own.size:
+                raise DuckInputError(
+                    f"forget ids {own[:5].tolist()}{' ...' if own.size > 5 else ''} ({own.size} of {forget.size}) are "
+                    f"labelled with the target class {target_class}: pushing them to their own class centroid "
+                    "cannot make them forgotten; drop them from the forget set or choose another target class")
     forget = validate_forget_ids(forget, n)
     retain = np.setdiff1d(np.arange(n), forget)
     return Scenario(kind=kind, forget_idx=forget, retain_idx=retain, forget_classes=classes,

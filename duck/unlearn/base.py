@@ -30,6 +30,7 @@ from duck.errors import DuckInputError
 from duck.models import Classifier
 from duck.training import Recipe, build_trainer
 from duck.unlearn.config import resolve_method_cfg
+from duck.utils import warn_line
 
 
 @dataclass
@@ -110,21 +111,31 @@ class Unlearner(L.LightningModule):
     """
 
     method_name: ClassVar[str] = "?"
-    supported_scenarios: ClassVar[tuple[str, ...]] = SCENARIOS
+    #: ``targeted`` names a class to push the forget samples to, which only DUCK's target centroids use: other
+    #: methods would ignore it (the same forget ids run as ``custom``)
+    supported_scenarios: ClassVar[tuple[str, ...]] = tuple(s for s in SCENARIOS if s != "targeted")
 
     def __init__(self, model: Classifier, data: UnlearnData, cfg: Mapping[str, Any] | None = None, *,
                  seed: int = 0, trainer_cfg: Mapping[str, Any] | None = None, progress: bool = False) -> None:
         super().__init__()
         if data.scenario.kind not in self.supported_scenarios:
+            why = ("scenario.target_class is used only by DUCK's target centroids; run the same forget ids with "
+                   "scenario=custom" if data.scenario.kind == "targeted" else "the DUCK paper excludes it there too")
             raise DuckInputError(
                 f"method {self.method_name!r} does not support scenario {data.scenario.kind!r} "
-                f"(it supports {', '.join(self.supported_scenarios)}); the DUCK paper excludes it there too"
+                f"(it supports {', '.join(self.supported_scenarios)}); {why}"
             )
         self.model = model
         self.data = data
         self.hp = resolve_method_cfg(cfg or {}, data.dataset_name, data.scenario.kind)
         self.seed = int(seed)
-        self.trainer_cfg = {**dict(trainer_cfg or {}), "devices": 1}
+        given = dict(trainer_cfg or {})
+        dropped = [f"trainer.{k}={v!r}" for k, v in given.items()
+                   if (k == "devices" and v != 1) or (k in ("strategy", "num_nodes") and v not in (None, "auto", 1))]
+        if dropped:  # said, not silently replaced
+            warn_line(f"{', '.join(dropped)} not used: unlearning methods run on one device "
+                      "(duck-train and the oracle use the multi-device settings)")
+        self.trainer_cfg = {**given, "devices": 1}
         self.trainer_cfg.pop("strategy", None)
         self.trainer_cfg.pop("num_nodes", None)
         self.progress = progress

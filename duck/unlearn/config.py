@@ -13,19 +13,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from duck.errors import DuckInputError
-from duck.utils import check_number, check_positive_int
+from duck.utils import check_bool, check_number, check_positive_int
 
 #: the ranges of the numeric hyperparameters the methods share by name (a method's own keys not listed here
 #: are checked where it reads them); None stays allowed: "unset" or "taken from a preset"
-_POSITIVE = ("lr", "erm_lr", "low_lr", "temperature", "kd_T", "batch_ratio", "low_batch_ratio", "bound", "step",
-             "lr_gamma")
+_POSITIVE = ("lr", "erm_lr", "low_lr", "temperature", "kd_T", "bound", "step", "lr_gamma")
 _NON_NEGATIVE = ("weight_decay", "lambda_fgt", "lambda_ret", "lambda_reg", "lam", "alpha", "gamma",
                  "low_lambda_scale_cr", "low_lambda_scale_hr")
 _FINITE = ("tolerance",)  # a negative tolerance is a target never reached: exactly max_epochs epochs
 _UNIT = {"retain_fraction": (0.0, False, 1.0, False), "mask_density": (0.0, True, 1.0, False),
          "momentum": (0.0, False, 1.0, True)}  # (lo, lo open, hi, hi open)
 _COUNTS = {"epochs": 1, "max_epochs": 1, "erm_epochs": 1, "batch_size": 1, "forget_batch_size": 1,
-           "attack_steps": 1, "max_per_class": 1, "low_epochs": 0, "msteps": 0}  # minimum
+           "attack_steps": 1, "max_per_class": 1, "low_epochs": 0, "msteps": 0,
+           "batch_ratio": 1, "low_batch_ratio": 1}  # minimum (batch ratios count retain batches per forget batch)
+_FLAGS = ("recompute_targets", "joint_forward", "low_cosine")  # true / false only: a string such as "no" is refused
+_CHOICES = {"stop_check": ("epoch", "batch"), "low_pairing": ("ratio", "first_forget")}
 
 
 def scenario_family(kind: str) -> str:
@@ -67,3 +69,17 @@ def check_hyperparameters(hp: Mapping[str, Any]) -> None:
         elif key in _UNIT:
             lo, lo_open, hi, hi_open = _UNIT[key]
             check_number(value, name, lo, lo_open, hi, hi_open)
+        elif key in _FLAGS:
+            check_bool(value, name)
+        elif key in _CHOICES and value not in _CHOICES[key]:
+            raise DuckInputError(f"{name}={value!r} must be one of {', '.join(_CHOICES[key])}")
+
+
+def check_known_keys(cfg: Mapping[str, Any], known: Mapping[str, Any], method: str) -> None:
+    """Refuse hyperparameters the method's config file does not define (``+method.lambda_fgtt=3``: a typo that
+    would otherwise be ignored), naming them and the valid ones."""
+    unknown = sorted(set(cfg) - set(known))
+    if unknown:
+        valid = ", ".join(sorted(k for k in known if k not in ("name", "presets")))
+        raise DuckInputError(f"method {method!r} has no hyperparameter(s) {unknown}; its hyperparameters are: "
+                             f"{valid} (conf/method/{method}.yaml)")

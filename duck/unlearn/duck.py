@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from duck.data.loaders import make_loader
+from duck.data.scenarios import SCENARIOS
 from duck.errors import DuckInputError
 from duck.unlearn.base import ForgetAccuracyStop, Unlearner
 from duck.unlearn.registry import register_unlearner
@@ -75,6 +76,8 @@ def nearest_incorrect_centroid(z: torch.Tensor, y: torch.Tensor, centroids: torc
 @register_unlearner("duck")
 class DUCK(Unlearner):
     """DUCK with the two forget regimes; hyperparameters in ``conf/method/duck.yaml``."""
+
+    supported_scenarios = SCENARIOS  # targeted: the named class's centroid is every forget sample's target
 
     def run(self) -> dict[str, Any]:
         hp, sc = self.hp, self.data.scenario
