@@ -143,15 +143,32 @@ CLI_ATTACK = ("attack.n_shadow=4", "attack.mode=batched", "attack.ci.n_boot=200"
 FORGET_1 = ("scenario=class_removal", "scenario.forget_classes=[1]")
 
 
-def test_duck_audit_cli(run_cli, synthetic_ckpt: Path) -> None:
-    code, out, err, run_dir = run_cli("audit", *SYNTH_ARGS, *CLI_ATTACK, *FORGET_1, f"ckpt={synthetic_ckpt}",
-                                      f"original_ckpt={synthetic_ckpt}", "role=unlearned")
+@pytest.fixture(scope="module")
+def forget1_ckpts(tmp_path_factory: pytest.TempPathFactory, synthetic, synthetic_model) -> dict[str, Path]:
+    """``synthetic_model`` saved as if unlearned (``duck``) or retrained (``retrain``) for forget class 1, with
+    the manifest duck-unlearn / duck-run write (scenario summary with the forget hash, config)."""
+    from duck.checkpoint import build_manifest, save_checkpoint
+
+    scenario = build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, synthetic.num_classes,
+                              forget_classes=[1])
+    config = {"scenario": {"kind": "class_removal", "forget_classes": [1]}}
+    directory = tmp_path_factory.mktemp("forget1")
+    return {method: save_checkpoint(directory / f"{method}.ckpt", synthetic_model.state_dict(),
+                                    build_manifest(synthetic_model.spec(), "synthetic", method=method,
+                                                   scenario=scenario.summary(), config=config))
+            for method in ("duck", "retrain")}
+
+
+def test_duck_audit_cli(run_cli, synthetic_ckpt: Path, forget1_ckpts: dict[str, Path]) -> None:
+    # the unlearned and retrained checkpoints were made for this forget set: accepted (role from the manifest)
+    code, out, err, run_dir = run_cli("audit", *SYNTH_ARGS, *CLI_ATTACK, *FORGET_1, f"ckpt={forget1_ckpts['duck']}",
+                                      f"original_ckpt={synthetic_ckpt}", f"retrained_ckpt={forget1_ckpts['retrain']}")
     assert code == 0, err
     files = written_files(run_dir)
     assert {"audit.json", "lira_stats.npz", "report.html", "report.md", "plots/roc_loglog.png",
-            "plots/auc_ci.png", "original/audit.json", "original/lira_stats.npz"} <= files
+            "plots/auc_ci.png", "original/audit.json", "original/lira_stats.npz", "retrained/audit.json"} <= files
     audit = json.loads((run_dir / "audit.json").read_text())
-    assert audit["target"] == "unlearned" and "original" in audit["reference"]
+    assert audit["target"] == "unlearned" and {"original", "retrained"} <= set(audit["reference"])
     # the same weights audited twice with the same bank give the same scores
     assert audit["lira"]["auc"] == pytest.approx(audit["reference"]["original"]["auc"])
     assert "report:" in out and "AUC" in out
@@ -172,6 +189,27 @@ def test_duck_audit_bad_input_exits_cleanly(run_cli, synthetic_ckpt: Path, args,
                                     *args)
     assert code == 2 and match in err, err
     assert not (run_dir / "audit.json").exists()
+
+
+@pytest.mark.parametrize("which,match", [
+    ("ckpt", "(unlearned with duck) was made for another forget set: class_removal of classes [1]"),
+    ("retrained_ckpt", "(a retrained oracle) was made for another forget set: class_removal of classes [1]"),
+])
+def test_duck_audit_refuses_a_checkpoint_made_for_another_forget_set(run_cli, synthetic_ckpt: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     forget1_ckpts: dict[str, Path], which, match) -> None:
+    """Auditing an unlearned (or retrained) checkpoint against another forget set measured the wrong members
+    without a word; the checkpoint's own forget set is named, and the overrides that select it."""
+    monkeypatch.setenv("DUCK_CACHE_DIR", str(tmp_path / "cache"))
+    ckpts = ((f"ckpt={forget1_ckpts['duck']}",) if which == "ckpt"
+             else (f"ckpt={synthetic_ckpt}", f"retrained_ckpt={forget1_ckpts['retrain']}"))
+    code, _, err, run_dir = run_cli("audit", *SYNTH_ARGS, *CLI_ATTACK, "scenario=class_removal",
+                                    "scenario.forget_classes=[2]", *ckpts)
+    assert code == 2 and match in err and "Traceback" not in err, err
+    assert "but the requested scenario is class_removal of classes [2]" in err
+    assert "Pass the scenario it was made for (scenario=class_removal scenario.forget_classes=[1])" in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+    assert written_files(run_dir) == set() and not (tmp_path / "cache" / "shadow_banks").exists()
 
 
 @pytest.mark.slow

@@ -8,7 +8,15 @@ import pickle
 import pytest
 import torch
 
-from duck.checkpoint import build_manifest, check_manifest, load_checkpoint, load_into, save_checkpoint
+from duck.checkpoint import (
+    build_manifest,
+    check_forget_set,
+    check_manifest,
+    load_checkpoint,
+    load_into,
+    save_checkpoint,
+)
+from duck.data.scenarios import build_scenario
 from duck.errors import DuckInputError
 from duck.io import atomic_write
 from duck.models import create_model
@@ -85,11 +93,133 @@ def test_architecture_and_class_count_mismatch(tmp_path, model):
         load_into(create_model("smallcnn", 10, 1, 8, width=8), sd, path)
     with pytest.raises(DuckInputError, match="another architecture"):
         load_into(create_model("resnet18", 4, 1, 8), sd, path)
+    # one extra key: the unexpected name is given (the message said "missing []")
+    with pytest.raises(DuckInputError, match=r"do not match smallcnn \(unexpected \['net.extra.weight'\]\)"):
+        load_into(create_model("smallcnn", 4, 1, 8, width=8), {**sd, "net.extra.weight": torch.zeros(1)}, path)
+    with pytest.raises(DuckInputError, match=r"do not match smallcnn \(missing \['net.fc.bias'\]\)"):
+        load_into(create_model("smallcnn", 4, 1, 8, width=8), {k: v for k, v in sd.items() if k != "net.fc.bias"}, path)
     man = build_manifest(model.spec(), "synthetic")
     with pytest.raises(DuckInputError, match=r"num_classes=4 \(requested 10\)"):
         check_manifest(man, {"model": "smallcnn", "num_classes": 10, "dataset": "synthetic"}, path)
     with pytest.raises(DuckInputError, match=r"dataset='synthetic' \(requested 'digits'\)"):
         check_manifest(man, {"dataset": "digits"}, path)
+
+
+def _safetensors_with_manifest(path, sd, manifest_text):
+    from safetensors.torch import save
+
+    path.write_bytes(save(sd, metadata={"duck_manifest": manifest_text}))
+    return path
+
+
+def test_unreadable_files_are_corrupt_not_a_traceback(tmp_path, model):
+    """Every file that is not a readable checkpoint is one DuckInputError naming it (an empty file raised
+    IndexError, text KeyError, a non-JSON manifest JSONDecodeError, integer keys AttributeError)."""
+    sd = model.state_dict()
+    cases = {
+        "empty.ckpt": (lambda p: p.write_bytes(b""), r"empty\.ckpt is corrupt or truncated \(empty file, 0 bytes\)"),
+        "hello.ckpt": (lambda p: p.write_text("hello world"), r"hello\.ckpt is corrupt or not a PyTorch checkpoint"),
+        "badman.safetensors": (lambda p: _safetensors_with_manifest(p, sd, "not json{"),
+                               r"badman\.safetensors is corrupt: its duck_manifest metadata is not JSON"),
+        "listman.safetensors": (lambda p: _safetensors_with_manifest(p, sd, "[1, 2]"),
+                                r"listman\.safetensors is corrupt: its manifest is a list, not a JSON object"),
+        "strman.ckpt": (lambda p: torch.save({"state_dict": sd, "manifest": "smallcnn"}, p),
+                        r"strman\.ckpt is corrupt: its manifest is a str, not a JSON object"),
+        "intkeys.pt": (lambda p: torch.save({0: torch.zeros(1)}, p),
+                       r"intkeys\.pt is not a state dict: key 0 \(int\) is not a parameter name"),
+        "nontensor.ckpt": (lambda p: torch.save({"state_dict": {"w": torch.zeros(1), "epoch": 3}}, p),
+                           r"nontensor\.ckpt is not a state dict: epoch holds a value of type int, not a tensor"),
+        "emptydict.pt": (lambda p: torch.save({}, p), r"emptydict\.pt holds no state dict \(an empty dict\)"),
+        "adir.ckpt": (lambda p: p.mkdir(), r"adir\.ckpt is a directory"),
+    }
+    for name, (make, match) in cases.items():
+        make(tmp_path / name)
+        with pytest.raises(DuckInputError, match=match):
+            load_checkpoint(tmp_path / name)
+
+
+@pytest.mark.parametrize("suffix", [".ckpt", ".safetensors"])
+def test_non_finite_weights_are_refused(tmp_path, model, suffix):
+    """A NaN model got AUS 1.0; now the first non-finite floating tensor is named (integer buffers such as
+    num_batches_tracked are not checked)."""
+    sd = model.state_dict()
+    first, *_ = [k for k, v in sd.items() if v.is_floating_point()]
+    path = save_checkpoint(tmp_path / f"nan{suffix}", {**sd, first: torch.full_like(sd[first], float("nan"))}, {})
+    n = sd[first].numel()
+    with pytest.raises(DuckInputError, match=rf"holds non-finite weights: {first} has {n} NaN/inf values out of {n}"):
+        load_checkpoint(path)
+    bias = sd["net.fc.bias"].clone()
+    bias[0] = -float("inf")
+    path = save_checkpoint(tmp_path / f"inf{suffix}", {**sd, "net.fc.bias": bias}, {})
+    with pytest.raises(DuckInputError, match=r"net\.fc\.bias has 1 NaN/inf values out of 4"):
+        load_checkpoint(path)
+    half = save_checkpoint(tmp_path / f"half{suffix}", {k: v.half() if v.is_floating_point() else v for k, v in sd.items()}, {})
+    assert load_checkpoint(half)[0][first].dtype == torch.float16  # finite low-precision weights load
+
+
+DIGITS_DATA = {"name": "digits", "test_fraction": 0.25, "split_seed": 0, "augment": []}
+SYNTH_DATA = {"name": "synthetic", "n_train": 240, "n_test": 120, "num_classes": 4, "img_size": 8, "in_chans": 1,
+              "noise": 0.6, "seed": 0, "augment": []}
+
+
+@pytest.mark.parametrize("recorded,requested,match", [
+    (DIGITS_DATA, {**DIGITS_DATA, "split_seed": 1},
+     r"another train/test split of digits: data\.split_seed=0 in the checkpoint \(requested 1\).*"
+     r"Pass the checkpoint's values \(data\.split_seed=0\)"),
+    (DIGITS_DATA, {**DIGITS_DATA, "test_fraction": 0.5, "split_seed": 3},
+     r"data\.test_fraction=0\.25 in the checkpoint \(requested 0\.5\), data\.split_seed=0 in the checkpoint "
+     r"\(requested 3\).*\(data\.test_fraction=0\.25 data\.split_seed=0\)"),
+    (SYNTH_DATA, {**SYNTH_DATA, "seed": 1}, r"data\.seed=0 in the checkpoint \(requested 1\)"),
+    (SYNTH_DATA, {**SYNTH_DATA, "noise": 0.3}, r"data\.noise=0\.6 in the checkpoint \(requested 0\.3\)"),
+    (SYNTH_DATA, {**SYNTH_DATA, "n_test": 100}, r"data\.n_test=120 in the checkpoint \(requested 100\)"),
+    ({"name": "imagefolder", "root": "/a", "train_split": "train", "test_split": "test"},
+     {"name": "imagefolder", "root": "/a", "train_split": "train", "test_split": "val"},
+     r"data\.test_split=test in the checkpoint \(requested val\)"),
+], ids=["digits-split_seed", "digits-two-keys", "synthetic-seed", "synthetic-noise", "synthetic-n_test",
+        "imagefolder-test_split"])
+def test_another_train_test_split_is_refused(tmp_path, model, recorded, requested, match):
+    man = build_manifest(model.spec(), recorded["name"], config={"data": recorded})
+    with pytest.raises(DuckInputError, match=match):
+        check_manifest(man, {"dataset": recorded["name"], "data": requested}, tmp_path / "m.ckpt")
+
+
+def test_split_check_ignores_runtime_settings_and_missing_configs(tmp_path, model):
+    path = tmp_path / "m.ckpt"
+    man = build_manifest(model.spec(), "digits", config={"data": DIGITS_DATA})
+    check_manifest(man, {"dataset": "digits", "data": {**DIGITS_DATA, "augment": ["rotate"]}}, path)  # not the split
+    fm = {"name": "fashion_mnist", "root": "/usr/share/datasets/fashion-mnist", "augment": []}
+    check_manifest(build_manifest(model.spec(), "fashion_mnist", config={"data": fm}),
+                   {"dataset": "fashion_mnist", "data": {**fm, "root": "/elsewhere"}}, path)  # files moved: same split
+    check_manifest(build_manifest(model.spec(), "digits"), {"dataset": "digits", "data": {**DIGITS_DATA, "split_seed": 1}},
+                   path)  # no config recorded (plain state dicts, shadows): accepted as before
+    check_manifest(build_manifest(model.spec(), "digits", config={"recipe": {}}),
+                   {"dataset": "digits", "data": {**DIGITS_DATA, "split_seed": 1}}, path)
+    with pytest.raises(DuckInputError, match=r"its manifest's config\.data is a str, not an object"):
+        check_manifest(build_manifest(model.spec(), "digits", config={"data": "digits"}),
+                       {"dataset": "digits", "data": DIGITS_DATA}, path)
+
+
+def test_forget_set_is_compared_for_unlearned_and_retrained_checkpoints(tmp_path, model, synthetic):
+    def scenario(classes):
+        return build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, synthetic.num_classes,
+                              forget_classes=classes).summary()
+
+    def manifest(method):
+        return build_manifest(model.spec(), "synthetic", method=method, scenario=scenario([1]),
+                              config={"scenario": {"kind": "class_removal", "forget_classes": [1]}})
+
+    path = tmp_path / "u.ckpt"
+    check_forget_set(manifest("duck"), scenario([1]), path)  # the same forget set
+    check_forget_set(manifest("original"), scenario([2]), path)  # an original saw every sample
+    check_forget_set(None, scenario([2]), path)  # a plain state dict
+    check_forget_set(build_manifest(model.spec(), "synthetic", method="duck"), scenario([2]), path)  # no forget set
+    with pytest.raises(DuckInputError, match=r"u\.ckpt \(unlearned with duck\) was made for another forget set: "
+                       r"class_removal of classes \[1\] \(60 forget samples\), but the requested scenario is "
+                       r"class_removal of classes \[2\] \(60 forget samples\).*"
+                       r"Pass the scenario it was made for \(scenario=class_removal scenario\.forget_classes=\[1\]\)"):
+        check_forget_set(manifest("duck"), scenario([2]), path)
+    with pytest.raises(DuckInputError, match=r"\(a retrained oracle\) was made for another forget set"):
+        check_forget_set(manifest("retrain"), scenario([1, 2]), path)
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path):

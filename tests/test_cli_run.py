@@ -7,6 +7,8 @@ import json
 import pytest
 from conftest import SYNTH_ARGS, written_files
 
+from duck.checkpoint import load_checkpoint
+
 AUDIT_ARGS = ("attack.n_shadow=4", "attack.ci.n_boot=200", "attack.svm_mia.runs=2", "report.shareable.seed=0")
 
 
@@ -93,3 +95,26 @@ def test_unusable_cached_metrics_are_retrained(run_cli, tmp_path, monkeypatch):
         assert "warning: ignoring unusable cached model" in err
         assert "reused from cache" not in out and "trained: test accuracy" in out
         assert json.loads((run_dir / "original" / "metrics.json").read_text())["reused_from_cache"] is False
+
+
+def test_damaged_cached_checkpoints_are_retrained(run_cli, tmp_path, monkeypatch):
+    """A cached model.ckpt that is empty or not a checkpoint (an IndexError / KeyError traceback before) is
+    ignored with a warning and trained again."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DUCK_CACHE_DIR", str(cache))
+    args = (*SYNTH_ARGS, "audit=false", "recipe.epochs=1", "scenario.forget_classes=[1]")
+    code, _, err, _ = run_cli("run", *args)
+    assert code == 0, err
+    ckpts = sorted((cache / "models").glob("*/model.ckpt"))
+    assert len(ckpts) == 2  # the original and the oracle
+    ckpts[0].unlink()  # hard-linked into the first run's directory: damage a copy of its own
+    ckpts[0].write_bytes(b"")
+    ckpts[1].unlink()
+    ckpts[1].write_text("hello world")
+    code, out, err, run_dir = run_cli("run", *args)
+    assert code == 0 and "Traceback" not in err, err
+    assert "is corrupt or truncated (empty file, 0 bytes)" in err and "is corrupt or not a PyTorch checkpoint" in err
+    assert err.count("warning: ignoring unusable cached model") == 2
+    assert "reused from cache" not in out and "trained: test accuracy" in out
+    assert json.loads((run_dir / "original" / "metrics.json").read_text())["reused_from_cache"] is False
+    assert load_checkpoint(ckpts[0])[1]["method"] in ("original", "retrain")  # the cache holds a good one again

@@ -364,3 +364,83 @@ def test_tinyimagenet_bad_annotations(tmp_path, content, match):
     assert str(ann) in str(e.value)
     with pytest.raises(DuckInputError, match="data.img_size=0"):
         build_datasets("tinyimagenet", root=str(tmp_path), img_size=0)
+
+
+@pytest.mark.parametrize("name", ["digits", "synthetic"])
+def test_augment_is_kept_for_every_data_set(name):
+    assert build_datasets(name, augment=["flip"]).augment == ["flip"]  # was dropped by the builders' **_
+    assert build_datasets(name, augment=None).augment == [] and build_datasets(name).augment == []
+
+
+def test_augment_null_means_none_even_where_the_default_augments(tmp_path):
+    _fake_cifar(tmp_path)
+    assert build_datasets("cifar10", root=str(tmp_path), augment=None).augment == []  # was replaced by crop+flip
+    assert build_datasets("cifar10", root=str(tmp_path), augment=["flip"]).augment == ["flip"]
+
+
+@pytest.mark.parametrize("name", ["digits", "synthetic", "cifar10", "tinyimagenet", "imagefolder", "fashion_mnist"])
+@pytest.mark.parametrize("augment,match", [
+    (["rotate"], r"unknown augmentation\(s\) \['rotate'\] in data.augment; choose from \['crop', 'flip'\]"),
+    ("flip", r"data.augment='flip' must be a list of augmentation names .* e.g. data.augment=\[crop,flip\]"),
+])
+def test_bad_augment_is_refused_before_reading_files(name, augment, match):
+    kw = {} if name in ("digits", "synthetic") else {"root": "/nonexistent"}
+    with pytest.raises(DuckInputError, match=match):
+        build_datasets(name, augment=augment, **kw)
+
+
+def test_every_data_config_key_is_a_builder_option():
+    from omegaconf import OmegaConf
+
+    from duck.data.registry import dataset_options
+
+    confs = sorted((Path(__file__).parents[1] / "conf" / "data").glob("*.yaml"))
+    assert len(confs) == 7
+    for conf in confs:
+        keys = set(OmegaConf.load(conf).keys())
+        name = OmegaConf.load(conf).name
+        assert keys - {"name"} == set(dataset_options(name)), conf
+
+
+@pytest.mark.parametrize("name", ["digits", "synthetic", "cifar10", "cifar100", "fashion_mnist", "imagefolder",
+                                  "tinyimagenet"])
+def test_unknown_data_option_is_refused_naming_the_valid_ones(name):
+    with pytest.raises(DuckInputError, match=rf"unknown option\(s\) data.foo, data.bar for data set '{name}'; "
+                                             r"its options are data\..*data.augment"):
+        build_datasets(name, foo=1, bar=2)
+
+
+@pytest.mark.parametrize("name,kw,match", [
+    ("digits", {"split_seed": -1}, "data.split_seed=-1 must be an integer >= 0"),
+    ("digits", {"split_seed": 1.5}, "data.split_seed=1.5 must be an integer >= 0"),
+    ("digits", {"split_seed": True}, "data.split_seed=True must be an integer"),
+    ("digits", {"split_seed": 2**32}, r"data.split_seed=4294967296 is too large; .* \[0, 2\^32 - 1\]"),
+    ("digits", {"test_fraction": 0.999}, r"data.test_fraction=0.999 splits the 1797 images into 1 train / 1796 test, "
+                                         r"which leaves some of the 10 classes without a training image; use a value "
+                                         r"between 0.006 and 0.994"),
+    ("digits", {"test_fraction": 0.004}, "without a test image; use a value between 0.006 and 0.994"),
+    ("synthetic", {"n_train": 0}, "data.n_train=0 must be an integer >= 1"),
+    ("synthetic", {"n_train": 3}, "data.n_train=3 is below data.num_classes=4: every class needs an image"),
+    ("synthetic", {"n_test": 2.5}, "data.n_test=2.5 must be an integer >= 1"),
+    ("synthetic", {"num_classes": 1}, "data.num_classes=1 must be an integer >= 2"),
+    ("synthetic", {"img_size": 0}, "data.img_size=0 must be an integer >= 1"),
+    ("synthetic", {"img_size": 100000}, "data.img_size=100000 is too large"),
+    ("synthetic", {"in_chans": 0}, "data.in_chans=0 must be an integer >= 1"),
+    ("synthetic", {"noise": float("nan")}, "data.noise must be a finite number >= 0.0, got nan"),
+    ("synthetic", {"noise": -1}, "data.noise must be a finite number >= 0.0, got -1"),
+    ("synthetic", {"seed": -3}, "data.seed=-3 must be an integer >= 0"),
+    ("synthetic", {"n_train": 10**8, "img_size": 64}, "float32 values .* use fewer or smaller images"),
+    ("cifar10", {"root": "/nonexistent", "download": "yes"}, "data.download='yes' must be true or false"),
+    ("cifar10", {"root": 123}, "data.root=123 must be a folder path"),
+    ("fashion_mnist", {"root": 123}, "data.root=123 must be a folder path"),
+    ("imagefolder", {"root": "/nonexistent", "train_split": 2019}, "data.train_split=2019 must be a folder path"),
+    ("imagefolder", {"root": "/nonexistent", "test_split": None}, "data.test_split=None must name the split's folder"),
+])
+def test_data_numbers_and_paths_are_checked_by_name(name, kw, match):
+    with pytest.raises(DuckInputError, match=match):
+        build_datasets(name, **kw)
+
+
+def test_synthetic_accepts_the_smallest_valid_settings():
+    ds = build_datasets("synthetic", n_train=2, n_test=2, num_classes=2, img_size=1, in_chans=1, noise=0, seed=0)
+    assert sorted(ds.train.labels.tolist()) == [0, 1] and torch.isfinite(ds.train.tensors()[0]).all()

@@ -37,3 +37,36 @@ def test_unknown_model_and_bad_class_count():
         create_model("resnet1800", 10)
     with pytest.raises(DuckInputError, match="num_classes=1"):
         create_model("smallcnn", 1, 1, 8)
+
+
+@pytest.mark.parametrize("name,kw,match", [
+    ("smallcnn", {"width": 0}, "model.width=0 must be an integer >= 1"),
+    ("smallcnn", {"width": -4}, "model.width=-4 must be an integer >= 1"),
+    ("smallcnn", {"width": 1.5}, "model.width=1.5 must be an integer >= 1"),  # was truncated to 1
+    ("smallcnn28", {"drop_rate": 2}, "model.drop_rate must be a finite number >= 0.0 and < 1.0, got 2"),
+    ("smallcnn", {"foo": 1}, r"model.foo=1 is not an option of model 'smallcnn'; its options are model.width, "
+                             r"model.drop_rate \(check the spelling"),
+    ("smallcnn", {"cifar_stem": True}, "model.cifar_stem=True does not apply to smallcnn"),
+    ("smallcnn", {"pretrained": True}, "smallcnn has no pretrained weights"),
+    ("smallcnn", {"num_classes": 5}, "model.num_classes=5 cannot be set: it comes from the data set's class count"),
+    ("resnet18", {"foo": 1}, r"model.foo=1 is not an option of model 'resnet18'; its options are model.pretrained, "
+                             r"model.cifar_stem, .*model.drop_rate"),
+    ("resnet18", {"img_size": 64}, "model.img_size=64 cannot be set: it comes from the data's image size"),
+    ("resnet18", {"cifar_stem": "yes"}, "model.cifar_stem='yes' must be true, false or auto"),
+    ("resnet18", {"pretrained": "no"}, "model.pretrained='no' must be true or false"),
+    ("resnet18", {"drop_rate": "x"}, "model.drop_rate must be a finite number >= 0.0 and < 1.0, got 'x'"),
+    ("vit_tiny_patch16_224", {"patch_size": 0}, r"cannot build model 'vit_tiny_patch16_224' for 3x32x32 inputs with "
+                                                r"model.patch_size=0: .*; fix those model.\* settings"),
+])
+def test_model_options_are_checked_by_name(name, kw, match):
+    chans = 1 if name.startswith("smallcnn") else 3
+    with pytest.raises(DuckInputError, match=match):
+        create_model(name, 4, chans, 32, **kw)
+
+
+def test_small_cnn_options_are_used_and_image_size_checked():
+    m = create_model("smallcnn", 4, 1, 8, width=3, drop_rate=0.25)
+    assert m.embed_dim == 12 and m.net.head_drop.p == 0.25
+    assert create_model("smallcnn28", 4, 1, 4).embed_dim == 64
+    with pytest.raises(DuckInputError, match="smallcnn28 needs images of at least 4x4 pixels .* data.img_size=2"):
+        create_model("smallcnn28", 4, 1, 2)

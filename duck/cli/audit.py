@@ -168,7 +168,9 @@ def audit(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
                              "scenario=class_removal|homogeneous_removal|custom|targeted")
     check_audit_options(cfg, data, scenario)
     device = check_trainer(cfg)
-    target, manifest = load_model(cfg.ckpt, cfg, data)
+    # a checkpoint unlearned or retrained for another forget set is refused: its audit would test the
+    # wrong members
+    target, manifest = load_model(cfg.ckpt, cfg, data, scenario)
     role = resolve_role(str(cfg.role), manifest)
     models, methods = {role: target}, {role: (manifest or {}).get("method") or "?"}
     for ref in REFERENCE_NAMES:
@@ -177,7 +179,7 @@ def audit(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
             if ref == role:
                 raise DuckInputError(f"{ref}_ckpt given, but the audited checkpoint is the {ref} itself; "
                                      "drop one")
-            models[ref], ref_manifest = load_model(path, cfg, data)
+            models[ref], ref_manifest = load_model(path, cfg, data, scenario)
             methods[ref] = (ref_manifest or {}).get("method") or ref
     recorded = ((manifest or {}).get("config") or {}).get("recipe")
     if recorded is not None and recorded != container(cfg.recipe):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from duck.checkpoint import check_manifest, load_checkpoint, load_into
+from duck.checkpoint import check_forget_set, check_manifest, load_checkpoint, load_into
 from duck.data.augment import check_augment
 from duck.data.base import DatasetSplits
 from duck.data.registry import build_datasets
@@ -55,14 +55,20 @@ def build_model(cfg: DictConfig, data: DatasetSplits) -> Classifier:
 
 
 def expected_spec(cfg: DictConfig, data: DatasetSplits) -> dict[str, Any]:
+    """What a checkpoint's manifest must agree with: the model, the data set and its shape, and the requested
+    ``data`` config (whose train/test split settings :func:`duck.checkpoint.check_manifest` compares)."""
     return {"model": cfg.model.name, "num_classes": data.num_classes, "in_chans": data.in_chans,
-            "img_size": data.img_size, "dataset": data.name}
+            "img_size": data.img_size, "dataset": data.name, "data": container(cfg.data)}
 
 
-def load_model(path: str | Path, cfg: DictConfig, data: DatasetSplits) -> tuple[Classifier, dict[str, Any] | None]:
-    """Build the configured model and load ``path`` into it, refusing any mismatch."""
+def load_model(path: str | Path, cfg: DictConfig, data: DatasetSplits,
+               scenario: Scenario | None = None) -> tuple[Classifier, dict[str, Any] | None]:
+    """Build the configured model and load ``path`` into it, refusing any mismatch (with ``scenario``: also a
+    checkpoint unlearned or retrained for another forget set)."""
     sd, manifest = load_checkpoint(path)
     check_manifest(manifest, expected_spec(cfg, data), path)
+    if scenario is not None:
+        check_forget_set(manifest, scenario.summary(), path)
     model = build_model(cfg, data)
     load_into(model, sd, path)
     return model, manifest

@@ -1,8 +1,8 @@
 """Batched train-time augmentations applied on the device, inside the training step.
 
 Names (``data.augment``): ``crop`` (zero-pad by ``img_size // 8`` and take a random crop, the CIFAR recipe)
-and ``flip`` (random horizontal flip). Randomness comes from torch's global generator, which
-``lightning.seed_everything`` seeds, so runs are reproducible.
+and ``flip`` (random horizontal flip); every data set takes them (``[]`` or ``null``: none). Randomness comes
+from torch's global generator, which ``lightning.seed_everything`` seeds, so runs are reproducible.
 """
 
 from __future__ import annotations
@@ -17,10 +17,18 @@ from duck.errors import DuckInputError
 AUGMENTATIONS = ("crop", "flip")
 
 
-def check_augment(names: Sequence[str]) -> list[str]:
+def check_augment(names: object, name: str = "data.augment") -> list[str]:
+    """The augmentation names of ``names`` (a list; ``None`` = none) as a list, else a ``DuckInputError``
+    naming the value: a single string (``data.augment=flip`` instead of ``[flip]``) or an unknown name."""
+    if names is None:
+        return []
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise DuckInputError(f"{name}={names!r} must be a list of augmentation names from {list(AUGMENTATIONS)}, "
+                             f"e.g. {name}=[crop,flip], or {name}=[] for none")
     bad = [n for n in names if n not in AUGMENTATIONS]
     if bad:
-        raise DuckInputError(f"unknown augmentation(s) {bad}; choose from {list(AUGMENTATIONS)}")
+        raise DuckInputError(f"unknown augmentation(s) {bad} in {name}; choose from {list(AUGMENTATIONS)}, "
+                             f"e.g. {name}=[crop,flip], or {name}=[] for none")
     return list(names)
 
 

@@ -15,6 +15,17 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from duck.errors import DuckInputError
+
+
+def check_path_text(value: Any, name: str) -> str | None:
+    """A folder option such as ``data.root``: text (or ``None`` where the option may be unset), else a
+    ``DuckInputError`` naming the value (``data.root=123`` reaches here as an int: quote it)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise DuckInputError(f"{name}={value!r} must be a folder path (text); quote it if it looks like a number: "
+                         f"{name}=\"'{value}'\"")
+
 
 class IndexedDataset(Dataset):
     """Base class: ``__getitem__(i) -> (x (C,H,W) float, y int64 scalar, i)``; ``labels`` is an int64 array."""

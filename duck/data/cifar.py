@@ -7,15 +7,18 @@ numpy arrays and plain containers, so a tampered file cannot execute code.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from duck.data.base import DatasetSplits, TensorImageDataset
+from duck.data.augment import check_augment
+from duck.data.base import DatasetSplits, TensorImageDataset, check_path_text
 from duck.data.registry import register_dataset
 from duck.errors import DuckInputError
+from duck.utils import check_bool
 
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
@@ -122,8 +125,10 @@ def _class_names(path: Path, key: str) -> list[str]:
     return [n.decode("latin1") if isinstance(n, bytes) else n for n in raw]
 
 
-def _cifar(kind: str, root: str | None, download: bool, augment: list[str] | None) -> DatasetSplits:
+def _cifar(kind: str, root: str | None, download: bool, augment: Sequence[str] | None) -> DatasetSplits:
     spec = _SPECS[kind]
+    root, download = check_path_text(root, "data.root"), check_bool(download, "data.download")
+    augment = check_augment(augment)
     if not root:
         raise DuckInputError(
             f"data.root is not set for {kind}; download {spec['url']}, extract it and pass "
@@ -152,19 +157,19 @@ def _cifar(kind: str, root: str | None, download: bool, augment: list[str] | Non
         train=TensorImageDataset(xtr, ytr, spec["mean"], spec["std"]),
         test=TensorImageDataset(xte, yte, spec["mean"], spec["std"]),
         num_classes=spec["num_classes"], in_chans=3, img_size=32, class_names=names,
-        augment=list(["crop", "flip"] if augment is None else augment),
+        augment=augment,
     )
 
 
 @register_dataset("cifar10")
-def cifar10(root: str | None = None, download: bool = False, augment: list[str] | None = None,
-            **_: object) -> DatasetSplits:
+def cifar10(root: str | None = None, download: bool = False,
+            augment: Sequence[str] | None = ("crop", "flip")) -> DatasetSplits:
     """CIFAR-10 (50,000 / 10,000 32x32 colour images) from ``root/cifar-10-batches-py``."""
     return _cifar("cifar10", root, download, augment)
 
 
 @register_dataset("cifar100")
-def cifar100(root: str | None = None, download: bool = False, augment: list[str] | None = None,
-             **_: object) -> DatasetSplits:
+def cifar100(root: str | None = None, download: bool = False,
+             augment: Sequence[str] | None = ("crop", "flip")) -> DatasetSplits:
     """CIFAR-100 (fine labels) from ``root/cifar-100-python``."""
     return _cifar("cifar100", root, download, augment)

@@ -6,13 +6,15 @@ position in the sorted file list, so it is stable across runs and machines.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from duck.data.base import DatasetSplits, IndexedDataset
+from duck.data.augment import check_augment
+from duck.data.base import DatasetSplits, IndexedDataset, check_path_text
 from duck.data.registry import register_dataset
 from duck.errors import DuckInputError
 from duck.utils import check_number, check_positive_int
@@ -110,8 +112,14 @@ def _scan_class_folders(split_dir: Path, classes: list[str] | None = None) -> tu
 @register_dataset("imagefolder")
 def imagefolder(root: str | None = None, train_split: str = "train", test_split: str = "test",
                 img_size: int = 32, in_chans: int = 3, mean: list[float] | None = None,
-                std: list[float] | None = None, augment: list[str] | None = None, **_: object) -> DatasetSplits:
+                std: list[float] | None = None, augment: Sequence[str] | None = ()) -> DatasetSplits:
     """Any ``root/{train,test}/<class>/<image>`` tree (class ids = sorted training folder names)."""
+    root = check_path_text(root, "data.root")
+    for key, split in (("train_split", train_split), ("test_split", test_split)):
+        if not check_path_text(split, f"data.{key}"):
+            raise DuckInputError(f"data.{key}={split!r} must name the split's folder under data.root, e.g. "
+                                 f"data.{key}={key[:-6]}")
+    augment = check_augment(augment)
     if not root:
         raise DuckInputError("data.root is not set for imagefolder; pass data.root=DIR with DIR/train/<class>/...")
     root_p = Path(root).expanduser()
@@ -125,7 +133,7 @@ def imagefolder(root: str | None = None, train_split: str = "train", test_split:
         train=FileImageDataset(tr_files, tr_y, img_size, in_chans, mean_t, std_t),
         test=FileImageDataset(te_files, te_y, img_size, in_chans, mean_t, std_t),
         num_classes=len(classes), in_chans=in_chans, img_size=img_size, class_names=classes,
-        augment=list(augment or []),
+        augment=augment,
     )
 
 
@@ -156,8 +164,8 @@ def _read_val_annotations(ann: Path, images: Path, cls_id: dict[str, int]) -> tu
 
 
 @register_dataset("tinyimagenet")
-def tinyimagenet(root: str | None = None, img_size: int = 64, augment: list[str] | None = None,
-                 **_: object) -> DatasetSplits:
+def tinyimagenet(root: str | None = None, img_size: int = 64,
+                 augment: Sequence[str] | None = ("crop", "flip")) -> DatasetSplits:
     """TinyImageNet-200: ``root/tiny-imagenet-200/train/<wnid>/images/*.JPEG`` and the validation split
     (``val/images`` + ``val/val_annotations.txt``) used as the test set, as in the DUCK paper."""
     if not root:
@@ -165,7 +173,8 @@ def tinyimagenet(root: str | None = None, img_size: int = 64, augment: list[str]
             "data.root is not set for tinyimagenet; download http://cs231n.stanford.edu/tiny-imagenet-200.zip, "
             "unzip it and pass data.root=DIR (the folder containing tiny-imagenet-200/)"
         )
-    img_size = check_img_size(img_size)
+    root = check_path_text(root, "data.root")
+    img_size, augment = check_img_size(img_size), check_augment(augment)
     base = Path(root).expanduser() / "tiny-imagenet-200"
     ann = base / "val" / "val_annotations.txt"
     if not (base / "train").is_dir() or not ann.is_file():
@@ -181,5 +190,5 @@ def tinyimagenet(root: str | None = None, img_size: int = 64, augment: list[str]
         train=FileImageDataset(tr_files, tr_y, img_size, 3, TINY_MEAN, TINY_STD),
         test=FileImageDataset(te_files, np.asarray(te_y), img_size, 3, TINY_MEAN, TINY_STD),
         num_classes=len(classes), in_chans=3, img_size=img_size, class_names=classes,
-        augment=list(["crop", "flip"] if augment is None else augment),
+        augment=augment,
     )

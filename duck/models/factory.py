@@ -6,6 +6,9 @@ Every model is wrapped in :class:`Classifier`, which exposes the split DUCK need
 
 from __future__ import annotations
 
+import inspect
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +17,7 @@ from torch import nn
 
 from duck.errors import DuckInputError
 from duck.models.small_cnn import SmallCNN
+from duck.utils import check_bool, check_number
 
 _LOCAL_MODELS: dict[str, Callable[..., nn.Module]] = {}
 
@@ -27,15 +31,15 @@ def register_model(name: str) -> Callable[[Callable[..., nn.Module]], Callable[.
 
 
 @register_model("smallcnn")
-def smallcnn(num_classes: int, in_chans: int, width: int = 32, **kw: Any) -> nn.Module:
+def smallcnn(num_classes: int, in_chans: int, width: int = 32, drop_rate: float = 0.0) -> nn.Module:
     """For 8x8 inputs (digits): one 2x2 pool, 128-d embedding at width 32."""
-    return SmallCNN(num_classes, in_chans, width=width, n_pool=1, drop_rate=kw.get("drop_rate", 0.0))
+    return SmallCNN(num_classes, in_chans, width=width, n_pool=1, drop_rate=drop_rate)
 
 
 @register_model("smallcnn28")
-def smallcnn28(num_classes: int, in_chans: int, width: int = 16, **kw: Any) -> nn.Module:
+def smallcnn28(num_classes: int, in_chans: int, width: int = 16, drop_rate: float = 0.0) -> nn.Module:
     """For 28x28 inputs (Fashion-MNIST): two 2x2 pools, ``4·width``-d embedding."""
-    return SmallCNN(num_classes, in_chans, width=width, n_pool=2, drop_rate=kw.get("drop_rate", 0.0))
+    return SmallCNN(num_classes, in_chans, width=width, n_pool=2, drop_rate=drop_rate)
 
 
 class Classifier(nn.Module):
@@ -94,29 +98,120 @@ def _cifar_stem(net: nn.Module, in_chans: int) -> None:
     net.maxpool = nn.Identity()
 
 
-def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int = 32, *, pretrained: bool = False,
+#: what create_model sets from the data set; a model option of that name would be replaced silently
+_DATA_ARGS = {"num_classes": "data set's class count", "in_chans": "data's image channels",
+              "img_size": "data's image size (data.img_size)"}
+_UNEXPECTED_KWARG = re.compile(r"(?:(\w+)\.__init__\(\) )?got an unexpected keyword argument '(\w+)'")
+
+
+def _options_text(options: list[str]) -> str:
+    return ", ".join(f"model.{k}" for k in options)
+
+
+def model_options(name: str) -> list[str] | None:
+    """The ``model.*`` options of a local model (its builder's parameters besides the data's shape)."""
+    if name not in _LOCAL_MODELS:
+        return None
+    return [k for k in inspect.signature(_LOCAL_MODELS[name]).parameters if k not in _DATA_ARGS]
+
+
+def _timm_options(name: str, cls_name: str | None) -> list[str] | None:
+    """The keyword options of the timm class ``cls_name`` that builds ``name`` (for error messages), or
+    ``None`` where it cannot be found."""
+    try:
+        from timm.models import model_entrypoint
+
+        cls = getattr(sys.modules[model_entrypoint(name).__module__], cls_name or "")
+        params = inspect.signature(cls.__init__).parameters.values()
+    except (AttributeError, KeyError, RuntimeError, TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return ["pretrained", "cifar_stem"] + [p.name for p in params if p.kind in kinds and p.name not in
+                                           ("self", "device", "dtype", *_DATA_ARGS)]
+
+
+def _timm_model(name: str, img_size: int, args: dict[str, Any], kwargs: dict[str, Any]) -> nn.Module:
+    """``timm.create_model`` for ``img_size`` inputs; a ``model.*`` option it does not take, or a value it
+    fails on, becomes a ``DuckInputError`` naming the option."""
+    import timm
+
+    try:
+        try:
+            return timm.create_model(name, img_size=img_size, **args)
+        except TypeError as e:  # architectures without an img_size argument (CNNs) adapt to any input size
+            found = _UNEXPECTED_KWARG.search(str(e))
+            if not found or found.group(2) != "img_size":
+                raise
+        return timm.create_model(name, **args)
+    except TypeError as e:
+        found = _UNEXPECTED_KWARG.search(str(e))
+        if found and found.group(2) in kwargs:
+            key, options = found.group(2), _timm_options(name, found.group(1))
+            listing = f"its options are {_options_text(options)}" if options else \
+                f"see the keyword arguments of timm's {found.group(1) or name}"
+            raise DuckInputError(f"model.{key}={kwargs[key]!r} is not an option of model {name!r}; {listing} "
+                                 "(check the spelling or remove the override)") from None
+        error: Exception = e
+    except (ValueError, AssertionError, ZeroDivisionError) as e:
+        error = e
+    settings = ", ".join(f"model.{k}={v!r}" for k, v in kwargs.items()) or "its default options"
+    detail = (str(error).splitlines() or [""])[0] or type(error).__name__
+    raise DuckInputError(f"cannot build model {name!r} for {args['in_chans']}x{img_size}x{img_size} inputs with "
+                         f"{settings}: {detail}; fix those model.* settings or data.img_size") from None
+
+
+def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int = 32, /, *, pretrained: bool = False,
                  cifar_stem: bool | str = "auto", **kwargs: Any) -> Classifier:
-    """Build ``name`` (a local small CNN or any timm model) for ``num_classes`` outputs and the input shape."""
+    """Build ``name`` (a local small CNN or any timm model) for ``num_classes`` outputs and the input shape.
+
+    ``kwargs`` are the model's own options (``model.*``): an option the model does not take is refused
+    (``DuckInputError`` naming it and listing the valid ones), never ignored; so are the shape arguments,
+    which come from the data set. ``cifar_stem`` (``true``, ``false`` or ``auto``) applies to ResNet-style
+    timm models only.
+    """
     if num_classes < 2:
         raise DuckInputError(f"num_classes={num_classes} must be at least 2")
+    pretrained = check_bool(pretrained, "model.pretrained")
+    if not (isinstance(cifar_stem, bool) or cifar_stem == "auto"):
+        raise DuckInputError(f"model.cifar_stem={cifar_stem!r} must be true, false or auto")
+    clash = sorted(kwargs.keys() & _DATA_ARGS.keys())
+    if clash:
+        key = clash[0]
+        raise DuckInputError(f"model.{key}={kwargs[key]!r} cannot be set: it comes from the {_DATA_ARGS[key]}; "
+                             f"remove the model.{key} override")
+    if name in _LOCAL_MODELS:
+        options = model_options(name)
+        unknown = [k for k in kwargs if k not in options]
+        if unknown:
+            raise DuckInputError(
+                f"model.{unknown[0]}={kwargs[unknown[0]]!r} is not an option of model {name!r}; its options are "
+                f"{_options_text(options)} (check the spelling or remove the override)"
+            )
+    for key, value in kwargs.items():  # drop_rate, drop_path_rate, attn_drop_rate...: probabilities
+        if isinstance(key, str) and key.endswith("_rate"):
+            check_number(value, f"model.{key}", 0.0, False, 1.0, hi_open=True)
     if name in _LOCAL_MODELS:
         if pretrained:
             raise DuckInputError(f"{name} has no pretrained weights; set model.pretrained=false")
+        if cifar_stem != "auto":
+            raise DuckInputError(f"model.cifar_stem={cifar_stem!r} does not apply to {name} (only ResNet-style timm "
+                                 "models have that stem); remove the model.cifar_stem override")
         net = _LOCAL_MODELS[name](num_classes=num_classes, in_chans=in_chans, **kwargs)
+        smallest = getattr(net, "min_img_size", 1)
+        if img_size < smallest:
+            raise DuckInputError(f"{name} needs images of at least {smallest}x{smallest} pixels (its max-pools halve "
+                                 f"them); data.img_size={img_size} is too small: use larger images or another model")
         return Classifier(net, name, num_classes, in_chans, img_size)
     import timm
 
-    if not timm.is_model(name):
+    if not isinstance(name, str) or not timm.is_model(name):
         raise DuckInputError(
             f"unknown model {name!r}; use one of {list_local_models()} or a timm model name "
             "(python -c 'import timm; print(timm.list_models())')"
         )
     args = dict(pretrained=pretrained, num_classes=num_classes, in_chans=in_chans, **kwargs)
     try:
-        try:
-            net = timm.create_model(name, img_size=img_size, **args)
-        except TypeError:  # architectures without an img_size argument (CNNs) adapt to any input size
-            net = timm.create_model(name, **args)
+        net = _timm_model(name, img_size, args, kwargs)
     except (RuntimeError, OSError) as e:
         if pretrained:
             raise DuckInputError(f"cannot load pretrained weights for {name} ({e}); set model.pretrained=false "
