@@ -230,6 +230,23 @@ def test_duck_unlearn_bad_input(run_cli, synthetic_ckpt, tmp_path, args, match):
     assert written_files(run_dir) == set()
 
 
+def test_relative_input_paths_survive_hydra_job_chdir(run_cli, synthetic_ckpt, tmp_path, monkeypatch):
+    """hydra.job.chdir=true runs the job in its output directory: ckpt=m.ckpt and forget-id files relative to
+    the launch directory were not found there."""
+    import os
+    import shutil
+
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    shutil.copy(synthetic_ckpt, launch / "m.ckpt")
+    (launch / "ids.txt").write_text("0 1 2 3")
+    monkeypatch.chdir(launch)
+    code, _, err, run_dir = run_cli("unlearn", *SYNTH_ARGS, "ckpt=m.ckpt", "scenario=custom",
+                                    "scenario.forget_ids=ids.txt", "hydra.job.chdir=true")
+    assert code == 0, err
+    assert written_files(run_dir) == {"unlearned.ckpt", "metrics.json"} and os.getcwd() == str(launch)
+
+
 def test_required_settings_are_named(run_cli, tmp_path):
     """``???`` values: a missing ckpt was an OmegaConf traceback, a missing forget-id file was read as ``???``."""
     code, _, err, run_dir = run_cli("unlearn", *SYNTH_ARGS)

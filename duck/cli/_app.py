@@ -97,6 +97,29 @@ def check_required(cfg: Any) -> None:
                              f"pass {' '.join(f'{k}=...' for k in missing)} on the command line")
 
 
+#: settings holding paths the user typed (relative to the launch directory)
+INPUT_PATHS = ("ckpt", "original_ckpt", "retrained_ckpt", "cache_dir", "scenario.forget_ids", "data.root")
+
+
+def resolve_input_paths(cfg: Any) -> None:
+    """With ``hydra.job.chdir=true`` the job runs inside its output directory; relative input paths
+    (``ckpt=model.ckpt``, ``scenario.forget_ids=ids.txt``, ``data.root``...) are made absolute against the
+    directory the command was launched from, as the user meant them."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    if not HydraConfig.initialized():
+        return
+    launch = Path(HydraConfig.get().runtime.cwd)
+    if Path.cwd() == launch:
+        return
+    with open_dict(cfg):
+        for key in INPUT_PATHS:
+            value = OmegaConf.select(cfg, key, default=None)
+            if isinstance(value, str) and value not in ("", "???") and not Path(value).expanduser().is_absolute():
+                OmegaConf.update(cfg, key, str(launch / value), merge=False)
+
+
 def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], None]:
     """Build a console-script ``main`` that runs ``task(cfg)`` under Hydra.
 
@@ -114,6 +137,7 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], No
         def _run(cfg: DictConfig) -> None:
             try:
                 check_required(cfg)
+                resolve_input_paths(cfg)
                 configure_threads(cfg.get("threads", "auto"))
                 check_job_numbers(cfg)
                 task(cfg)
