@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import SYNTH_ARGS, written_files
@@ -79,42 +80,44 @@ def test_cache_dir_that_is_a_file_is_refused(run_cli, tmp_path, monkeypatch):
     assert written_files(run_dir) == set()
 
 
-def test_unusable_cached_metrics_are_retrained(run_cli, tmp_path, monkeypatch):
+def _cached_run(run_cli, tmp_path, monkeypatch, name: str) -> tuple[tuple[str, ...], list[Path]]:
+    """A duck-run that fills an empty cache: its arguments and the cache's two ``name`` files (original, oracle)."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("DUCK_CACHE_DIR", str(cache))
     args = (*SYNTH_ARGS, "audit=false", "recipe.epochs=1", "scenario.forget_classes=[1]")
     code, _, err, _ = run_cli("run", *args)
     assert code == 0, err
-    entries = sorted((cache / "models").glob("*/metrics.json"))
+    entries = sorted((cache / "models").glob(f"*/{name}"))
     assert len(entries) == 2  # the original and the oracle
+    return args, entries
+
+
+def _assert_retrained(run_cli, args: tuple[str, ...]) -> str:
+    """Run again: both cached models are unusable, so both are trained, with warnings; returns stderr."""
+    code, out, err, run_dir = run_cli("run", *args)
+    assert code == 0 and "Traceback" not in err, err
+    assert err.count("warning: ignoring unusable cached model") == 2
+    assert "reused from cache" not in out and "trained: test accuracy" in out
+    assert json.loads((run_dir / "original" / "metrics.json").read_text())["reused_from_cache"] is False
+    return err
+
+
+def test_unusable_cached_metrics_are_retrained(run_cli, tmp_path, monkeypatch):
+    args, entries = _cached_run(run_cli, tmp_path, monkeypatch, "metrics.json")
     for bad in ("[1]", "{}"):
         for m in entries:
             m.write_text(bad)
-        code, out, err, run_dir = run_cli("run", *args)
-        assert code == 0 and "Traceback" not in err, err
-        assert "warning: ignoring unusable cached model" in err
-        assert "reused from cache" not in out and "trained: test accuracy" in out
-        assert json.loads((run_dir / "original" / "metrics.json").read_text())["reused_from_cache"] is False
+        _assert_retrained(run_cli, args)
 
 
 def test_damaged_cached_checkpoints_are_retrained(run_cli, tmp_path, monkeypatch):
     """A cached model.ckpt that is empty or not a checkpoint (an IndexError / KeyError traceback before) is
     ignored with a warning and trained again."""
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("DUCK_CACHE_DIR", str(cache))
-    args = (*SYNTH_ARGS, "audit=false", "recipe.epochs=1", "scenario.forget_classes=[1]")
-    code, _, err, _ = run_cli("run", *args)
-    assert code == 0, err
-    ckpts = sorted((cache / "models").glob("*/model.ckpt"))
-    assert len(ckpts) == 2  # the original and the oracle
+    args, ckpts = _cached_run(run_cli, tmp_path, monkeypatch, "model.ckpt")
     ckpts[0].unlink()  # hard-linked into the first run's directory: damage a copy of its own
     ckpts[0].write_bytes(b"")
     ckpts[1].unlink()
     ckpts[1].write_text("hello world")
-    code, out, err, run_dir = run_cli("run", *args)
-    assert code == 0 and "Traceback" not in err, err
+    err = _assert_retrained(run_cli, args)
     assert "is corrupt or truncated (empty file, 0 bytes)" in err and "is corrupt or not a PyTorch checkpoint" in err
-    assert err.count("warning: ignoring unusable cached model") == 2
-    assert "reused from cache" not in out and "trained: test accuracy" in out
-    assert json.loads((run_dir / "original" / "metrics.json").read_text())["reused_from_cache"] is False
     assert load_checkpoint(ckpts[0])[1]["method"] in ("original", "retrain")  # the cache holds a good one again
