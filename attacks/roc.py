@@ -15,6 +15,7 @@ import numpy as np
 from scipy.stats import norm, rankdata
 
 from duck.errors import DuckInputError
+from duck.utils import check_number
 
 CI_METHODS = ("bootstrap", "hanley_mcneil")
 # FPR grid of the stored / plotted ROC (log-log axes from 1e-5 to 1, ALGORITHMS.md §4)
@@ -23,7 +24,11 @@ ROC_GRID = np.unique(np.concatenate([np.logspace(-5, 0, 121), np.linspace(0.0, 1
 
 def _check_scores(scores: np.ndarray, is_member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-    is_member = np.asarray(is_member, dtype=bool).reshape(-1)
+    labels = np.asarray(is_member).reshape(-1)
+    if labels.dtype != bool and not np.isin(labels, (0, 1)).all():  # 2 or -1 were read as "member"
+        raise DuckInputError(f"membership labels must be booleans or 0/1, got values "
+                             f"{np.unique(labels)[:5].tolist()}; pass is_member as True/False")
+    is_member = labels.astype(bool)
     if scores.shape != is_member.shape:
         raise DuckInputError(f"{scores.size} scores but {is_member.size} membership labels; pass one label "
                              f"per score")
@@ -62,7 +67,8 @@ def auc_score(scores: np.ndarray, is_member: np.ndarray) -> float:
 
 
 def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, level: float) -> float:
-    """Largest TPR among ROC points with ``FPR <= level`` (ALGORITHMS.md §4)."""
+    """Largest TPR among ROC points with ``FPR <= level`` (ALGORITHMS.md §4); ``level`` in [0, 1]."""
+    level = check_number(level, "FPR level", 0.0, False, 1.0)
     ok = np.asarray(fpr) <= level + 1e-12
     return float(np.max(np.asarray(tpr)[ok]))  # (0, 0) is always a point
 

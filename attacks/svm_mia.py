@@ -28,8 +28,9 @@ def resample_counts(n_members: int, n_nonmembers: int, member_ratio: float,
     Class removal (ratio 3): CIFAR-10's 5,000 forget / 1,000 forgotten-class test samples give 3,000 / 1,000
     as in the paper; with fewer forget samples than that the non-members are cut instead, so the members
     stay the 3:1 majority. Homogeneous removal (ratio 1): balanced."""
-    if member_ratio <= 0:
-        raise DuckInputError(f"svm_mia.member_ratio={member_ratio} must be > 0 "
+    if isinstance(member_ratio, bool) or not isinstance(member_ratio, (int, float, np.integer, np.floating)) \
+            or not 0 < member_ratio < float("inf"):  # NaN fails too
+        raise DuckInputError(f"svm_mia.member_ratio={member_ratio!r} must be a finite number > 0 "
                              "(1 = balanced, 3 = the paper's 1:3)")
     n_mem = min(n_members, int(max_per_side), int(round(member_ratio * n_nonmembers)))
     n_non = min(n_nonmembers, int(max_per_side), int(np.ceil(n_mem / member_ratio)))
@@ -66,6 +67,9 @@ def svm_mia(member_probs: np.ndarray, nonmember_probs: np.ndarray, *, member_rat
     if mem.ndim != 2 or non.ndim != 2 or mem.shape[1] != non.shape[1]:
         raise DuckInputError(f"SVM MIA features must be (n, classes) softmax matrices, got {mem.shape} and "
                              f"{non.shape}")
+    if not (np.isfinite(mem).all() and np.isfinite(non).all()):
+        raise DuckInputError("SVM MIA features contain NaN or inf (the audited model's outputs are not finite); "
+                             "check the model")
     if isinstance(runs, bool) or not hasattr(runs, "__index__") or runs < 1:
         raise DuckInputError(f"svm_mia.runs={runs!r} must be an integer >= 1")
     if isinstance(cv, bool) or not hasattr(cv, "__index__") or cv < 2:

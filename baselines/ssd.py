@@ -67,6 +67,8 @@ def dampen(params: Sequence[nn.Parameter], importance_full: Sequence[torch.Tenso
 class SSD(BaselineUnlearner):
     """Fisher importances on ``D`` and ``D_f``, then dampening of the forget-specialised parameters."""
 
+    positive_hyperparameters = ("alpha", "lam")  # checked before the two Fisher passes
+
     def run(self) -> dict[str, Any]:
         device = self.trainer_device()
         bs = int(self.hp["batch_size"])

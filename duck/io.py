@@ -7,6 +7,7 @@ Pure standard library + numpy: safe to import from every layer.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -68,9 +69,26 @@ def _json_default(o: Any) -> Any:
         raise TypeError(f"not JSON serialisable: {type(o).__name__}") from None
 
 
+def _strict(obj: Any) -> Any:
+    """``obj`` with every NaN/inf float replaced by None (JSON has no such numbers)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
 def atomic_save_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
-    """Write ``obj`` as JSON (numpy scalars/arrays converted) atomically."""
-    return atomic_write_text(path, json.dumps(obj, indent=indent, default=_json_default) + "\n")
+    """Write ``obj`` as strict JSON (numpy scalars/arrays converted; NaN/inf, which JSON cannot hold and which
+    Python would write as bare ``NaN``, become ``null``) atomically."""
+    try:
+        text = json.dumps(obj, indent=indent, default=_json_default, allow_nan=False)
+    except ValueError:  # a non-finite number somewhere: convert everything to plain types, then null them
+        text = json.dumps(_strict(json.loads(json.dumps(obj, default=_json_default))), indent=indent,
+                          allow_nan=False)
+    return atomic_write_text(path, text + "\n")
 
 
 def atomic_save_npz(path: str | os.PathLike, **arrays: Any) -> Path:

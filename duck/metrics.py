@@ -9,6 +9,7 @@ import torch
 from duck.data.base import DatasetSplits
 from duck.data.loaders import make_loader
 from duck.data.scenarios import Scenario
+from duck.utils import check_number
 
 
 @torch.no_grad()
@@ -52,7 +53,9 @@ def split_accuracies(model: torch.nn.Module, data: DatasetSplits, scenario: Scen
 
 def aus(a_or: float, a_t: float, a_f: float, *, class_removal: bool) -> float:
     """AUS (seeds/003 Eq. 6). Class removal: ``(1 − (A_or − A_t)) / (1 + |A_f|)``;
-    homogeneous removal: ``(1 − (A_or − A_t)) / (1 + |A_f − A_t|)``. Accuracies are fractions."""
+    homogeneous removal: ``(1 − (A_or − A_t)) / (1 + |A_f − A_t|)``. Accuracies are fractions in [0, 1]
+    (percentages are refused: they would give a meaningless score without a word)."""
+    a_or, a_t, a_f = (check_number(v, name, 0.0, False, 1.0) for v, name in ((a_or, "A_or"), (a_t, "A_t"), (a_f, "A_f")))
     denom = 1.0 + (abs(a_f) if class_removal else abs(a_f - a_t))
     return (1.0 - (a_or - a_t)) / denom
 

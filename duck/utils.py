@@ -101,6 +101,8 @@ def check_radius(r: Any, name: str = "r") -> float:
 
 #: seeds are the 64-bit values torch.Generator.manual_seed and numpy accept
 SEED_MAX = 2**63 - 1
+#: Lightning's seed_everything seeds numpy's legacy generator, which takes 32-bit seeds (jobs, unlearners)
+JOB_SEED_MAX = 2**32 - 1
 
 
 def check_seed(seed: Any, name: str = "seed") -> int:

@@ -13,6 +13,7 @@ from conftest import SYNTH_ARGS, written_files
 
 from duck.data.loaders import cycle, make_loader
 from duck.data.scenarios import build_scenario
+from duck.errors import DuckInputError
 from duck.metrics import split_accuracies
 from duck.unlearn import UnlearnData, create_unlearner, list_unlearners
 from duck.unlearn.duck import class_centroids, cosine_distance, embed_samples, nearest_incorrect_centroid
@@ -262,3 +263,89 @@ def test_duck_unlearn_refuses_missing_and_corrupt_checkpoints(run_cli, synthetic
     for ckpt, match in ((tmp_path / "none.ckpt", "not found"), (bad, "corrupt or truncated")):
         code, _, err, run_dir = run_cli("unlearn", *SYNTH_ARGS, f"ckpt={ckpt}")
         assert code == 2 and match in err and written_files(run_dir) == set()
+
+
+def _bad_unlearn_inputs(synthetic, model):
+    """(description, kwargs for create_unlearner, expected message) for check_unlearn_inputs; each was
+    accepted (wrong results) or failed deep inside torch/Lightning before."""
+    import dataclasses
+
+    from duck.data.scenarios import Scenario
+
+    sc = cr(synthetic)
+    data = UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(model, synthetic, sc))
+    labels = synthetic.train.labels
+    small = build_scenario("homogeneous_removal", labels[:100], synthetic.test.labels, 4, fraction=0.1)
+    shifted = build_scenario("class_removal", np.roll(labels, 1), synthetic.test.labels, 4, forget_classes=[1])
+    overlap = Scenario("custom", np.arange(10), np.arange(240))
+    frozen = copy.deepcopy(model).requires_grad_(False)
+    return [
+        ("scenario of another training set", dict(data=dataclasses.replace(data, scenario=small)),
+         "must split the 240 training samples"),
+        ("forget and retain overlap", dict(data=dataclasses.replace(data, scenario=overlap)),
+         "must split the 240 training samples"),
+        ("class removal on other labels", dict(data=dataclasses.replace(data, scenario=shifted)),
+         r"not the samples of classes \[1\]"),
+        ("percent accuracies", dict(data=dataclasses.replace(data, original_acc={"test": 95.0})),
+         r"original_acc\['test'\] must be a finite number >= 0.0 and <= 1.0, got 95"),
+        ("no test accuracy", dict(data=dataclasses.replace(data, original_acc={"test_retain": 0.9})),
+         "must map split names.*hold 'test'"),
+        ("class count", dict(data=dataclasses.replace(data, num_classes=3)),
+         "the model has 4 classes but data.num_classes=3"),
+        ("unknown augmentation", dict(data=dataclasses.replace(data, augment=["rotate"])),
+         r"unknown augmentation\(s\) \['rotate'\]"),
+        ("bare string augmentation", dict(data=dataclasses.replace(data, augment="crop")),
+         "must be a list of augmentation names"),
+        ("frozen model", dict(model=frozen, data=data), "every model parameter has requires_grad=False"),
+        ("float64 model", dict(model=copy.deepcopy(model).double(), data=data), r"parameters are float64.*model.float\(\)"),
+        ("seed beyond Lightning", dict(data=data, seed=2**32), "seed=4294967296 must be at most 4294967295"),
+        ("negative seed", dict(data=data, seed=-1), "seed"),
+        ("cfg not a mapping", dict(data=data, cfg=[1]), "cfg must be a mapping"),
+        ("data not UnlearnData", dict(data={"scenario": sc}), "data must be a duck.unlearn.UnlearnData"),
+    ]
+
+
+def test_unlearner_inputs_are_checked_before_any_work(synthetic, synthetic_model):
+    for what, kwargs, match in _bad_unlearn_inputs(synthetic, synthetic_model):
+        kwargs = {"model": copy.deepcopy(synthetic_model), "cfg": BASE, **kwargs}
+        with pytest.raises(DuckInputError, match=match):
+            create_unlearner("duck", kwargs.pop("model"), kwargs.pop("data"), kwargs.pop("cfg"), **kwargs)
+            pytest.fail(f"accepted: {what}")
+
+
+def test_python_api_hyperparameter_gaps_are_named(synthetic, synthetic_model):
+    """No cfg gave a KeyError deep in run(); SSD's lam=0 was refused only after both Fisher passes; milestones
+    'abc' failed at run time."""
+    sc = cr(synthetic)
+    data = UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(synthetic_model, synthetic, sc))
+    with pytest.raises(DuckInputError, match="method 'finetune' needs the hyperparameter 'epochs', which cfg does not"):
+        create_unlearner("finetune", copy.deepcopy(synthetic_model), data, {}).unlearn()
+    with pytest.raises(DuckInputError, match="method.lam must be a finite number > 0.0, got 0"):
+        create_unlearner("ssd", copy.deepcopy(synthetic_model), data, {"lam": 0, "alpha": 10, "batch_size": 8})
+    with pytest.raises(DuckInputError, match="method.milestones='abc' must be a list of integer epochs"):
+        create_unlearner("finetune", copy.deepcopy(synthetic_model), data, {"milestones": "abc"})
+
+
+def test_low_level_metric_and_attack_inputs(tmp_path):
+    """Percent accuracies, non-0/1 membership labels, FPR levels outside [0, 1], a NaN member ratio and NaN
+    SVM features were accepted or failed with raw numpy/sklearn errors; metrics.json could hold a bare NaN."""
+    from attacks.roc import roc_summary, tpr_at_fpr
+    from attacks.svm_mia import svm_mia
+    from duck.io import atomic_save_json
+    from duck.metrics import aus
+
+    with pytest.raises(DuckInputError, match="A_or must be a finite number >= 0.0 and <= 1.0, got 88.64"):
+        aus(88.64, 88.64, 88.34, class_removal=True)
+    with pytest.raises(DuckInputError, match=r"membership labels must be booleans or 0/1, got values \[0, 1, 2\]"):
+        roc_summary(np.array([0.1, 0.5, 0.9]), np.array([0, 1, 2]))
+    with pytest.raises(DuckInputError, match="FPR level"):
+        tpr_at_fpr(np.array([0.0, 1.0]), np.array([0.0, 1.0]), -0.1)
+    probs = np.full((20, 3), 1 / 3)
+    with pytest.raises(DuckInputError, match="member_ratio=nan must be a finite number > 0"):
+        svm_mia(probs, probs, member_ratio=float("nan"))
+    bad = probs.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(DuckInputError, match="SVM MIA features contain NaN"):
+        svm_mia(bad, probs)
+    path = atomic_save_json(tmp_path / "m.json", {"aus": float("nan")})
+    assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in JSON")) == {"aus": None}

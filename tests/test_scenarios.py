@@ -182,3 +182,12 @@ def test_settings_a_kind_does_not_use_are_refused():
     with pytest.raises(DuckInputError, match=r"does not use scenario.forget_class\b.*scenario.fraction, scenario.seed"):
         build_scenario("homogeneous_removal", Y_TRAIN, Y_TEST, 5, fraction=0.1, forget_class=2)
     assert build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=[1], seed=3).seed == 3
+
+
+def test_class_removal_needs_test_samples_on_both_sides():
+    """A forgotten class absent from the test split gave A_f = NaN, AUS = NaN and a metrics.json with a bare NaN."""
+    y_test = Y_TEST[Y_TEST != 1]
+    with pytest.raises(DuckInputError, match=r"no sample of the forgotten classes \(forget classes \[1\]\)"):
+        build_scenario("class_removal", Y_TRAIN, y_test, 5, forget_classes=[1])
+    with pytest.raises(DuckInputError, match="no sample of the retained classes"):
+        build_scenario("class_removal", Y_TRAIN, Y_TEST[Y_TEST == 1], 5, forget_classes=[1])

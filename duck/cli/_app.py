@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.errors import DuckInputError
-from duck.utils import check_bool, check_positive_int
+from duck.utils import JOB_SEED_MAX, check_bool, check_positive_int
 
 
 def conf_dir() -> Path:
@@ -64,10 +64,6 @@ def configure_threads(threads: Any) -> None:
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise DuckInputError(f"threads={threads!r} must be auto, null or an integer >= 1")
     torch.set_num_threads(threads)
-
-
-#: largest job seed: Lightning's seed_everything seeds numpy, which takes 32-bit seeds
-JOB_SEED_MAX = 2**32 - 1
 
 
 def check_job_numbers(cfg: Any) -> None:

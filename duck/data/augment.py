@@ -52,6 +52,8 @@ def random_crop(x: torch.Tensor, pad: int | None = None) -> torch.Tensor:
 
 
 def apply_augment(x: torch.Tensor, names: Sequence[str]) -> torch.Tensor:
-    for name in names:
+    """Apply the augmentations ``names`` (checked: an unknown name or a bare string is a DuckInputError, never
+    read as a flip) to a batch ``x (B, C, H, W)``."""
+    for name in check_augment(names, "augment"):
         x = random_crop(x) if name == "crop" else random_flip(x)
     return x

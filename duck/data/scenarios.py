@@ -208,6 +208,11 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray,
         forget = np.flatnonzero(np.isin(train_labels, classes))
         test_f = np.flatnonzero(np.isin(test_labels, classes))
         test_r = np.flatnonzero(~np.isin(test_labels, classes))
+        if test_f.size == 0 or test_r.size == 0:  # A_f or A_t (and AUS) would be NaN
+            side = "forgotten" if test_f.size == 0 else "retained"
+            raise DuckInputError(f"the test split has no sample of the {side} classes (forget classes {classes}), so "
+                                 f"the {side} classes' test accuracy is undefined; use a test split holding every "
+                                 "class, or scenario=custom with these classes' training ids")
     elif kind == "homogeneous_removal":
         ok = not isinstance(fraction, bool) and isinstance(fraction, (int, float, np.integer, np.floating))
         if not ok or not (0.0 < float(fraction) < 1.0):

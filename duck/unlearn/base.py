@@ -23,14 +23,14 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, Dataset
 
-from duck.data.augment import apply_augment
+from duck.data.augment import apply_augment, check_augment
 from duck.data.loaders import cycle, make_loader
 from duck.data.scenarios import SCENARIOS, Scenario
 from duck.errors import DuckInputError
 from duck.models import Classifier
 from duck.training import Recipe, build_trainer
-from duck.unlearn.config import resolve_method_cfg
-from duck.utils import warn_line
+from duck.unlearn.config import check_positive, resolve_method_cfg
+from duck.utils import JOB_SEED_MAX, check_number, check_seed, warn_line
 
 
 @dataclass
@@ -53,6 +53,73 @@ class UnlearnData:
     @property
     def forget_idx(self) -> np.ndarray:
         return self.scenario.forget_idx
+
+
+class Hyperparameters(dict):
+    """A method's resolved hyperparameters; reading one that is missing is a DuckInputError naming it (a Python
+    caller that passes no or a partial ``cfg`` got a bare KeyError deep inside ``run``)."""
+
+    def __init__(self, method: str, values: Mapping[str, Any]) -> None:
+        super().__init__(values)
+        self.method = method
+
+    def __missing__(self, key: str) -> Any:
+        raise DuckInputError(f"method {self.method!r} needs the hyperparameter {key!r}, which cfg does not give; "
+                             f"pass it (the defaults are in conf/method/{self.method}.yaml)")
+
+
+def check_unlearn_inputs(model: Any, data: Any, cfg: Any, trainer_cfg: Any, seed: Any) -> None:
+    """What every method needs from its inputs, checked before any work (each a DuckInputError that names
+    the value): a :class:`Classifier` whose class count is ``data.num_classes``, with trainable float32
+    parameters (the data are float32); forget and retain ids that are non-empty, disjoint and together every
+    index of ``data.train`` (class removal: exactly the forget classes' samples); ``original_acc`` holding a
+    ``test`` accuracy in [0, 1] (the stopping target of homogeneous/custom removal), every value a fraction;
+    valid augmentation names; mappings for ``cfg``/``trainer_cfg``; a seed Lightning accepts."""
+    if not isinstance(model, Classifier):
+        raise DuckInputError(f"model must be a duck.models.Classifier (build it with duck.models.create_model), "
+                             f"got {type(model).__name__}")
+    if not isinstance(data, UnlearnData):
+        raise DuckInputError(f"data must be a duck.unlearn.UnlearnData, got {type(data).__name__}")
+    for name, value in (("cfg", cfg), ("trainer_cfg", trainer_cfg)):
+        if value is not None and not isinstance(value, Mapping):
+            raise DuckInputError(f"{name} must be a mapping of settings (or None), got {type(value).__name__}")
+    seed = check_seed(seed, "seed")
+    if seed > JOB_SEED_MAX:
+        raise DuckInputError(f"seed={seed} must be at most {JOB_SEED_MAX} (Lightning seeds numpy with it)")
+    if model.num_classes != data.num_classes:
+        raise DuckInputError(f"the model has {model.num_classes} classes but data.num_classes={data.num_classes}; "
+                             "pass the data set's class count and a model built for it")
+    params = list(model.parameters())
+    if not any(p.requires_grad for p in params):
+        raise DuckInputError("every model parameter has requires_grad=False: nothing can be unlearned; unfreeze "
+                             "them (model.requires_grad_(True))")
+    wrong = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.is_floating_point()} - {"float32"})
+    if wrong:
+        raise DuckInputError(f"the model's parameters are {', '.join(wrong)}; the data and the methods use float32 "
+                             "(mixed precision comes from trainer.precision): convert it with model.float()")
+    check_augment(data.augment, "UnlearnData.augment")
+    sc, n = data.scenario, len(data.train)
+    forget, retain = np.asarray(sc.forget_idx), np.asarray(sc.retain_idx)
+    if forget.size == 0 or retain.size == 0:
+        raise DuckInputError(f"the scenario has {forget.size} forget and {retain.size} retain samples; both must be "
+                             "non-empty (build it with duck.data.scenarios.build_scenario)")
+    ids = np.concatenate([forget, retain])
+    if ids.size != n or ids.min() < 0 or ids.max() >= n or np.unique(ids).size != n:
+        raise DuckInputError(f"the scenario's forget ({forget.size}) and retain ({retain.size}) ids must split the "
+                             f"{n} training samples (disjoint, together 0..{n - 1}); build the scenario from these "
+                             "training labels")
+    labels = getattr(data.train, "labels", None)
+    if sc.forget_classes and labels is not None:
+        labels = np.asarray(labels)
+        if not np.isin(labels[forget], sc.forget_classes).all() or np.isin(labels[retain], sc.forget_classes).any():
+            raise DuckInputError(f"the scenario's forget ids are not the samples of classes {sc.forget_classes} in "
+                                 "data.train; build the scenario from these training labels")
+    acc = data.original_acc
+    if not isinstance(acc, Mapping) or "test" not in acc:
+        raise DuckInputError(f"original_acc must map split names to the original model's accuracies and hold "
+                             f"'test', got {acc!r}; compute it with duck.metrics.split_accuracies")
+    for key, value in acc.items():
+        check_number(value, f"original_acc[{key!r}]", 0.0, False, 1.0)  # fractions, not percentages
 
 
 @dataclass
@@ -114,10 +181,14 @@ class Unlearner(L.LightningModule):
     #: ``targeted`` names a class to push the forget samples to, which only DUCK's target centroids use: other
     #: methods would ignore it (the same forget ids run as ``custom``)
     supported_scenarios: ClassVar[tuple[str, ...]] = tuple(s for s in SCENARIOS if s != "targeted")
+    #: this method's hyperparameters that must be > 0 although the shared ranges (``duck.unlearn.config``)
+    #: allow 0 for other methods
+    positive_hyperparameters: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, model: Classifier, data: UnlearnData, cfg: Mapping[str, Any] | None = None, *,
                  seed: int = 0, trainer_cfg: Mapping[str, Any] | None = None, progress: bool = False) -> None:
         super().__init__()
+        check_unlearn_inputs(model, data, cfg, trainer_cfg, seed)
         if data.scenario.kind not in self.supported_scenarios:
             why = ("scenario.target_class is used only by DUCK's target centroids; run the same forget ids with "
                    "scenario=custom" if data.scenario.kind == "targeted" else "the DUCK paper excludes it there too")
@@ -127,7 +198,8 @@ class Unlearner(L.LightningModule):
             )
         self.model = model
         self.data = data
-        self.hp = resolve_method_cfg(cfg or {}, data.dataset_name, data.scenario.kind)
+        self.hp = Hyperparameters(self.method_name, resolve_method_cfg(cfg or {}, data.dataset_name, data.scenario.kind))
+        check_positive(self.hp, self.positive_hyperparameters)
         self.seed = int(seed)
         given = dict(trainer_cfg or {})
         dropped = [f"trainer.{k}={v!r}" for k, v in given.items()

@@ -20,7 +20,7 @@ from duck.utils import check_bool, check_number, check_positive_int
 _POSITIVE = ("lr", "erm_lr", "low_lr", "temperature", "kd_T", "bound", "step", "lr_gamma")
 _NON_NEGATIVE = ("weight_decay", "lambda_fgt", "lambda_ret", "lambda_reg", "lam", "alpha", "gamma",
                  "low_lambda_scale_cr", "low_lambda_scale_hr")
-_FINITE = ("tolerance",)  # a negative tolerance is a target never reached: exactly max_epochs epochs
+_FINITE = ("tolerance", "prohibit_threshold")  # a negative tolerance: a target never reached (max_epochs epochs)
 _UNIT = {"retain_fraction": (0.0, False, 1.0, False), "mask_density": (0.0, True, 1.0, False),
          "momentum": (0.0, False, 1.0, True)}  # (lo, lo open, hi, hi open)
 _COUNTS = {"epochs": 1, "max_epochs": 1, "erm_epochs": 1, "batch_size": 1, "forget_batch_size": 1,
@@ -71,8 +71,22 @@ def check_hyperparameters(hp: Mapping[str, Any]) -> None:
             check_number(value, name, lo, lo_open, hi, hi_open)
         elif key in _FLAGS:
             check_bool(value, name)
+        elif key == "milestones" and (
+            not isinstance(value, (list, tuple))
+            or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in value)
+        ):
+            raise DuckInputError(f"{name}={value!r} must be a list of integer epochs >= 1 (e.g. [8, 15]), or [] for "
+                                 "a constant learning rate")
         elif key in _CHOICES and value not in _CHOICES[key]:
             raise DuckInputError(f"{name}={value!r} must be one of {', '.join(_CHOICES[key])}")
+
+
+def check_positive(hp: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+    """A method's own hyperparameters that must be > 0 (shared names such as SSD's ``alpha``, ``lam`` may be
+    0 for other methods)."""
+    for key in keys:
+        if hp.get(key) is not None:
+            check_number(hp[key], f"method.{key}", 0.0, True)
 
 
 def check_known_keys(cfg: Mapping[str, Any], known: Mapping[str, Any], method: str) -> None:
