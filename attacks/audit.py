@@ -42,6 +42,10 @@ SVM_OPTIONS = {"enabled", "member_ratio_cr", "member_ratio_hr", "runs", "C", "ga
 SCORE_SETTINGS = ("variant", "offline_test", "fixed_variance", "truncate")  # lira_scores() keyword arguments
 
 
+#: fewest members (and non-members) for an attackable / at-chance verdict: with fewer, a stratified bootstrap
+#: or the Hanley-McNeil SE sees almost no variance on the small side and the interval is far too narrow
+MIN_VERDICT_SAMPLES = 10
+
 @dataclass
 class AuditSettings:
     """``conf/attack/lira.yaml`` as a typed object (validated on construction)."""
@@ -91,6 +95,8 @@ class AuditSettings:
             check_bool(getattr(s, key), f"attack.{key}")
         s.fpr_levels = tuple(check_number(f, "attack.fpr_levels[]", 0.0, True, 1.0, True)
                              for f in _number_list(s.fpr_levels, "attack.fpr_levels", "[0.001, 0.01, 0.05]"))
+        if len({f"{f:g}" for f in s.fpr_levels}) != len(s.fpr_levels):  # keyed by their text in audit.json
+            raise DuckInputError(f"attack.fpr_levels={list(s.fpr_levels)} lists a level twice; give each once")
         if s.shadow_pool not in POOLS:
             raise DuckInputError(f"attack.shadow_pool={s.shadow_pool!r}; choose one of {list(POOLS)}")
         if s.mode not in MODES:
@@ -140,7 +146,7 @@ def _check_ci(ci: Any) -> dict[str, Any]:
         raise DuckInputError(f"unknown attack.ci option(s) {unknown}; known: ['level', 'method', 'n_boot']")
     if ci["method"] not in CI_METHODS:
         raise DuckInputError(f"attack.ci.method={ci['method']!r}; choose one of {list(CI_METHODS)}")
-    ci["level"] = check_number(ci["level"], "attack.ci.level", 0.0, True, 1.0, True)
+    ci["level"] = check_number(ci["level"], "attack.ci.level", 0.5, False, 1.0, True)  # below 0.5: no CI anyone reads
     n_boot = check_positive_int(ci["n_boot"], "attack.ci.n_boot", MIN_N_BOOT)
     if n_boot > MAX_N_BOOT:
         raise DuckInputError(f"attack.ci.n_boot={n_boot} exceeds the maximum of {MAX_N_BOOT} resamples; "
@@ -226,10 +232,12 @@ def audit_models(cfg_attack: Mapping[str, Any] | None, data: DatasetSplits, scen
     shadow_phi = np.concatenate([phi_train[:, member_idx], phi_test[:, test_ids]], axis=1)  # (E, Q, V)
     shadow_in = bank.shadow_in(member_idx, test_ids)  # (E, Q)
     is_member = np.r_[np.ones(len(member_idx), dtype=bool), np.zeros(len(test_ids), dtype=bool)]  # (Q,)
+    job = bank.job  # all shadows trained in this job: train() above and damaged ones retrained while loading
+    retrain_s = job["seconds"] - train_info["seconds"]
     bank_info = {"key": bank.key, "dir": str(bank.dir), "n_shadow": bank.n_shadow, "pool": bank.pool,
-                 "seed": bank.seed, "trained_now": len(train_info["trained"]), "mode": train_info["mode"],
-                 "mode_info": train_info["mode_info"], "train_s": round(train_info["seconds"], 3),
-                 "phi_reused": phi_reused, "phi_s": round(t_phi - t_trained, 3)}
+                 "seed": bank.seed, "trained_now": len(job["trained"]), "mode": job["mode"],
+                 "mode_info": job["mode_info"], "train_s": round(job["seconds"], 3),
+                 "phi_reused": phi_reused, "phi_s": round(max(0.0, t_phi - t_trained - retrain_s), 3)}
 
     audits: dict[str, dict[str, Any]] = {}
     svm_kwargs = dict(cfg.svm_mia)
@@ -250,14 +258,17 @@ def audit_models(cfg_attack: Mapping[str, Any] | None, data: DatasetSplits, scen
         summary = roc_summary(scores, is_member, fpr_levels=cfg.fpr_levels, ci_method=cfg.ci["method"],
                               ci_level=float(cfg.ci["level"]), n_boot=int(cfg.ci["n_boot"]), seed=seed)
         lo, hi = summary["auc_ci"]
+        n_pos, n_neg = int(is_member.sum()), int((~is_member).sum())
+        too_few = min(n_pos, n_neg) < MIN_VERDICT_SAMPLES  # resampling 1 member shows no member-side variance
         lira = {"variant": cfg.variant, "offline_test": cfg.offline_test,
                 "fixed_variance": cfg.fixed_variance, "truncate": cfg.truncate, "n_shadow": cfg.n_shadow,
                 "views": views, **fit_info, **summary,
-                "separated_from_chance": bool(lo > 0.5),
+                "too_few_for_verdict": bool(too_few),
+                "separated_from_chance": bool(lo > 0.5 and not too_few),
                 # forget samples look *less* like members than non-members do (over-forgetting): also a
                 # membership signal: an auditor can tell the forget samples from unseen data
-                "below_chance": bool(hi < 0.5),
-                "within_2se_of_chance": bool(abs(summary["auc"] - 0.5) <= 2 * summary["auc_se"])}
+                "below_chance": bool(hi < 0.5 and not too_few),
+                "within_2se_of_chance": bool(abs(summary["auc"] - 0.5) <= 2 * summary["auc_se"] and not too_few)}
         audit: dict[str, Any] = {"target": name, "members": "forget", "nonmembers": nonmember_name,
                                  "scenario": scenario.kind, "n_members": int(len(member_idx)),
                                  "n_nonmembers": int(len(test_ids)), "lira": lira}

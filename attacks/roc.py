@@ -108,8 +108,8 @@ def auc_with_ci(scores: np.ndarray, is_member: np.ndarray, *, method: str = "boo
     """
     if method not in CI_METHODS:
         raise DuckInputError(f"attack.ci.method={method!r}; choose one of {list(CI_METHODS)}")
-    if not 0.0 < level < 1.0:
-        raise DuckInputError(f"attack.ci.level={level} must be in (0, 1), e.g. 0.95")
+    if not 0.5 <= level < 1.0:
+        raise DuckInputError(f"attack.ci.level={level} must be in [0.5, 1), e.g. 0.95")
     scores, is_member = _check_scores(scores, is_member)
     auc = auc_score(scores, is_member)
     n_pos, n_neg = int(is_member.sum()), int((~is_member).sum())

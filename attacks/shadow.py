@@ -12,6 +12,11 @@ atomically. Training proceeds in chunks of ``chunk_size`` models (batched, or on
 saves each shadow as soon as its chunk is done, so a bank larger than memory trains chunk by chunk and an
 interrupted bank resumes from the shadows already saved. The next audit on the same setup only runs
 inference (or nothing, once the φ file exists).
+
+The bank directory is a cache: a damaged entry (unreadable or malformed ``meta.json``, ``keep.npy`` or φ
+file, a φ file holding NaN/inf, a checkpoint that does not load or whose manifest names another shadow or
+bank, a file where a directory belongs or the reverse) is rebuilt with a one-line ``warning: ...``; it is
+never used as it is and never ends the job with a traceback.
 """
 
 from __future__ import annotations
@@ -78,6 +83,18 @@ def check_cache_dir(cache_dir: str | Path) -> Path:
 
 #: what reading a damaged .npy/.npz/.json raises
 CORRUPT_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, json.JSONDecodeError)
+
+
+def _first_line(e: BaseException, n: int = 120) -> str:
+    return (str(e).splitlines() or [""])[0][:n] or type(e).__name__
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and bool(np.isfinite(x))
 
 
 @contextmanager
@@ -202,6 +219,11 @@ def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shado
     }, sort_keys=True, default=str))
 
 
+def _spec_key(spec: Mapping[str, Any]) -> str:
+    """The storage key of a bank: a hash of its :func:`bank_spec`."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
+
+
 class ShadowBank:
     """E shadow models of one setup, trained once and cached (see the module docstring).
 
@@ -231,9 +253,11 @@ class ShadowBank:
         self.threads = resolve_threads(threads)
         self.spec = bank_spec(data, model_factory(), recipe, n_shadow=self.n_shadow, seed=self.seed,
                               pool=pool, augment=self.augment, precision=self.precision)
-        self.key = hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest()[:20]
+        self.key = _spec_key(self.spec)
         self.dir = check_cache_dir(cache_dir) / "shadow_banks" / self.key
         self._keep: np.ndarray | None = None
+        #: what this object trained (``train()`` calls, including retraining damaged shadows while loading)
+        self.job: dict[str, Any] = {"trained": [], "seconds": 0.0, "mode": None, "mode_info": {}}
 
     # -- layout ---------------------------------------------------------------------------------------
     def shadow_path(self, k: int) -> Path:
@@ -243,23 +267,77 @@ class ShadowBank:
         tag = hashlib.sha256("|".join(views).encode()).hexdigest()[:10]
         return self.dir / f"phi_{tag}.npz"
 
+    def _clear(self, path: Path, want: str) -> None:
+        """Remove whatever stands at ``path`` in place of a ``want`` (``"file"`` or ``"dir"``), with a warning:
+        e.g. a regular file where the ``shadows`` directory belongs (everything under the bank directory is
+        ours to rebuild)."""
+        if (path.is_file() if want == "file" else path.is_dir()) or not (path.exists() or path.is_symlink()):
+            return  # the right kind (a symlink to one is fine), or nothing there
+        real_dir = path.is_dir() and not path.is_symlink()
+        what = ("a directory" if real_dir else "not a regular file") if want == "file" else "not a directory"
+        warn_line(f"shadow bank {self.dir}: {path.name} is {what}; removing it and rebuilding what it held")
+        try:
+            if real_dir:
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError as e:
+            raise DuckInputError(f"shadow bank {self.dir}: cannot remove {path} ({e.strerror or e}); delete it "
+                                 "by hand or point DUCK_CACHE_DIR / cache_dir= at another folder") from None
+
+    def _check_layout(self) -> None:
+        """Directories where the bank needs directories (a file in their place is removed, with a warning)."""
+        for path in (self.dir.parent, self.dir, self.dir / "shadows"):
+            self._clear(path, "dir")
+
+    def _meta_problem(self, meta: Any) -> str | None:
+        """Why ``meta`` (a parsed ``meta.json``) is not a valid description of this bank, or None.
+
+        The directory name is a hash of the spec, so a stored spec that differs from this setup's spec is
+        damage (an empty or malformed spec, an edited or copied file) whenever it does not hash to this
+        directory's key: the bank is then rebuilt like any damaged entry. Only a different spec that does hash
+        to this key (a key collision: not expected to happen) is refused, by the caller."""
+        if not isinstance(meta, dict):
+            return f"a JSON {type(meta).__name__}, not a bank description"
+        spec = meta.get("spec")
+        if not isinstance(spec, dict) or set(spec) != set(self.spec):
+            return "malformed spec" if isinstance(spec, dict) and spec else "missing or empty spec"
+        if spec != self.spec and _spec_key(spec) != self.key:
+            return "its spec does not belong to this directory (edited or copied?)"
+        if "key" in meta and meta["key"] != self.key:
+            return f"key {str(meta['key'])[:40]!r}, expected {self.key!r}"
+        trained = meta.get("trained")
+        if not isinstance(trained, list) or not all(_is_int(k) and 0 <= k < self.n_shadow for k in trained):
+            return f"'trained' is {json.dumps(trained)[:60]}, not a list of shadow ids"
+        seconds = meta.get("train_seconds", 0.0)
+        if not _is_number(seconds) or seconds < 0:
+            return f"'train_seconds' is {json.dumps(seconds)[:60]}, not a non-negative number"
+        if not isinstance(meta.get("runs", []), list):
+            return "'runs' is not a list"
+        return None
+
     def _meta(self) -> dict[str, Any]:
+        """``meta.json`` (written for a new bank). A corrupt or malformed one is rebuilt: the whole bank
+        directory is removed with a warning (see :meth:`_meta_problem`)."""
+        self._check_layout()
         path = self.dir / "meta.json"
+        self._clear(path, "file")
         if path.is_file():
             try:
                 meta = json.loads(path.read_text())
-                if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
-                    raise ValueError("not a bank description")
+                problem = self._meta_problem(meta)
             except (*CORRUPT_ERRORS, UnicodeDecodeError) as e:
-                warn_line(f"shadow bank {self.dir} has a corrupt meta.json ({str(e).splitlines()[0][:120]}); "
-                      "rebuilding the bank")
+                problem = _first_line(e)
+            if problem:
+                warn_line(f"shadow bank {self.dir} has a corrupt meta.json ({problem}); rebuilding the bank")
                 shutil.rmtree(self.dir, ignore_errors=True)
+                if path.exists():
+                    raise DuckInputError(f"shadow bank {self.dir} cannot be removed; delete it by hand")
                 self._keep = None
                 return self._meta()
-            if meta.get("spec") != self.spec:
-                raise DuckInputError(f"shadow bank {self.dir} was written for another setup (key collision "
-                                     f"or "
-                                     "edited files); delete the directory to rebuild it")
+            if meta["spec"] != self.spec:  # hashes to this key (see _meta_problem): a real key collision
+                raise DuckInputError(f"shadow bank {self.dir} was written for another setup whose description "
+                                     "hashes to the same key; delete the directory to rebuild it")
             return meta
         meta = {"spec": self.spec, "key": self.key, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "train_seconds": 0.0, "trained": []}
@@ -273,6 +351,7 @@ class ShadowBank:
             path = self.dir / "keep.npy"
             self._meta()
             expected = keep_matrix(self.n_shadow, self.n_pool, self.seed)  # deterministic in (E, N, seed)
+            self._clear(path, "file")
             keep = None
             if path.is_file():
                 try:
@@ -295,6 +374,9 @@ class ShadowBank:
 
     def missing(self) -> list[int]:
         """Shadows not saved yet (all of them for a new bank; the rest after an interruption)."""
+        self._check_layout()
+        for k in range(self.n_shadow):
+            self._clear(self.shadow_path(k), "file")
         return [k for k in range(self.n_shadow) if not self.shadow_path(k).is_file()]
 
     # -- training -------------------------------------------------------------------------------------
@@ -344,8 +426,9 @@ class ShadowBank:
             self._save(k, model)
 
     def train(self) -> dict[str, Any]:
-        """Train the missing shadows chunk by chunk, saving each chunk as it completes. Returns what was done
-        (``{"trained": [...], "seconds": ..., "mode": ..., "mode_info": ...}``)."""
+        """Train the missing shadows chunk by chunk, saving each chunk as it completes. Returns what this call
+        did (``{"trained": [...], "seconds": ..., "mode": ..., "mode_info": ...}``); :attr:`job` sums all calls,
+        including the retraining of damaged shadows found while loading them (:meth:`shadow_phi`)."""
         _ = self.keep  # creates meta.json and keep.npy first
         todo = self.missing()
         if not todo:
@@ -364,6 +447,10 @@ class ShadowBank:
                 bar.update(len(part))
             bar.close()
         seconds = time.perf_counter() - t0
+        self.job["trained"] = sorted(set(self.job["trained"]) | set(todo))
+        self.job["seconds"] += seconds
+        if self.job["mode"] is None:
+            self.job["mode"], self.job["mode_info"] = mode, info
         meta = self._meta()
         meta["train_seconds"] = float(meta.get("train_seconds", 0.0)) + seconds
         meta["trained"] = sorted(set(meta.get("trained", [])) | set(todo))
@@ -373,7 +460,15 @@ class ShadowBank:
         return {"trained": todo, "seconds": seconds, "mode": mode, "mode_info": info}
 
     def load_shadow(self, k: int) -> Classifier:
-        sd, _ = load_checkpoint(self.shadow_path(k))
+        """Shadow ``k`` from its checkpoint; :class:`DuckInputError` if it does not load or its manifest does
+        not name shadow ``k`` of this bank (e.g. another shadow's checkpoint copied over it)."""
+        sd, manifest = load_checkpoint(self.shadow_path(k))
+        if not isinstance(manifest, Mapping):
+            raise DuckInputError(f"checkpoint {self.shadow_path(k)} has no manifest naming its shadow")
+        got = (manifest.get("shadow_id"), manifest.get("bank_key"), manifest.get("seed"))
+        if got != (k, self.key, shadow_seed(self.seed, k)):
+            raise DuckInputError(f"checkpoint {self.shadow_path(k)} holds shadow {str(got[0])[:20]} of bank "
+                                 f"{str(got[1])[:40]}, not shadow {k} of bank {self.key}")
         model = self.model_factory()
         load_into(model, sd, self.shadow_path(k))
         return model
@@ -384,6 +479,8 @@ class ShadowBank:
         """φ of every shadow on every train and test sample for each view (eval mode):
         ``(phi_train (E, N_train, V), phi_test (E, N_test, V), reused)``; cached in ``phi_<views>.npz``."""
         path = self.phi_path(views)
+        self._check_layout()
+        self._clear(path, "file")
         if path.is_file():
             cached = self._read_phi(path, views)
             if cached is not None:
@@ -419,19 +516,21 @@ class ShadowBank:
             for k, shape in shapes.items():
                 if arrays[k].shape != shape or arrays[k].dtype.kind != "f":
                     raise ValueError(f"{k} is a {arrays[k].shape} {arrays[k].dtype} array, expected {shape}")
+                if not np.isfinite(arrays[k]).all():
+                    raise ValueError(f"{k} holds {int((~np.isfinite(arrays[k])).sum())} NaN or inf values")
         except CORRUPT_ERRORS as e:
-            warn_line(f"shadow bank {self.dir}: corrupt {path.name} ({str(e).splitlines()[0][:120] or type(e).__name__}); "
-                  "recomputing it")
+            warn_line(f"shadow bank {self.dir}: corrupt {path.name} ({_first_line(e)}); recomputing it")
             return None
         return arrays["phi_train"], arrays["phi_test"]
 
     def _load_or_retrain(self, k: int) -> Classifier:
-        """Shadow ``k``; a corrupt or unloadable checkpoint is deleted and the shadow trained again."""
+        """Shadow ``k``; a corrupt, unloadable or misplaced checkpoint (see :meth:`load_shadow`) is deleted and
+        the shadow trained again (counted in :attr:`job`)."""
         try:
             return self.load_shadow(k)
         except DuckInputError as e:
             warn_line(f"shadow bank {self.dir}: corrupt {self.shadow_path(k).name} "
-                  f"({str(e).splitlines()[0][:160]}); training it again")
+                      f"({_first_line(e, 160)}); training it again")
         self.shadow_path(k).unlink(missing_ok=True)
         self.train()
         return self.load_shadow(k)

@@ -7,7 +7,10 @@ configured ratio (homogeneous: 1 member per non-member; class removal: at most 3
 the paper's 1:3), splits 80/20 (stratified), tunes ``C ∈ {1, 5, 10, 100}``, ``γ ∈ {1, 0.1, 0.01}`` by
 3-fold cross-validated grid search on the 80 %, and scores F1 on the 20 %. Reported: mean (std) F1 and
 accuracy over 5 runs, and the chance level — the F1 of a guess that calls "member" with the member
-prior ``π`` (F1 = π: 0.5 balanced, 0.75 at 1:3) and the majority-class accuracy ``max(π, 1 − π)``.
+prior ``π`` (F1 = π: 0.5 balanced, 0.75 at 1:3) and the majority-class accuracy ``max(π, 1 − π)`` — plus
+``all_member_f1 = 2π / (1 + π)`` (0.667 balanced, 0.857 at 1:3), the F1 of calling every sample a member: the
+best F1 any guess that ignores the sample reaches, so an SVM F1 at or below it shows no membership signal (a
+tuned SVM that predicts "member" for everything scores exactly that).
 """
 
 from __future__ import annotations
@@ -102,5 +105,6 @@ def svm_mia(member_probs: np.ndarray, nonmember_probs: np.ndarray, *, member_rat
     prior = n_mem / (n_mem + n_non)
     return {"f1": float(np.mean(f1s)), "f1_std": float(np.std(f1s, ddof=1)) if runs > 1 else 0.0,
             "accuracy": float(np.mean(accs)), "chance": prior, "chance_accuracy": max(prior, 1 - prior),
+            "all_member_f1": 2 * prior / (1 + prior),  # the best F1 of a guess that ignores the sample
             "n_members": n_mem, "n_nonmembers": n_non, "runs": int(runs), "f1_runs": [float(f) for f in f1s],
             "best_params": best}

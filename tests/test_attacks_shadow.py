@@ -375,3 +375,157 @@ def test_cache_dir_that_is_a_file_is_refused(data, tmp_path: Path) -> None:
     f.write_text("x")
     with pytest.raises(DuckInputError, match="DUCK_CACHE_DIR"):
         make_bank(data, f)
+
+
+# ----------------------------------------------- damaged cache entries: rebuilt, never used, never a traceback
+@pytest.fixture(scope="module")
+def trained_bank(data, tmp_path_factory) -> tuple[Path, np.ndarray]:
+    """A trained 4-shadow bank with its identity-view φ, copied by :func:`bank_copy` for each test."""
+    root = tmp_path_factory.mktemp("bank")
+    bank = make_bank(data, root)
+    bank.train()
+    phi_tr, _, _ = bank.shadow_phi(["identity"])
+    return root, phi_tr
+
+
+def bank_copy(data, trained_bank, tmp_path: Path) -> ShadowBank:
+    import shutil
+
+    shutil.copytree(trained_bank[0], tmp_path / "c")
+    return make_bank(data, tmp_path / "c")
+
+
+def test_phi_with_nan_is_recomputed(data, trained_bank, tmp_path: Path, capsys) -> None:
+    bank = bank_copy(data, trained_bank, tmp_path)
+    phi_file = bank.phi_path(["identity"])
+    with np.load(phi_file) as f:
+        arrays = dict(f)
+    arrays["phi_train"][1, 3, 0] = np.nan
+    arrays["phi_test"][0, 0, 0] = np.inf
+    np.savez(phi_file, **arrays)
+    capsys.readouterr()
+    phi_tr, phi_te, reused = make_bank(data, tmp_path / "c").shadow_phi(["identity"])
+    assert not reused and np.isfinite(phi_tr).all() and np.isfinite(phi_te).all()
+    np.testing.assert_allclose(phi_tr, trained_bank[1], rtol=1e-5, atol=1e-5)
+    err = capsys.readouterr().err
+    assert "warning:" in err and "NaN or inf" in err and "recomputing it" in err
+    assert make_bank(data, tmp_path / "c").shadow_phi(["identity"])[2]  # the rewritten file is reused
+
+
+@pytest.mark.parametrize("edit", [
+    {"trained": 5}, {"trained": ["a"]}, {"trained": [0, 99]}, {"trained": None}, {"train_seconds": "slow"},
+    {"train_seconds": -1}, {"runs": {}}, {"key": "elsewhere"}, {"spec": {}}, {"spec": None}, {"spec": {"a": 1}},
+    {"spec": "edited"},
+])
+def test_malformed_meta_is_rebuilt(data, trained_bank, tmp_path: Path, capsys, edit) -> None:
+    """A meta.json of the right JSON syntax but the wrong structure, an empty spec, or a spec of another setup
+    in this directory (it does not hash to the directory's key) is damage: the bank is rebuilt with a warning."""
+    import json
+
+    bank = bank_copy(data, trained_bank, tmp_path)
+    meta = json.loads((bank.dir / "meta.json").read_text())
+    if edit.get("spec") == "edited":
+        edit = {"spec": {**meta["spec"], "seed": 12345}}
+    meta.update(edit)
+    (bank.dir / "meta.json").write_text(json.dumps(meta))
+    bank.shadow_path(3).unlink()  # a missing shadow: train() runs and updates meta.json
+    capsys.readouterr()
+    again = make_bank(data, tmp_path / "c")
+    assert again.train()["trained"] == [0, 1, 2, 3]
+    err = capsys.readouterr().err
+    assert "warning:" in err and "corrupt meta.json" in err and "rebuilding the bank" in err
+    assert json.loads((again.dir / "meta.json").read_text())["trained"] == [0, 1, 2, 3]
+
+
+def test_key_collision_is_refused(data, tmp_path: Path, monkeypatch) -> None:
+    """Another setup whose spec hashes to the same key (made to happen here) is not rebuilt over."""
+    import json
+
+    monkeypatch.setattr(shadow_mod, "_spec_key", lambda spec: "k" * 20)
+    bank = make_bank(data, tmp_path)
+    _ = bank.keep
+    meta = json.loads((bank.dir / "meta.json").read_text())
+    meta["spec"]["seed"] = 12345
+    (bank.dir / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DuckInputError, match="hashes to the same key"):
+        make_bank(data, tmp_path).train()
+
+
+def test_file_in_place_of_a_directory_and_the_reverse_is_rebuilt(data, trained_bank, tmp_path: Path,
+                                                                 capsys) -> None:
+    import shutil
+
+    bank = bank_copy(data, trained_bank, tmp_path)
+    shutil.rmtree(bank.dir / "shadows")
+    (bank.dir / "shadows").write_text("not a directory")
+    capsys.readouterr()
+    again = make_bank(data, tmp_path / "c")
+    assert again.train()["trained"] == [0, 1, 2, 3] and again.missing() == []
+    err = capsys.readouterr().err
+    assert "warning:" in err and "shadows is not a directory" in err
+
+    again.shadow_path(1).unlink()
+    again.shadow_path(1).mkdir()  # a directory where a checkpoint belongs
+    phi_file = again.phi_path(["identity"])
+    phi_file.unlink()
+    phi_file.mkdir()  # and where the φ file belongs
+    third = make_bank(data, tmp_path / "c")
+    assert third.train()["trained"] == [1]
+    phi_tr, _, reused = third.shadow_phi(["identity"])
+    assert not reused and phi_file.is_file()
+    np.testing.assert_allclose(phi_tr, trained_bank[1], rtol=1e-4, atol=1e-4)
+    err = capsys.readouterr().err
+    assert "shadow_0001.ckpt is a directory" in err and f"{phi_file.name} is a directory" in err
+
+
+def test_checkpoint_of_another_shadow_is_retrained(data, trained_bank, tmp_path: Path, capsys) -> None:
+    """shadow_0002.ckpt overwritten by shadow 0's checkpoint (it loads fine) is caught by its manifest and
+    trained again, and the job reports it (bank.job: what audit.json's bank.trained_now counts)."""
+    import shutil
+
+    bank = bank_copy(data, trained_bank, tmp_path)
+    shutil.copyfile(bank.shadow_path(0), bank.shadow_path(2))
+    bank.phi_path(["identity"]).unlink()
+    capsys.readouterr()
+    again = make_bank(data, tmp_path / "c")
+    assert again.train()["trained"] == []
+    phi_tr, _, reused = again.shadow_phi(["identity"])
+    assert not reused
+    np.testing.assert_allclose(phi_tr, trained_bank[1], rtol=1e-4, atol=1e-4)
+    err = capsys.readouterr().err
+    assert "shadow_0002.ckpt" in err and "holds shadow 0" in err and "training it again" in err
+    assert again.job["trained"] == [2] and again.job["seconds"] > 0 and again.job["mode"] == "batched"
+    with pytest.raises(DuckInputError, match="not shadow 1"):
+        shutil.copyfile(again.shadow_path(0), again.shadow_path(1))
+        again.load_shadow(1)
+    other = make_bank(data, tmp_path / "other", seed=1)  # a checkpoint of another bank, same shadow id
+    other.train()
+    shutil.copyfile(other.shadow_path(1), again.shadow_path(1))
+    with pytest.raises(DuckInputError, match=f"bank {other.key}"):
+        again.load_shadow(1)
+
+
+def test_audit_counts_shadows_retrained_while_loading(data, trained_bank, tmp_path: Path, capsys) -> None:
+    """A truncated shadow checkpoint (and no φ file) is retrained inside shadow_phi: audit.json's bank block
+    counts it and its training time."""
+    import json
+
+    from attacks.audit import audit_models
+    from duck.data.scenarios import build_scenario
+
+    bank = bank_copy(data, trained_bank, tmp_path)
+    ckpt = bank.shadow_path(1)
+    ckpt.write_bytes(ckpt.read_bytes()[:200])
+    bank.phi_path(["identity"]).unlink()
+    scenario = build_scenario("class_removal", data.train.labels, data.test.labels, data.num_classes,
+                              forget_classes=[1])
+    attack = {"n_shadow": 4, "mode": "batched", "chunk_size": 2, "ci": {"n_boot": 200},
+              "svm_mia": {"enabled": False}}
+    audits = audit_models(attack, data, scenario, {"unlearned": factory(data)()}, recipe=recipe(epochs=1),
+                          model_factory=factory(data), cache_dir=tmp_path / "c", trainer_cfg=CPU,
+                          out_dirs={"unlearned": tmp_path / "out"})
+    info = json.loads((tmp_path / "out" / "audit.json").read_text())["bank"]
+    assert info == audits["unlearned"]["bank"]
+    assert info["trained_now"] == 1 and info["train_s"] > 0 and info["mode"] == "batched"
+    assert not info["phi_reused"] and info["phi_s"] >= 0
+    assert "shadow_0001.ckpt" in capsys.readouterr().err

@@ -73,3 +73,13 @@ def test_audit_bench_knows_the_shape_of_every_registered_data_set():
     from duck.data.registry import list_datasets
 
     assert sorted(_DATA_SHAPES) == list_datasets()
+
+
+@pytest.mark.parametrize("suite", ["audit", "compare", "dp", "duck", "kmeans", "lsh", "spn"])
+def test_unknown_bench_keys_are_refused(suite):
+    """``+bench.foo=1`` (or a misspelt key) was ignored and the full default run started."""
+    from duck.cli.bench import check_known_bench_keys
+
+    check_known_bench_keys(_cfg(suite, "fraction=0.1" if suite in ("compare", "duck") else "seed=0"), suite)
+    with pytest.raises(DuckInputError, match=rf"duck-bench {suite} has no setting\(s\) bench.foo; its settings"):
+        check_known_bench_keys(_cfg(suite, "foo=1"), suite)

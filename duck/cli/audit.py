@@ -33,6 +33,7 @@ from duck.io import atomic_save_json
 from duck.metrics import aus_inputs, scenario_aus, split_accuracies
 from duck.privacy.shareable import check_shareable_cfg
 from duck.report import write_report
+from duck.utils import warn_line
 
 MANIFEST_ROLES = {"original": "original", "retrain": "retrained", "retrained": "retrained"}
 
@@ -40,13 +41,31 @@ MANIFEST_ROLES = {"original": "original", "retrain": "retrained", "retrained": "
 def resolve_role(role: str, manifest: dict[str, Any] | None) -> str:
     """The audited checkpoint's name: ``role`` as given, or from its manifest's ``method``."""
     if role != "auto":
-        return str(role)
+        if not isinstance(role, str) or not role.strip() or role == "shadow":
+            raise DuckInputError(f"role={role!r} must name the audited model (original, unlearned, retrained, or "
+                                 "any other non-empty name; not shadow), or be auto")
+        return role
     method = (manifest or {}).get("method")
     if method == "shadow":
         raise DuckInputError("this checkpoint is a shadow model of a LiRA bank; audit a target model instead")
     if method is None:
         return "target"
     return MANIFEST_ROLES.get(str(method), "unlearned")
+
+
+def check_recorded_recipes(manifests: dict[str, dict[str, Any] | None], requested: Any) -> None:
+    """Warn when a checkpoint that records its own training (an original or a retrained oracle: duck-train,
+    duck-run) was trained with another recipe than ``recipe=...``, which trains the shadows. An unlearned
+    checkpoint's manifest holds the unlearning job's recipe setting, not the one its original was trained
+    with, so it says nothing here (it warned for the right recipe before)."""
+    for name, manifest in manifests.items():
+        if (manifest or {}).get("method") not in ("original", "retrain"):
+            continue
+        recorded = (manifest.get("config") or {}).get("recipe")
+        if isinstance(recorded, dict) and recorded != requested:
+            warn_line(f"the {name} checkpoint was trained with another recipe than recipe=... (epochs "
+                      f"{recorded.get('epochs')} vs {requested.get('epochs')}); the shadows are trained with the "
+                      "configured recipe, which should be the one the target models were trained with")
 
 
 def accuracy_rows(models: dict[str, Any], methods: dict[str, str], data: Any, scenario: Any, device: Any,
@@ -173,19 +192,19 @@ def audit(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     target, manifest = load_model(cfg.ckpt, cfg, data, scenario)
     role = resolve_role(str(cfg.role), manifest)
     models, methods = {role: target}, {role: (manifest or {}).get("method") or "?"}
+    manifests = {role: manifest}
     for ref in REFERENCE_NAMES:
         path = cfg.get(f"{ref}_ckpt")
         if path:
             if ref == role:
                 raise DuckInputError(f"{ref}_ckpt given, but the audited checkpoint is the {ref} itself; "
                                      "drop one")
+            if not Path(str(path)).expanduser().is_file():  # load_checkpoint's message would say "ckpt="
+                raise DuckInputError(f"{ref}_ckpt={path} not found; pass {ref}_ckpt=PATH to an existing checkpoint")
             models[ref], ref_manifest = load_model(path, cfg, data, scenario)
             methods[ref] = (ref_manifest or {}).get("method") or ref
-    recorded = ((manifest or {}).get("config") or {}).get("recipe")
-    if recorded is not None and recorded != container(cfg.recipe):
-        print("warning: the recipe recorded in the checkpoint differs from recipe=...; the shadows are "
-              "trained "
-              "with the configured recipe, which should be the target's")
+            manifests[ref] = ref_manifest
+    check_recorded_recipes(manifests, container(cfg.recipe))
     out = output_dir()
     out_dirs = {name: out if name == role else out / name for name in models}
     rows = accuracy_rows(models, methods, data, scenario, device, int(cfg.eval_batch_size))

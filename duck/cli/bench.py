@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.cli._app import conf_dir, fail, hydra_entry
+from duck.errors import DuckInputError
 from duck.utils import check_positive_int
 
 
@@ -24,6 +25,7 @@ def _task(cfg) -> dict:
     from duck.io import atomic_save_json
 
     suite = cfg.bench.name
+    check_known_bench_keys(cfg.bench, suite)
     check_bench_numbers(cfg.bench)
     module = importlib.import_module(f"duck.bench.{suite}")
     t0 = time.perf_counter()
@@ -40,6 +42,19 @@ def _task(cfg) -> dict:
     print(result.get("table", ""))
     print(f"\nbench.json written to {path}")
     return out
+
+
+def check_known_bench_keys(bench: Any, suite: str) -> None:
+    """Refuse top-level ``bench.*`` keys the suite's config does not define (``+bench.foo=1``, a misspelt
+    ``+bench.repetition=2``): a suite would ignore them and start its full default run."""
+    from omegaconf import OmegaConf
+
+    known = OmegaConf.load(conf_dir() / "bench" / f"{suite}.yaml")
+    unknown = sorted(set(bench) - set(known))
+    if unknown:
+        raise DuckInputError(f"duck-bench {suite} has no setting(s) {', '.join(f'bench.{k}' for k in unknown)}; its "
+                             f"settings: {', '.join(f'bench.{k}' for k in known if k != 'name')} "
+                             f"(conf/bench/{suite}.yaml)")
 
 
 def check_bench_numbers(bench: Any) -> None:

@@ -68,13 +68,14 @@ def auc_ci_png(audits: Mapping[str, Mapping[str, Any]]) -> bytes:
     for i, name in enumerate(names):
         lira = audits[name]["lira"]
         lo, hi = lira["auc_ci"]
-        ax.errorbar([lira["auc"]], [i], xerr=[[lira["auc"] - lo], [hi - lira["auc"]]], fmt="o", capsize=4,
-                    color=COLORS.get(name, "black"))
+        # a percentile interval need not contain the estimate (tiny samples, ties): bars never negative
+        ax.errorbar([lira["auc"]], [i], xerr=[[max(0.0, lira["auc"] - lo)], [max(0.0, hi - lira["auc"])]], fmt="o",
+                    capsize=4, color=COLORS.get(name, "black"))
     ax.axvline(0.5, ls="--", color="grey", lw=1)
     ax.set_yticks(range(len(names)), names)
     ax.set_ylim(-0.6, len(names) - 0.4)
     ax.invert_yaxis()
     level = next(iter(audits.values()))["lira"].get("ci_level", 0.95) if audits else 0.95
-    ax.set_xlabel(f"LiRA AUC ({level:.0%} confidence interval)")
+    ax.set_xlabel(f"LiRA AUC ({100 * level:g} % confidence interval)")
     ax.grid(True, axis="x", alpha=0.3)
     return _png(fig)

@@ -39,6 +39,9 @@ def _ordered(audits: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def verdict(lira: Mapping[str, Any]) -> str:
+    if lira.get("too_few_for_verdict"):
+        return (f"inconclusive: {lira.get('n_members')} members / {lira.get('n_nonmembers')} non-members are too "
+                "few for a reliable interval (10 of each at least)")
     if lira.get("separated_from_chance"):
         return "attackable (CI above 0.5)"
     if lira.get("below_chance"):
@@ -58,7 +61,7 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> Table:
 def lira_table(audits: Mapping[str, Mapping[str, Any]]) -> Table:
     first = next(iter(audits.values()))["lira"]
     levels = list(first["tpr_at_fpr"])
-    pct = int(round(100 * first.get("ci_level", 0.95)))
+    pct = f"{100 * first.get('ci_level', 0.95):g}"  # 99.9, not a rounded 100
     headers = ["model", "AUC", f"{pct} % CI", "SE", *[f"TPR @ {float(lv):.1%} FPR" for lv in levels],
                "members / non-members", "verdict"]
     rows = []
@@ -76,12 +79,13 @@ def svm_table(audits: Mapping[str, Mapping[str, Any]]) -> Table | None:
     for name, a in audits.items():
         s = a.get("svm_mia")
         if s:
+            all_member = s.get("all_member_f1")
             rows.append([name, f"{s['f1']:.3f} ({s['f1_std']:.3f})", f"{s['accuracy']:.3f}",
-                         f"{s['chance']:.3f}",
+                         f"{s['chance']:.3f}", "" if all_member is None else f"{all_member:.3f}",
                          f"{s['chance_accuracy']:.3f}", f"{s['n_members']} / {s['n_nonmembers']}", s["runs"]])
     if not rows:
         return None
-    return Table(["model", "F1 mean (std)", "accuracy", "chance F1", "chance accuracy",
+    return Table(["model", "F1 mean (std)", "accuracy", "chance F1", "all-member F1", "chance accuracy",
                   "members / non-members", "runs"], rows)
 
 
@@ -158,8 +162,10 @@ def write_report(out_dir: str | Path, *, summary_rows: Sequence[Mapping[str, Any
         if svm is not None:
             blocks += [Heading("SVM membership inference (seeds/003 Supp. V-F)"), svm,
                        Paragraph("RBF SVM on the softmax vector, C and γ by 3-fold grid search, 80/20 split, "
-                                 "mean F1 over the runs. Chance F1 = the member fraction (a guess at the "
-                                 "prior).")]
+                                 "mean F1 over the runs. Chance F1 = the member fraction (a random guess at the "
+                                 "prior); all-member F1 = the F1 of calling every sample a member, the best a "
+                                 "guess that ignores the sample reaches: an F1 at or below it shows no "
+                                 "membership signal.")]
         bank = next(iter(audits.values())).get("bank") or {}
         if bank:
             blocks += [Heading("Shadow bank"), Table(
