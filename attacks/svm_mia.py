@@ -15,6 +15,7 @@ tuned SVM that predicts "member" for everything scores exactly that).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,6 +85,12 @@ def svm_mia(member_probs: np.ndarray, nonmember_probs: np.ndarray, *, member_rat
         raise DuckInputError(f"SVM MIA needs at least {2 * cv} members and non-members (got {n_mem} and "
                              f"{n_non}); "
                              "use a larger forget/test set or disable it (attack.svm_mia.enabled=false)")
+    small = min(n_mem, n_non)  # the stratified split must leave the smaller side cv training and 1 test sample
+    if math.floor(small * (1 - test_size)) < cv or math.floor(small * test_size) < 1:
+        lo, hi = 1 / small, 1 - cv / small
+        raise DuckInputError(f"svm_mia.test_size={test_size} splits the smaller side ({small} samples) into too few "
+                             f"training (>= cv = {cv}) or test (>= 1) samples; use a test_size between "
+                             f"{math.ceil(lo * 100) / 100:g} and {math.floor(hi * 100) / 100:g}")
     if scoring not in SCORERS:
         raise DuckInputError(f"svm_mia.scoring={scoring!r}; choose one of {sorted(SCORERS)}")
     grid = {"C": [float(c) for c in C], "gamma": [float(g) for g in gamma]}

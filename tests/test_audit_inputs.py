@@ -73,3 +73,11 @@ def test_shareable_errors_name_the_setting(option, match):
     check_shareable_cfg(full)
     with pytest.raises(DuckInputError, match=match):
         check_shareable_cfg({**full, **option})
+
+
+@pytest.mark.parametrize("test_size", [0.99, 0.001])
+def test_svm_test_size_must_leave_both_splits_usable(test_size):
+    """0.99 / 0.001 ended in sklearn tracebacks (a split with fewer samples than classes)."""
+    probs = np.random.default_rng(0).dirichlet(np.ones(3), size=(90,))
+    with pytest.raises(DuckInputError, match=rf"svm_mia.test_size={test_size} splits the smaller side \(45 samples\)"):
+        svm_mia(probs[:45], probs[45:], test_size=test_size, runs=2)
