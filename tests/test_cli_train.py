@@ -62,6 +62,7 @@ def test_retrain_oracle_uses_retain_set_only(run_cli):
     (("seed=4294967296",), "seed=4294967296 must be at most 4294967295"),  # Lightning: 32-bit seeds (traceback before)
     (("seed=null",), "seed=None must be an integer >= 0"),
     (("eval_batch_size=null",), "eval_batch_size=None must be an integer >= 1"),
+    (("recipe.epoch=3",), "recipe.epoch is not a setting of this command; check the spelling"),  # Hydra: 6 lines, exit 1
 ])
 def test_bad_input_exits_cleanly(run_cli, args, match):
     code, out, err, run_dir = run_cli("train", *SYNTH_ARGS, *args)
