@@ -33,6 +33,7 @@ from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_save_npz
 from duck.models import Classifier
+from duck.report.report import verdict
 from duck.training import Recipe
 from duck.utils import check_bool, check_number, check_positive_int, check_seed
 
@@ -269,6 +270,7 @@ def audit_models(cfg_attack: Mapping[str, Any] | None, data: DatasetSplits, scen
                 # membership signal: an auditor can tell the forget samples from unseen data
                 "below_chance": bool(hi < 0.5 and not too_few),
                 "within_2se_of_chance": bool(abs(summary["auc"] - 0.5) <= 2 * summary["auc_se"] and not too_few)}
+        lira["verdict"] = verdict(lira)  # the report's words, also for parsers of audit.json
         audit: dict[str, Any] = {"target": name, "members": "forget", "nonmembers": nonmember_name,
                                  "scenario": scenario.kind, "n_members": int(len(member_idx)),
                                  "n_nonmembers": int(len(test_ids)), "lira": lira}

@@ -24,6 +24,7 @@ def test_duck_run_with_audit_and_report(run_cli):
     assert audit["target"] == "unlearned" and audit["lira"]["n_shadow"] == 4
     lo, hi = audit["lira"]["auc_ci"]
     assert lo <= audit["lira"]["auc"] <= hi
+    assert audit["lira"]["verdict"] in (run_dir / "report.md").read_text()  # the report's words, in audit.json too
     share = audit["shareable"]
     assert share["count"]["mechanism"] and "value" in share["count"] and len(share["top_subspaces"]["names"]) == 2
     html = (run_dir / "report.html").read_text()
@@ -121,3 +122,21 @@ def test_damaged_cached_checkpoints_are_retrained(run_cli, tmp_path, monkeypatch
     err = _assert_retrained(run_cli, args)
     assert "is corrupt or truncated (empty file, 0 bytes)" in err and "is corrupt or not a PyTorch checkpoint" in err
     assert load_checkpoint(ckpts[0])[1]["method"] in ("original", "retrain")  # the cache holds a good one again
+
+
+def test_a_reused_original_is_evaluated_on_this_runs_scenario(run_cli, tmp_path, monkeypatch):
+    """The cached original's metrics.json held the scenario it was first trained for: a later run with another
+    forget class reported that run's A_f and AUS (and fed its stale test_retain into the other models' AUS)."""
+    args = (*SYNTH_ARGS, "audit=false", "recipe.epochs=1")
+
+    def original_metrics(cache: str, forget: str) -> dict:
+        monkeypatch.setenv("DUCK_CACHE_DIR", str(tmp_path / cache))
+        code, _, err, run_dir = run_cli("run", *args, f"scenario.forget_classes=[{forget}]")
+        assert code == 0, err
+        return json.loads((run_dir / "original" / "metrics.json").read_text())
+
+    original_metrics("shared", "1")
+    reused = original_metrics("shared", "2")
+    fresh = original_metrics("fresh", "2")
+    assert reused["reused_from_cache"] and not fresh["reused_from_cache"]
+    assert reused["forget_classes"] == [2] and reused["acc"] == fresh["acc"] and reused["aus"] == fresh["aus"]

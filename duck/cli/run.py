@@ -34,7 +34,7 @@ from duck.data.base import DatasetSplits
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_write_text
-from duck.metrics import aus_inputs, metrics_record
+from duck.metrics import aus_inputs, metrics_record, split_accuracies
 from duck.models import Classifier
 from duck.utils import warn_line
 
@@ -83,6 +83,10 @@ def train_or_reuse(cfg: DictConfig, data: DatasetSplits, scenario: Scenario, rol
         # the original's metrics are computed against the scenario so that its A_f / AUS can be reported
         model, metrics = fit_model(cfg, data, scenario, retrain, original_acc=original_acc)
         save_model(cached, "model.ckpt", model, metrics, cfg, data, scenario)
+    else:  # the cached metrics.json holds the scenario the model was first trained for: evaluate on this one
+        acc = split_accuracies(model, data, scenario, device=device_of(cfg), batch_size=cfg.eval_batch_size)
+        metrics = metrics_record(**{**_record_args(metrics), "acc": acc, "scenario": scenario,
+                                    "original_acc": original_acc if retrain else acc})
     if retrain and original_acc is not None:  # AUS of the oracle against this run's original
         metrics = metrics_record(**{**_record_args(metrics), "original_acc": original_acc, "scenario": scenario})
     _link_or_copy(ckpt, out / role / "model.ckpt")
