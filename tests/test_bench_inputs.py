@@ -38,6 +38,7 @@ CASES = [
     ("audit", "quick=true|quick_setup.data={name: synthetic, img_size: abc}", "bench.quick_setup.data.img_size"),
     ("audit", "quick=true|quick_setup.data={name: tinyimagenet}|quick_setup.model={name: nosuchnet}",
      "unknown model 'nosuchnet'; use one of"),
+    ("audit", "quick=true|correctness.attack.n_shadow=3", "attack.n_shadow=3"),  # quick replaced it with 4 unchecked
     ("audit", "correctness.attack.mode=foo", "attack.mode"), ("audit", "correctness.attack.ci.level=2", "attack.ci.level"),
     ("compare", "fraction=0", "bench.fraction"), ("compare", "fraction=abc", "bench.fraction"),
     ("compare", "classes=[abc]", "bench.classes[0]"), ("compare", "classes=[1.5]", "bench.classes[0]"),
