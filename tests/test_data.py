@@ -444,3 +444,48 @@ def test_data_numbers_and_paths_are_checked_by_name(name, kw, match):
 def test_synthetic_accepts_the_smallest_valid_settings():
     ds = build_datasets("synthetic", n_train=2, n_test=2, num_classes=2, img_size=1, in_chans=1, noise=0, seed=0)
     assert sorted(ds.train.labels.tolist()) == [0, 1] and torch.isfinite(ds.train.tensors()[0]).all()
+
+
+def test_imagefolder_skips_hidden_folders_and_refuses_empty_training_classes(tmp_path):
+    """.ipynb_checkpoints / __MACOSX became classes (every label shifted by one) and checkpoint copies inside
+    class folders became extra samples; an empty training class gave labels the model never saw."""
+    _tiny_imagefolder(tmp_path)
+    _png(tmp_path / "train" / ".ipynb_checkpoints" / "x.png", 9)
+    _png(tmp_path / "train" / "__MACOSX" / "x.png", 9)
+    _png(tmp_path / "train" / "cat" / ".ipynb_checkpoints" / "0-checkpoint.png", 9)
+    ds = build_datasets("imagefolder", root=str(tmp_path), img_size=8)
+    assert ds.class_names == ["cat", "dog"] and len(ds.train) == 2 and ds.train.labels.tolist() == [0, 1]
+    (tmp_path / "train" / "empty").mkdir()
+    with pytest.raises(DuckInputError, match=r"class folder .*train/empty holds no image files"):
+        build_datasets("imagefolder", root=str(tmp_path), img_size=8)
+
+
+def test_wide_images_are_scaled_not_clipped(tmp_path):
+    """Pillow's convert('L') clips a 16-bit image (a 0..65535 ramp became 0, 255, 255, ...)."""
+    for split in ("train", "test"):
+        path = tmp_path / split / "a" / "0.png"
+        path.parent.mkdir(parents=True)
+        Image.fromarray(np.linspace(0, 65535, 64).reshape(8, 8).astype(np.uint16)).save(path)
+    ds = build_datasets("imagefolder", root=str(tmp_path), img_size=8, in_chans=1, mean=[0.0], std=[1.0])
+    x = ds.train[0][0].flatten().numpy()
+    np.testing.assert_allclose(x, np.round(np.linspace(0, 255, 64)) / 255, atol=1e-6)
+
+
+def test_idx_headers_with_absurd_dimensions_and_empty_splits_are_refused(tmp_path):
+    """ndim 100 was a numpy ValueError traceback; 0 training images failed later inside the DataLoader."""
+    bad = tmp_path / "bad.gz"
+    bad.write_bytes(gzip.compress(bytes([0, 0, 8, 100]) + b"\0" * 400))
+    with pytest.raises(DuckInputError, match="declares 100 dimensions"):
+        read_idx(bad)
+    _write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((0, 28, 28)))
+    _write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.zeros(0))
+    with pytest.raises(DuckInputError, match=r"holds no images \(0 rows\)"):
+        fashion_mnist_arrays(tmp_path, "train")
+
+
+def test_cifar_class_names_must_match_the_class_count(tmp_path):
+    _fake_cifar(tmp_path)
+    with open(tmp_path / "cifar-10-batches-py" / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": [b"a", b"b"]}, f, protocol=2)
+    with pytest.raises(DuckInputError, match="names 2 classes, cifar10 has 10"):
+        build_datasets("cifar10", root=str(tmp_path))

@@ -152,6 +152,9 @@ def _cifar(kind: str, root: str | None, download: bool, augment: Sequence[str] |
     meta_file, meta_key = spec["meta"]
     if (folder / meta_file).is_file():
         names = _class_names(folder / meta_file, meta_key)
+        if len(names) != spec["num_classes"]:  # the names label plots and reports: they must match the labels
+            raise DuckInputError(f"CIFAR file {folder / meta_file} names {len(names)} classes, {kind} has "
+                                 f"{spec['num_classes']}; re-extract the archive or delete the file")
     return DatasetSplits(
         name=kind,
         train=TensorImageDataset(xtr, ytr, spec["mean"], spec["std"]),

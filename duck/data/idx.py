@@ -26,6 +26,9 @@ FASHION_MNIST_FILES = {
 }
 
 
+#: most dimensions an IDX header may declare (images, volumes, videos: 1-4 in practice)
+_IDX_MAX_DIMS = 8
+
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read one IDX file (``.gz`` or uncompressed) into a numpy array of its stored shape."""
     path = Path(path)
@@ -40,6 +43,9 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
         raise DuckInputError(f"{path} is not an IDX file (bad magic number); check the data set files")
     dtype, ndim = np.dtype(_IDX_TYPES[raw[2]]), raw[3]
+    if not 1 <= ndim <= _IDX_MAX_DIMS:  # numpy arrays hold at most 64 dimensions; data sets use 1-4
+        raise DuckInputError(f"{path} is corrupt: its header declares {ndim} dimensions (IDX data sets have 1 to "
+                             f"{_IDX_MAX_DIMS}); re-download the data set")
     header = 4 + 4 * ndim
     if len(raw) < header:
         raise DuckInputError(f"{path} is truncated: its header ({ndim} dimensions) needs {header} bytes, file "
@@ -83,6 +89,8 @@ def fashion_mnist_arrays(root: str | os.PathLike | None = None, split: str = "tr
             f"{img_path} holds images of shape {images.shape[1:]} (array {images.shape}); Fashion-MNIST images "
             "are 28x28 (N, 28, 28); re-download the data set"
         )
+    if len(images) == 0:
+        raise DuckInputError(f"{img_path} holds no images (0 rows); re-download the data set")
     if labels.ndim != 1 or len(images) != len(labels):
         raise DuckInputError(
             f"Fashion-MNIST files under {root} disagree: images {images.shape}, labels {labels.shape}"

@@ -70,6 +70,7 @@ class FileImageDataset(IndexedDataset):
         path = self.files[i]
         try:
             with Image.open(path) as im:
+                im = _to_8bit(im, path)
                 im = im.convert("L" if self.in_chans == 1 else "RGB")
                 if im.size != (self.img_size, self.img_size):
                     im = im.resize((self.img_size, self.img_size), Image.BILINEAR)
@@ -84,6 +85,27 @@ class FileImageDataset(IndexedDataset):
         return (x - self.mean) / self.std, torch.tensor(self.labels[i]), int(i)
 
 
+def _to_8bit(im: Image.Image, path: Path) -> Image.Image:
+    """Wide single-channel images (medical and scientific data) scaled to 0..255 by a fixed range, the same
+    for every image: 16-bit (``I;16*``, or 32-bit ``I`` holding 0..65535) by 65535, float (``F``) holding
+    0..1 by 1; Pillow's ``convert("L")`` clips them instead (a 16-bit image became white). Other ranges are
+    refused, naming the file."""
+    if im.mode not in ("I", "F") and not im.mode.startswith("I;16"):
+        return im
+    arr = np.asarray(im, dtype=np.float64)
+    top = 1.0 if im.mode == "F" else 65535.0
+    if arr.size and (arr.min() < 0 or arr.max() > top):
+        raise DuckInputError(f"image {path} is {im.mode} with values in [{arr.min():g}, {arr.max():g}], outside "
+                             f"[0, {top:g}]; convert it to 8- or 16-bit (or floats in [0, 1])")
+    return Image.fromarray(np.round(arr / top * 255.0).astype(np.uint8))  # 2-D uint8: mode L
+
+
+def _hidden(name: str) -> bool:
+    """Folders and files a file manager or notebook leaves behind (``.ipynb_checkpoints``, ``.DS_Store``,
+    macOS ``._x.png`` forks, ``__MACOSX``): never classes or samples."""
+    return name.startswith(".") or name == "__MACOSX"
+
+
 def _is_image(p: Path) -> bool:
     return p.is_file() and p.suffix.lower() in IMG_EXTENSIONS
 
@@ -91,7 +113,7 @@ def _is_image(p: Path) -> bool:
 def _scan_class_folders(split_dir: Path, classes: list[str] | None = None) -> tuple[list[Path], np.ndarray, list[str]]:
     if not split_dir.is_dir():
         raise DuckInputError(f"folder {split_dir} not found; expected an ImageFolder layout <root>/<split>/<class>/")
-    found = sorted(d.name for d in split_dir.iterdir() if d.is_dir())
+    found = sorted(d.name for d in split_dir.iterdir() if d.is_dir() and not _hidden(d.name))
     classes = classes or found
     if not classes:
         raise DuckInputError(f"no class folders under {split_dir}; expected <split>/<class>/<image files>")
@@ -100,10 +122,14 @@ def _scan_class_folders(split_dir: Path, classes: list[str] | None = None) -> tu
         raise DuckInputError(f"{split_dir} has class folders {unknown[:5]} absent from the training split")
     files, labels = [], []
     for c, name in enumerate(classes):
-        for p in sorted((split_dir / name).rglob("*")):
-            if _is_image(p):
-                files.append(p)
-                labels.append(c)
+        folder = split_dir / name
+        found_here = [p for p in sorted(folder.rglob("*"))
+                      if _is_image(p) and not any(_hidden(part) for part in p.relative_to(folder).parts)]
+        if not found_here and classes is found:  # a training class without images: labels the model never saw
+            raise DuckInputError(f"class folder {folder} holds no image files ({', '.join(IMG_EXTENSIONS)}); add "
+                                 "images or remove the folder")
+        files += found_here
+        labels += [c] * len(found_here)
     if not files:
         raise DuckInputError(f"no image files ({', '.join(IMG_EXTENSIONS)}) under {split_dir}")
     return files, np.asarray(labels, dtype=np.int64), classes
