@@ -355,6 +355,7 @@ def _tiny_layout(tmp_path: Path) -> Path:
     (b"\n\n", "lists no validation images"),
     (b"val_0.JPEG n01 0 0 7 7\n", r"line 1: .* is not in the expected format \(one tab-separated line"),
     (b"val_0.JPEG\t\xff\xfe\n", "is not UTF-8 text.*tab-separated"),
+    (b"../../../../etc/passwd\tn01\t0\t0\t7\t7\n", "is not a file name inside"),  # was read outside val/images
 ])
 def test_tinyimagenet_bad_annotations(tmp_path, content, match):
     ann = _tiny_layout(tmp_path)
@@ -489,3 +490,14 @@ def test_cifar_class_names_must_match_the_class_count(tmp_path):
         pickle.dump({b"label_names": [b"a", b"b"]}, f, protocol=2)
     with pytest.raises(DuckInputError, match="names 2 classes, cifar10 has 10"):
         build_datasets("cifar10", root=str(tmp_path))
+
+
+def test_tinyimagenet_training_folders_must_match_wnids(tmp_path):
+    """wnids.txt (the archive's class list) was ignored: a missing or extra class folder shifted the labels."""
+    ann = _tiny_layout(tmp_path)
+    ann.write_text("val_0.JPEG\tn01\t0\t0\t7\t7\n")
+    (ann.parents[1] / "wnids.txt").write_text("n01\nn02\n")
+    assert build_datasets("tinyimagenet", root=str(tmp_path), img_size=8).class_names == ["n01", "n02"]
+    (ann.parents[1] / "wnids.txt").write_text("n01\nn02\nn03\n")
+    with pytest.raises(DuckInputError, match=r"listed classes without a folder \['n03'\]"):
+        build_datasets("tinyimagenet", root=str(tmp_path), img_size=8)

@@ -180,6 +180,9 @@ def _read_val_annotations(ann: Path, images: Path, cls_id: dict[str, int]) -> tu
         if len(parts) < 2 or not parts[0].strip() or not parts[1].strip():
             raise DuckInputError(f"{ann} line {lineno}: {line[:80]!r} is not in the expected format ({fmt})")
         name, wnid = parts[0].strip(), parts[1].strip()
+        if Path(name).name != name or name in (".", ".."):  # a plain file name inside val/images, never a path
+            raise DuckInputError(f"{ann} line {lineno}: {name!r} is not a file name inside {images}; re-extract "
+                                 "tiny-imagenet-200.zip")
         if wnid not in cls_id:
             raise DuckInputError(f"{ann}: class {wnid!r} of {name} is not a training class")
         files.append(images / name)
@@ -209,6 +212,14 @@ def tinyimagenet(root: str | None = None, img_size: int = 64,
             "unzip tiny-imagenet-200.zip into data.root"
         )
     tr_files, tr_y, classes = _scan_class_folders(base / "train")
+    wnids = base / "wnids.txt"
+    if wnids.is_file():  # the archive's class list: the training folders must be exactly these classes
+        listed = sorted({w.strip() for w in wnids.read_text(encoding="utf-8", errors="replace").split() if w.strip()})
+        if listed != classes:
+            extra, absent = sorted(set(classes) - set(listed)), sorted(set(listed) - set(classes))
+            raise DuckInputError(f"{base / 'train'} does not hold the classes of {wnids}: folders not listed "
+                                 f"{extra[:5]}, listed classes without a folder {absent[:5]}; re-extract "
+                                 "tiny-imagenet-200.zip")
     cls_id = {c: i for i, c in enumerate(classes)}
     te_files, te_y = _read_val_annotations(ann, base / "val" / "images", cls_id)
     return DatasetSplits(
