@@ -14,12 +14,10 @@ from duck.data.augment import check_augment
 from duck.data.base import DatasetSplits, TensorImageDataset
 from duck.data.registry import register_dataset
 from duck.errors import DuckInputError
-from duck.utils import check_number, check_seed
+from duck.utils import JOB_SEED_MAX, check_number, check_seed
 
 # per-pixel values are 0..16; scaled to [0, 1], then normalised with the whole set's mean and std
 DIGITS_MEAN, DIGITS_STD = (0.3053,), (0.3760,)
-#: scikit-learn's splitters take seeds in [0, 2^32 - 1]
-SPLIT_SEED_MAX = 2**32 - 1
 
 
 def check_split_sizes(test_fraction: float, labels: np.ndarray) -> None:
@@ -46,7 +44,7 @@ def digits(test_fraction: float = 0.25, split_seed: int = 0, augment: Sequence[s
     """
     test_fraction = check_number(test_fraction, "data.test_fraction", 0.0, True, 1.0, hi_open=True)
     split_seed = check_seed(split_seed, "data.split_seed")
-    if split_seed > SPLIT_SEED_MAX:
+    if split_seed > JOB_SEED_MAX:  # scikit-learn's splitters take 32-bit seeds, as numpy's legacy generator
         raise DuckInputError(f"data.split_seed={split_seed} is too large; scikit-learn's splits take seeds in "
                              "[0, 2^32 - 1]")
     augment = check_augment(augment)

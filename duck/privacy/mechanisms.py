@@ -43,13 +43,13 @@ def check_eps(eps: Any, *, upper: float | None = None) -> float:
     return e
 
 
-def check_delta(delta: Any) -> float:
+def check_delta(delta: Any, name: str = "delta") -> float:
     """Validate a privacy parameter delta: a real number strictly between 0 and 1, and not below the smallest
     normal float64 (the calibrations take ln(2 / delta), which overflows for subnormal deltas)."""
-    value = check_number(delta, "delta", 0.0, True, 1.0, True)
+    value = check_number(delta, name, 0.0, True, 1.0, True)
     if value < sys.float_info.min:
         raise DuckInputError(
-            f"delta={value!r} is below the smallest normal float64 ({sys.float_info.min:.3g}): ln(2 / delta) "
+            f"{name}={value!r} is below the smallest normal float64 ({sys.float_info.min:.3g}): ln(2 / delta) "
             "overflows; use a delta of at least 1e-300 (practical deltas are far larger, e.g. 1e-5)"
         )
     return value

@@ -37,7 +37,6 @@ returned dict holds only released values, public parameters and noise scales -- 
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import torch
@@ -81,10 +80,7 @@ def check_shareable_cfg(cfg: Any, prefix: str = "report.shareable") -> dict[str,
     if missing:
         raise DuckInputError(f"{prefix} is missing option(s) {missing}")
     out["eps"] = check_number(out["eps"], f"{prefix}.eps", 0.0, True)
-    out["delta"] = check_number(out["delta"], f"{prefix}.delta", 0.0, True, 1.0, True)
-    if out["delta"] < sys.float_info.min:  # named here, not later as a bare "delta"
-        raise DuckInputError(f"{prefix}.delta={out['delta']!r} is below the smallest normal float64; use at least "
-                             "1e-300 (e.g. 1e-5)")
+    out["delta"] = check_delta(out["delta"], f"{prefix}.delta")
     out["r"] = check_radius(out["r"], f"{prefix}.r")
     for key in ("k", "n_components", "h", "max_retain"):
         out[key] = check_positive_int(out[key], f"{prefix}.{key}")
