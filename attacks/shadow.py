@@ -13,6 +13,12 @@ saves each shadow as soon as its chunk is done, so a bank larger than memory tra
 interrupted bank resumes from the shadows already saved. The next audit on the same setup only runs
 inference (or nothing, once the φ file exists).
 
+Concurrent audits of one bank (a Hydra sweep over methods, jobs sharing a cache directory) take turns: training
+and the ``meta.json`` update run under an exclusive advisory lock on ``shadow_banks/<key>.lock`` (``fcntl.flock``,
+released by the OS when a job dies), so a second audit waits for the first, then finds the shadows saved
+and trains none of them again, and neither loses the other's entries in ``meta.json``. Where ``fcntl`` is
+missing (Windows) there is no lock: shadows are still written atomically, but both jobs may train them.
+
 The bank directory is a cache: a damaged entry (unreadable or malformed ``meta.json``, ``keep.npy`` or φ
 file, a φ file holding NaN/inf, a checkpoint that does not load or whose manifest names another shadow or
 bank, a file where a directory belongs or the reverse) is rebuilt with a one-line ``warning: ...``; it is
@@ -425,10 +431,37 @@ class ShadowBank:
                                         augment=self.augment, seed=s, trainer_cfg=self.trainer_cfg)
             self._save(k, model)
 
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the bank's exclusive lock (module docstring); says once that it waits for another job."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no advisory locks, atomic files only
+            yield
+            return
+        self._check_layout()
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        # beside the bank directory (which a corrupt meta.json removes while the lock is held)
+        with open(self.dir.parent / f"{self.key}.lock", "a+b") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                warn_line(f"shadow bank {self.dir} is being trained by another job; waiting for it")
+                fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
     def train(self) -> dict[str, Any]:
         """Train the missing shadows chunk by chunk, saving each chunk as it completes. Returns what this call
         did (``{"trained": [...], "seconds": ..., "mode": ..., "mode_info": ...}``); :attr:`job` sums all calls,
-        including the retraining of damaged shadows found while loading them (:meth:`shadow_phi`)."""
+        including the retraining of damaged shadows found while loading them (:meth:`shadow_phi`). Runs under
+        the bank's lock: a concurrent job's shadows are waited for, not trained twice."""
+        with self._locked():
+            return self._train_unlocked()
+
+    def _train_unlocked(self) -> dict[str, Any]:
         _ = self.keep  # creates meta.json and keep.npy first
         todo = self.missing()
         if not todo:

@@ -529,3 +529,30 @@ def test_audit_counts_shadows_retrained_while_loading(data, trained_bank, tmp_pa
     assert info["trained_now"] == 1 and info["train_s"] > 0 and info["mode"] == "batched"
     assert not info["phi_reused"] and info["phi_s"] >= 0
     assert "shadow_0001.ckpt" in capsys.readouterr().err
+
+
+def test_concurrent_jobs_take_turns_on_a_bank(data, trained_bank, tmp_path: Path, capsys) -> None:
+    """A second job waits for the one holding the bank's lock, then trains nothing twice and keeps the
+    first job's ``meta.json`` entries (the read-modify-write used to race)."""
+    import fcntl
+    import json
+    import threading
+
+    bank = bank_copy(data, trained_bank, tmp_path)
+    bank.shadow_path(3).unlink()
+    other = make_bank(data, tmp_path / "c")
+    result: dict[str, object] = {}
+    with open(bank.dir.parent / f"{bank.key}.lock", "a+b") as held:  # another job holds the lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        worker = threading.Thread(target=lambda: result.update(other.train()))
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive() and not result  # waiting, not training
+        assert "being trained by another job; waiting" in capsys.readouterr().err
+        # meanwhile the lock holder trains shadow 3 and records it
+        bank._train_unlocked()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    worker.join(timeout=60)
+    assert not worker.is_alive() and result["trained"] == []  # found it saved: not trained twice
+    meta = json.loads((bank.dir / "meta.json").read_text())
+    assert meta["trained"] == [0, 1, 2, 3] and [r["trained"] for r in meta["runs"]][-1] == [3]
