@@ -325,6 +325,8 @@ def _tiny_imagefolder(root: Path) -> None:
     ({"std": [0, 0, 0]}, r"data.std\[0\] must be a finite number > 0"),
     ({"std": [0.2, -1, 0.2]}, r"data.std\[1\] must be a finite number > 0"),
     ({"in_chans": 1, "std": [0.2, 0.2, 0.2]}, "data.in_chans=1 needs 1"),
+    ({"test_split": "train"}, "name the same folder .* every test sample would be a training sample"),
+    ({"test_split": "./train/"}, "name the same folder"),
 ])
 def test_imagefolder_options_are_validated(tmp_path, kw, match):
     _tiny_imagefolder(tmp_path)

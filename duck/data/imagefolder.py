@@ -152,6 +152,11 @@ def imagefolder(root: str | None = None, train_split: str = "train", test_split:
     in_chans, img_size = check_in_chans(in_chans), check_img_size(img_size)
     mean_t = check_norm(mean, "data.mean", in_chans, IMAGENET_MEAN, positive=False)
     std_t = check_norm(std, "data.std", in_chans, IMAGENET_STD, positive=True)
+    if (root_p / train_split).resolve() == (root_p / test_split).resolve():
+        raise DuckInputError(
+            f"data.train_split={train_split!r} and data.test_split={test_split!r} name the same folder "
+            f"{root_p / train_split}: every test sample would be a training sample (a member), so test accuracy "
+            "and the membership audit would mean nothing; pass a held-out split, e.g. data.test_split=test")
     tr_files, tr_y, classes = _scan_class_folders(root_p / train_split)
     te_files, te_y, _ = _scan_class_folders(root_p / test_split, classes)
     return DatasetSplits(
