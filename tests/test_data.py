@@ -95,7 +95,8 @@ def test_real_fashion_mnist_shapes():
     assert imgs.shape == (10000, 28, 28) and np.bincount(labels).tolist() == [1000] * 10
 
 
-def _fake_cifar(root: Path, kind: str = "cifar10", per_batch: int = 6) -> tuple[np.ndarray, np.ndarray]:
+def _fake_cifar(root: Path, kind: str = "cifar10", per_batch: int = 6,
+                protocol: int = 2) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(1)
     if kind == "cifar10":
         folder, files, key, ncls = root / "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)] + [
@@ -110,16 +111,18 @@ def _fake_cifar(root: Path, kind: str = "cifar10", per_batch: int = 6) -> tuple[
         data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
         labels = [int(v) for v in rng.integers(0, ncls, per_batch)]
         with open(folder / name, "wb") as f:
-            pickle.dump({b"batch_label": name.encode(), key: labels, b"data": data}, f, protocol=2)
+            pickle.dump({b"batch_label": name.encode(), key: labels, b"data": data}, f, protocol=protocol)
         first = first if first is not None else (data, np.array(labels))
     with open(folder / meta[0], "wb") as f:
         pickle.dump(meta[1], f, protocol=2)
     return first
 
 
-@pytest.mark.parametrize("kind", ["cifar10", "cifar100"])
-def test_cifar_loader_reads_torchvision_layout(tmp_path, kind):
-    data0, labels0 = _fake_cifar(tmp_path, kind)
+@pytest.mark.parametrize("kind,protocol", [("cifar10", 2), ("cifar100", 2), ("cifar10", 4), ("cifar10", 5)])
+def test_cifar_loader_reads_torchvision_layout(tmp_path, kind, protocol):
+    """The official archive's protocol-2 pickles, and batches re-saved by numpy with protocols 4-5 (5 pickles
+    arrays through numpy's ``_frombuffer``, which the safe unpickler must allow)."""
+    data0, labels0 = _fake_cifar(tmp_path, kind, protocol=protocol)
     ds = build_datasets(kind, root=str(tmp_path))
     n_train = 30 if kind == "cifar10" else 6
     assert len(ds.train) == n_train and len(ds.test) == 6 and ds.in_chans == 3 and ds.img_size == 32

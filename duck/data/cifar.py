@@ -37,6 +37,8 @@ _SPECS = {
 _ALLOWED_GLOBALS = {
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
     ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+    # pickle protocol 5 (arrays re-saved by numpy >= 1.16 with protocol=5): frombuffer(bytes, dtype).reshape
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
     # an empty bytes payload (a 0-row array) is pickled as a call to bytes(); harmless
     ("__builtin__", "bytes"), ("builtins", "bytes"),
 }
