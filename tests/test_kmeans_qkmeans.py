@@ -11,6 +11,7 @@ import torch
 from sklearn.datasets import make_blobs
 
 from duck.deletion import QKMeans
+from duck.deletion._kmeans_ops import kmeans_plusplus, make_generator
 from duck.deletion.qkmeans import balanced_means, lattice_cells, lattice_point
 
 F64 = dict(device="cpu", dtype=torch.float64)
@@ -160,16 +161,20 @@ def test_exactness_under_random_deletion_sequences():
     assert seen["kept"] > 20 and seen["centroid"] > 5 and seen["seed"] > 5
 
 
-def test_deleting_a_seed_keeps_the_surviving_seeds():
+def test_deleting_a_seed_redraws_every_seed():
+    """ALGORITHMS.md §5.4: a deleted seed means a retrain on X minus x, so all k seeds are drawn afresh on the
+    remaining rows (from the generator (seed, 1, i)), none kept."""
     X, _ = make_blobs(n_samples=300, centers=4, random_state=0)
     model = QKMeans(4, seed=1, **F64).fit(X)
     seeds = model.seed_ids_.tolist()
     assert model.delete([seeds[2]]) is True
     assert model.last_deletion_["reason"] == "seed" and model.n_retrains_ == 1
     new_seeds = model.seed_ids_.tolist()
-    assert new_seeds[:2] == seeds[:2] and new_seeds[3] == seeds[3] and new_seeds[2] not in seeds
-    assert model.random_state_["n_reseeds"] == 1
-    # the replacement comes from the generator (seed, 1, 0): deterministic
+    assert model.random_state_["n_reseeds"] == 1 and seeds[2] not in new_seeds
+    left = np.setdiff1d(np.arange(300), [seeds[2]])
+    drawn = kmeans_plusplus(torch.from_numpy(X[left]), 4, make_generator(1, 1, 0),
+                            n_local_trials=model.n_local_trials)
+    assert new_seeds == left[drawn].tolist()  # k-means++ on the remaining rows, no seed pinned
     again = QKMeans(4, seed=1, **F64).fit(X)
     again.delete([seeds[2]])
     assert again.seed_ids_.tolist() == new_seeds
@@ -215,3 +220,19 @@ def test_replay_without_deletions_reproduces_the_fit():
     order = np.argsort(d.ids_.numpy())
     np.testing.assert_array_equal(d.labels_.numpy()[order], a.labels_.numpy())
     np.testing.assert_allclose(d.cluster_centers_.numpy(), a.cluster_centers_.numpy(), atol=1e-12)
+
+
+def test_deletion_erases_what_the_model_derived_from_the_row():
+    """docs/kmeans.md: a deleted row's data does not outlive the request -- its values, squared norm and
+    cluster history are erased even when no retrain (hence no compaction) happens."""
+    X, _ = make_blobs(n_samples=400, centers=3, random_state=0)
+    model = QKMeans(3, eps_scale=2.0, seed=0, **F64).fit(X)
+    victim = next(i for i in range(400) if i not in model.seed_ids_.tolist()
+                  and not model.deletion_changes_model([i]))
+    model.delete([victim])
+    row = victim  # rows stay in storage (masked) until a retrain compacts them
+    assert float(model._X[row].abs().sum()) == 0.0 and float(model._x_sqnorm[row]) == 0.0
+    assert (model._labels_hist[:, row] == 3).all()
+    left = np.setdiff1d(np.arange(400), [victim])
+    fresh = QKMeans(3, eps_scale=2.0, **F64).fit(X[left], ids=left, replay=model.random_state_)
+    assert models_equal(model, fresh)

@@ -230,7 +230,6 @@ def kmeans_plusplus(
     weights: torch.Tensor | None = None,
     n_local_trials: int | None = None,
     x_sqnorm: torch.Tensor | None = None,
-    fixed: list[int | None] | None = None,
 ) -> list[int]:
     """Greedy k-means++ seeding (Arthur & Vassilvitskii 2007; scikit-learn's variant). Returns k row indices.
 
@@ -239,10 +238,8 @@ def kmeans_plusplus(
     distance to the nearest chosen centre) and keep the candidate that minimises the resulting potential
     ``sum_x w(x) D(x)^2``. ``n_local_trials=1`` is the plain k-means++ of the paper.
 
-    ``fixed`` (length k, entries a row or None) pins some centres; only the ``None`` positions are drawn,
-    in increasing position order, conditioned on all centres known at that moment (Q-k-means uses this to
-    replace deleted seeds while keeping the surviving ones). When every remaining point already coincides
-    with a centre (zero potential), the next centre is drawn among the not-yet-chosen rows by weight.
+    When every remaining point already coincides with a centre (zero potential), the next centre is drawn
+    among the not-yet-chosen rows by weight.
     """
     n = X.shape[0]
     if not 1 <= k <= n:
@@ -251,26 +248,17 @@ def kmeans_plusplus(
     if x_sqnorm is None:
         x_sqnorm = sq_norms(X)
     w = None if weights is None else weights.to(torch.float64)
-    chosen: list[int | None] = list(fixed) if fixed is not None else [None] * k
-    known = [r for r in chosen if r is not None]
-    if known:
-        closest = sq_dists(X, X[known], x_sqnorm).amin(dim=1)  # (n,)
-    else:
-        cum = (
-            torch.cumsum(w, 0)
-            if w is not None
-            else torch.arange(1, n + 1, dtype=torch.float64, device=X.device)
-        )
-        first = int(_inverse_cdf(cum, uniforms(generator, 1)).item())
-        chosen[0] = first
-        known = [first]
-        closest = sq_dists(X, X[first : first + 1], x_sqnorm)[:, 0]
+    cum = (
+        torch.cumsum(w, 0)
+        if w is not None
+        else torch.arange(1, n + 1, dtype=torch.float64, device=X.device)
+    )
+    first = int(_inverse_cdf(cum, uniforms(generator, 1)).item())
+    chosen = [first]
     taken = torch.zeros(n, dtype=torch.bool, device=X.device)
-    taken[known] = True
-    closest = closest.masked_fill(taken, 0.0)
-    for pos in range(k):
-        if chosen[pos] is not None:
-            continue
+    taken[first] = True
+    closest = sq_dists(X, X[first : first + 1], x_sqnorm)[:, 0].masked_fill(taken, 0.0)
+    for _ in range(1, k):
         potential = closest.to(torch.float64) if w is None else closest.to(torch.float64) * w
         cum = torch.cumsum(potential, 0)
         u = uniforms(generator, trials)
@@ -291,10 +279,10 @@ def kmeans_plusplus(
             best = int(torch.argmin(pots).item())
             row = int(cand[best].item())
             new_closest = cand_d2[:, best]
-        chosen[pos] = row
+        chosen.append(row)
         taken[row] = True
         closest = new_closest.masked_fill(taken, 0.0)
-    return [int(r) for r in chosen]  # type: ignore[arg-type]
+    return chosen
 
 
 @dataclass

@@ -23,9 +23,10 @@ Exactness statement (tested): after any sequence of ``delete`` calls, the model 
 
 Randomness. One ``torch.Generator(seed)`` draws, in this order, the T phases (T, d), the phase of the
 ``eps`` grid, and the k-means++ seeds. ``random_state_`` holds all of it (seed ids, phases, eps phase,
-re-seed counter). When a deletion removes a seed, the surviving seeds keep their positions and only the
-deleted positions are redrawn (greedy k-means++ given the other seeds) from the generator
-``(seed, 1, i)`` for the i-th such re-seeding; the phases are never redrawn.
+re-seed counter). When a deletion removes a seed the model is retrained on the remaining rows as the paper
+says (ALGORITHMS.md §5.4): all k seeds are drawn afresh (none kept: the seeds drawn after x depend on x)
+from the generator ``(seed, 1, i)`` for the i-th such re-seeding; the phases, which do not depend on the
+data, are never redrawn.
 
 Parameter heuristics (no tuning; reasoning in docs/kmeans.md):
 
@@ -425,8 +426,21 @@ class QKMeans(DeletableKMeansBase):
         }
         return not verdict.keep
 
+    def _mark_deleted(self, rows: np.ndarray) -> None:
+        """Also erase what Q-k-means derived from the rows: their squared norms and their cluster in every
+        stored partition (label k, as a recomputed partition gives masked rows)."""
+        super()._mark_deleted(rows)
+        if self._x_sqnorm.device.type == "cpu":
+            self._x_sqnorm.numpy()[rows] = 0.0
+            self._labels_hist.numpy()[:, rows] = self.n_clusters
+        else:
+            rows_dev = torch.from_numpy(rows).to(self._x_sqnorm.device)
+            self._x_sqnorm[rows_dev] = 0.0
+            self._labels_hist[:, rows_dev] = self.n_clusters
+
     def _retrain(self, verdict: _Verdict) -> None:
-        """Rerun from ``verdict.restart`` (re-seeding deleted seeds first if needed).
+        """Rerun from ``verdict.restart``; a deleted seed restarts from iteration 1 with all k seeds drawn
+        afresh on the remaining rows (ALGORITHMS.md §5.4: "retrain on X∖x").
 
         Deleted rows stay in storage (masked out) until they are half of it; then the rows are compacted.
         """
@@ -441,17 +455,9 @@ class QKMeans(DeletableKMeansBase):
         if verdict.reason == "seed":
             generator = make_generator(self.seed, _RESEED_TAG, self._n_reseeds)
             self._n_reseeds += 1
-            fixed = [r if r >= 0 and self._alive[r] else None for r in self._seed_rows]  # -1: compacted away
+            # all k seeds redrawn, none kept: seeds drawn after x were drawn relative to a set holding x
             alive = self._alive_rows()
-            alive_pos = np.full(self._alive.size, -1, dtype=np.int64)
-            alive_pos[self._alive] = np.arange(self._n_alive)
-            drawn = kmeans_plusplus(
-                self._X[alive],
-                self.n_clusters,
-                generator,
-                n_local_trials=self.n_local_trials,
-                fixed=[None if r is None else int(alive_pos[r]) for r in fixed],
-            )
+            drawn = kmeans_plusplus(self._X[alive], self.n_clusters, generator, n_local_trials=self.n_local_trials)
             rows = alive.cpu().numpy()
             self._seed_rows = [int(rows[p]) for p in drawn]
         self._run_from(verdict.restart)
