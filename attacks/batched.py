@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,28 @@ from duck.training import Recipe, make_optimizer, make_scheduler
 # optimisers whose update of an entry depends on other entries (several tensors: LBFGS; the tensor's shape:
 # Adafactor's factored second moment; sparse gradients: SparseAdam) cannot update stacked models
 COUPLED_OPTIMIZERS = ("LBFGS", "Adafactor", "SparseAdam")
+
+# trainer.* settings that say where and how a run executes or what it logs, not what the model learns; every
+# other one (gradient_clip_val, accumulate_grad_batches, max_steps, limit_train_batches, precision, ...)
+# changes the training: it enters the shadow bank's key, and batched training, which does not implement it,
+# refuses it (attack.mode=auto then trains the shadows one by one with Lightning, which applies it)
+PLACEMENT_TRAINER_KEYS = frozenset({
+    "accelerator", "devices", "num_nodes", "strategy", "deterministic", "benchmark", "logger",
+    "enable_checkpointing", "enable_model_summary", "enable_progress_bar", "default_root_dir",
+    "log_every_n_steps", "num_sanity_val_steps", "check_val_every_n_epoch", "val_check_interval",
+    "limit_val_batches", "limit_test_batches", "limit_predict_batches", "barebones", "profiler",
+})
+FLOAT32_PRECISIONS = (None, 32, "32", "32-true")
+
+
+def training_trainer_settings(trainer_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``trainer.*`` settings that change what a model learns (not in :data:`PLACEMENT_TRAINER_KEYS`;
+    Hydra's ``_target_``-style keys dropped); float32 precision counts as no setting."""
+    out = {str(k): v for k, v in dict(trainer_cfg or {}).items()
+           if not str(k).startswith("_") and str(k) not in PLACEMENT_TRAINER_KEYS}
+    if out.get("precision", None) in FLOAT32_PRECISIONS:
+        out.pop("precision", None)
+    return out
 
 
 class _PerModelRNG:
@@ -240,16 +262,23 @@ class _BatchSource:
             yield [(group, *self._gather(next(views).view(ids.shape))) for group, ids in step]
 
 
-def check_batchable(recipe: Recipe, precision: Any = None) -> None:
-    """Raise if the recipe cannot be trained batched (coupled optimiser, mixed precision)."""
+def check_batchable(recipe: Recipe, trainer_cfg: Mapping[str, Any] | None = None) -> None:
+    """Raise if the recipe cannot be trained batched: a coupled optimiser, mixed precision, or any other
+    ``trainer.*`` setting that changes training (:func:`training_trainer_settings`), which only Lightning's
+    sequential training applies."""
     spec = recipe.optimizer
     name = str(getattr(spec, "func", None) or (spec.get("_target_") if isinstance(spec, dict) else spec))
     if any(c in name for c in COUPLED_OPTIMIZERS):
         raise DuckInputError(f"optimizer {name} couples parameter entries and cannot be trained batched; "
                              "set attack.mode=sequential")
-    if precision not in (None, 32, "32", "32-true"):
-        raise DuckInputError(f"trainer.precision={precision} is not supported by batched shadow training "
-                             "(float32 only); set attack.mode=sequential")
+    settings = training_trainer_settings(trainer_cfg)
+    if "precision" in settings:
+        raise DuckInputError(f"trainer.precision={settings['precision']} is not supported by batched shadow "
+                             "training (float32 only); set attack.mode=sequential")
+    if settings:
+        key = sorted(settings)[0]
+        raise DuckInputError(f"trainer.{key}={settings[key]!r} changes training and batched shadow training "
+                             "does not apply it; set attack.mode=sequential (or auto)")
 
 
 def train_batched(models: Sequence[Classifier], dataset: torch.utils.data.Dataset, recipe: Recipe,

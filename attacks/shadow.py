@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attacks.batched import calibrate, check_batchable, train_batched
+from attacks.batched import calibrate, check_batchable, train_batched, training_trainer_settings
 from attacks.lira import lira_phi, view_logits
 from duck.checkpoint import build_manifest, load_checkpoint, load_into, save_checkpoint
 from duck.data.base import DatasetSplits, IndexedDataset
@@ -204,10 +204,15 @@ def _callable_spec(spec: Any) -> Any:
 
 
 def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shadow: int, seed: int, pool: str,
-              augment: Sequence[str], precision: Any = None) -> dict[str, Any]:
+              augment: Sequence[str], trainer_cfg: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a bank depends on: data (content fingerprint), model (spec + parameter shapes), recipe, E, seed,
-    the training pool and the precision. The storage key is a hash of this."""
+    the training pool, the precision and every other ``trainer.*`` setting that changes training
+    (``attacks.batched.training_trainer_settings``; not where the run executes). The storage key is a hash
+    of this."""
     from duck import __version__
+
+    precision = dict(trainer_cfg or {}).get("precision")
+    training = {k: v for k, v in training_trainer_settings(trainer_cfg).items() if k != "precision"}
 
     shapes = [[n, list(t.shape)] for n, t in model.state_dict().items()]
     return json.loads(json.dumps({
@@ -222,6 +227,7 @@ def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shado
                    "scheduler": _callable_spec(recipe.scheduler),
                    "label_smoothing": recipe.label_smoothing},
         "n_shadow": int(n_shadow), "seed": int(seed), "pool": pool, "precision": str(precision),
+        **({"trainer": training} if training else {}),  # absent by default: keys of existing banks unchanged
     }, sort_keys=True, default=str))
 
 
@@ -253,12 +259,11 @@ class ShadowBank:
         self.n_shadow, self.seed, self.pool = int(n_shadow), int(seed), pool
         self.augment, self.device, self.mode = list(augment), torch.device(device), mode
         self.chunk_size, self.trainer_cfg, self.progress = int(chunk_size), dict(trainer_cfg or {}), progress
-        self.precision = self.trainer_cfg.get("precision")
         self.dataset = data.train if pool == "train" else PoolDataset(data.train, data.test)
         self.n_pool = len(self.dataset)
         self.threads = resolve_threads(threads)
         self.spec = bank_spec(data, model_factory(), recipe, n_shadow=self.n_shadow, seed=self.seed,
-                              pool=pool, augment=self.augment, precision=self.precision)
+                              pool=pool, augment=self.augment, trainer_cfg=self.trainer_cfg)
         self.key = _spec_key(self.spec)
         self.dir = check_cache_dir(cache_dir) / "shadow_banks" / self.key
         self._keep: np.ndarray | None = None
@@ -396,10 +401,10 @@ class ShadowBank:
         if self.mode == "sequential":
             return "sequential", {"reason": "attack.mode=sequential"}
         if self.mode == "batched":
-            check_batchable(self.recipe, self.precision)
+            check_batchable(self.recipe, self.trainer_cfg)
             return "batched", {"reason": "attack.mode=batched"}
         try:
-            check_batchable(self.recipe, self.precision)
+            check_batchable(self.recipe, self.trainer_cfg)
         except DuckInputError as e:
             return "sequential", {"reason": f"auto: batching unsupported ({e})"}
         n = min(self.chunk_size, self.n_shadow)

@@ -101,7 +101,25 @@ def test_batching_refuses_coupled_optimisers_and_mixed_precision() -> None:
     with pytest.raises(DuckInputError, match="Adafactor"):
         check_batchable(adafactor)
     with pytest.raises(DuckInputError, match="precision"):
-        check_batchable(recipe(), "16-mixed")
+        check_batchable(recipe(), {"precision": "16-mixed"})
+    check_batchable(recipe(), {"precision": "32-true", "accelerator": "cpu", "deterministic": True})
+
+
+@pytest.mark.parametrize("setting", [{"gradient_clip_val": 0.01}, {"accumulate_grad_batches": 4},
+                                     {"max_steps": 3}, {"limit_train_batches": 0.5}])
+def test_trainer_settings_that_change_training_are_not_dropped(data, tmp_path: Path, setting) -> None:
+    """Batched training does not implement them: it refuses them (auto then trains sequentially with
+    Lightning, which applies them), and they enter the bank's key (a bank trained without clipping was reused
+    for a target trained with it)."""
+    with pytest.raises(DuckInputError, match=f"trainer.{next(iter(setting))}=.*attack.mode=sequential"):
+        check_batchable(recipe(), setting)
+    base = make_bank(data, tmp_path)
+    bank = make_bank(data, tmp_path, mode="auto", trainer_cfg={**CPU, **setting})
+    assert bank.key != base.key
+    mode, info = bank.resolve_mode()
+    assert mode == "sequential" and "batching unsupported" in info["reason"]
+    with pytest.raises(DuckInputError, match="changes training"):
+        make_bank(data, tmp_path, mode="batched", trainer_cfg={**CPU, **setting}).resolve_mode()
 
 
 def test_calibration_measures_both_modes(data) -> None:
@@ -170,6 +188,8 @@ def test_bank_cache_hit_miss_and_resume(data, tmp_path: Path, monkeypatch: pytes
 def test_bank_key_changes_with_the_setup(data, tmp_path: Path) -> None:
     base = make_bank(data, tmp_path)
     assert make_bank(data, tmp_path, mode="sequential", chunk_size=1).key == base.key  # how, not what
+    quiet = {**CPU, "enable_progress_bar": False, "deterministic": True, "log_every_n_steps": 5}
+    assert make_bank(data, tmp_path, trainer_cfg=quiet).key == base.key  # where/how it runs, not what
     assert make_bank(data, tmp_path, n_shadow=6).key != base.key
     assert make_bank(data, tmp_path, seed=1).key != base.key
     assert make_bank(data, tmp_path, recipe=recipe(epochs=2)).key != base.key
