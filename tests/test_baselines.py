@@ -66,6 +66,33 @@ def test_configs_resolve_without_missing_values(name, dataset):
         assert all(v is not None for v in hp.values()), (name, dataset, kind, hp)
 
 
+# seeds/003 Tables VII (class removal) / VIII (homogeneous removal): the Scheduler column ([] = "-": none)
+TABLE_SCHEDULERS = {
+    ("finetune", "class_removal"): {"cifar10": [8, 15], "cifar100": [8, 15], "tinyimagenet": [8, 15]},
+    ("finetune", "homogeneous_removal"): {"cifar10": [8, 15], "cifar100": [8, 15], "tinyimagenet": [8, 15]},
+    ("neggrad", "class_removal"): {"cifar10": [], "cifar100": [], "tinyimagenet": []},
+    ("neggrad", "homogeneous_removal"): {"cifar10": [4], "cifar100": [7, 9], "tinyimagenet": [5, 12]},
+    ("random_label", "class_removal"): {"cifar10": [3], "cifar100": [], "tinyimagenet": []},
+    ("random_label", "homogeneous_removal"): {"cifar10": [5], "cifar100": [9], "tinyimagenet": [7]},
+    ("scrub", "class_removal"): {"cifar10": [3], "cifar100": [9], "tinyimagenet": [9]},
+    ("scrub", "homogeneous_removal"): {"cifar10": [3], "cifar100": [5, 10], "tinyimagenet": [1, 3]},
+}
+
+
+@pytest.mark.parametrize("name,kind", sorted(TABLE_SCHEDULERS))
+def test_paper_presets_follow_the_scheduler_column(name, kind):
+    """Every paper data set gets its own table row (CIFAR-100 and TinyImageNet used to fall back to CIFAR-10's
+    milestones for random labels and negative gradient), with the DUCK authors' decay factor 0.5 where the
+    authors' code ran the method (fine-tuning, negative gradient, random labels)."""
+    raw = yaml.safe_load((CONF / f"{name}.yaml").read_text())
+    raw.pop("name")
+    for dataset, milestones in TABLE_SCHEDULERS[(name, kind)].items():
+        hp = resolve_method_cfg(raw, dataset, kind)
+        assert hp["milestones"] == milestones, (name, kind, dataset, hp["milestones"])
+        if name != "scrub":
+            assert hp["lr_gamma"] == 0.5, (name, kind, dataset)
+
+
 @pytest.mark.parametrize("name", sorted(CLASS_REMOVAL_ONLY))
 def test_class_removal_only_methods_refuse_homogeneous_removal(name, synthetic, synthetic_model):
     sc = scenario_of(synthetic, "homogeneous_removal")
