@@ -1,17 +1,19 @@
 """Boundary Shrink (Chen et al., "Boundary Unlearning", CVPR 2023, §3.2; seeds/003 §IV-A).
 
-1. Neighbour search: an L∞ PGD attack on the (frozen) original moves each forget sample ``x`` across its
+1. Neighbour search: an adversarial step on the (frozen) original moves each forget sample ``x`` across its
    nearest decision boundary; the adversarial prediction is the *nearest incorrect label*
    ``y_nbi = argmax_{c ≠ y} f_orig(x_adv)_c`` (the true class, and in class removal every forgotten class,
    are excluded, so the label is always a retained, incorrect one).
 2. Fine-tune the model on the forget samples with those labels, ``CE(f(x), y_nbi)``, for ``epochs`` epochs
    (the original paper's code: SGD, momentum 0.9; forget set only).
 
-The original is frozen, so the attack is deterministic (no random start, as in the paper's code): labels are
-computed once, stored by sample index, and reused every epoch (the same as recomputing them per batch).
-The attack radius ``bound`` and ``step`` are in pixel units of [0, 1] images (the paper's code: ``LinfPGD``
-with bound 0.1, step 8/255, 5 iterations); they are divided by the data set's normalisation std to act on the
-model's (normalised) inputs.
+The attack is the one the Boundary Unlearning code runs (``boundary_shrink`` there builds ``FGSM``; its
+``LinfPGD`` line is commented out): one signed-gradient step of size ``bound`` in pixel units, the result
+clamped to the valid pixel range [0, 1] and rounded to the 8-bit grid (``discretize``) before it is
+normalised again. ``attack_steps > 1`` runs L∞ PGD with step ``step`` and the same projection (the
+``LinfPGD`` of that code). The original is frozen and there is no random start, so the attack is
+deterministic: labels are computed once, stored by sample index, and reused every epoch (the same as
+recomputing them per batch).
 """
 
 from __future__ import annotations
@@ -28,26 +30,34 @@ from duck.errors import DuckInputError
 from duck.unlearn.registry import register_unlearner
 
 
-def input_scale(dataset: Any, device: torch.device) -> torch.Tensor:
-    """Per-channel normalisation std ``(1, C, 1, 1)`` of ``dataset`` (pixel units -> model input units)."""
-    std = getattr(dataset, "std", None)
-    if std is None:
+def input_normalisation(dataset: Any, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel normalisation ``(mean, std)``, each ``(1, C, 1, 1)``, of ``dataset`` (model input =
+    (pixel - mean) / std with pixels in [0, 1])."""
+    mean, std = getattr(dataset, "mean", None), getattr(dataset, "std", None)
+    if mean is None or std is None:
         raise DuckInputError("boundary methods express the attack radius in pixel units and need the data set's "
-                             "normalisation std (dataset.std); this data set has none")
-    return torch.as_tensor(std, dtype=torch.float32, device=device).reshape(1, -1, 1, 1)
+                             "normalisation (dataset.mean, dataset.std); this data set has none")
+    return tuple(torch.as_tensor(t, dtype=torch.float32, device=device).reshape(1, -1, 1, 1)
+                 for t in (mean, std))  # type: ignore[return-value]
 
 
-def pgd_linf(model: nn.Module, x: torch.Tensor, y: torch.Tensor, bound: torch.Tensor, step: torch.Tensor,
-             iters: int) -> torch.Tensor:
-    """Untargeted L∞ PGD (Madry et al.): ``iters`` signed-gradient ascent steps of ``CE(model(x'), y)``,
-    projected on the ``bound`` ball around ``x``. ``bound``/``step`` broadcast to ``x (B, C, H, W)``."""
+def linf_attack(model: nn.Module, x: torch.Tensor, y: torch.Tensor, bound: float, step: float, iters: int,
+                mean: torch.Tensor, std: torch.Tensor, levels: int | None = 255) -> torch.Tensor:
+    """Untargeted L∞ attack of the Boundary Unlearning code on normalised inputs ``x (B, C, H, W)``:
+    ``iters`` signed-gradient ascent steps of ``CE(model(x'), y)`` of size ``step`` in pixel units, each
+    followed by the projection on the ``bound`` ball around ``x``, the clamp to [0, 1] and (``levels``) the
+    rounding to ``levels + 1`` grey levels. ``iters=1, step=bound`` is its FGSM. Returns normalised inputs."""
+    x_nat = x.detach() * std + mean  # pixels
     x_adv = x.detach().clone()
     for _ in range(int(iters)):
         x_adv.requires_grad_(True)
         loss = F.cross_entropy(model(x_adv), y)
         (grad,) = torch.autograd.grad(loss, x_adv)
-        x_adv = x_adv.detach() + step * grad.sign()
-        x_adv = torch.max(torch.min(x_adv, x + bound), x - bound)  # project on the L∞ ball
+        pix = x_adv.detach() * std + mean + step * grad.sign()
+        pix = (x_nat + (pix - x_nat).clamp(-bound, bound)).clamp(0.0, 1.0)
+        if levels:
+            pix = torch.round(pix * levels) / levels
+        x_adv = (pix - mean) / std
     return x_adv.detach()
 
 
@@ -79,13 +89,13 @@ class BoundaryShrink(BaselineUnlearner):
     def find_neighbour_labels(self, device: torch.device) -> torch.Tensor:
         """Nearest incorrect label of every forget sample, stored by stable sample index (``-1`` elsewhere)."""
         original = self.add_reference("original", self.model)
-        scale = input_scale(self.data.train, device)
-        bound, step = float(self.hp["bound"]) / scale, float(self.hp["step"]) / scale
+        mean, std = input_normalisation(self.data.train, device)
         excluded = torch.tensor(self.forget_classes(), dtype=torch.long, device=device)
         labels = torch.full((len(self.data.train),), -1, dtype=torch.long, device=device)
         for x, y, idx in make_loader(self.data.train, int(self.hp["batch_size"]), indices=self.data.forget_idx):
             x, y = x.to(device), y.to(device)
-            x_adv = pgd_linf(original, x, y, bound, step, int(self.hp["attack_steps"]))
+            x_adv = linf_attack(original, x, y, float(self.hp["bound"]), float(self.hp["step"]),
+                                int(self.hp["attack_steps"]), mean, std)
             with torch.no_grad():
                 labels[torch.as_tensor(idx, device=device)] = nearest_incorrect_label(original(x_adv), y, excluded)
         return labels

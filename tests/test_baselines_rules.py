@@ -14,7 +14,7 @@ from torch import nn
 
 from baselines.bad_teacher import mixed_teacher_probs
 from baselines.boundary_expand import prune_head, widen_head
-from baselines.boundary_shrink import nearest_incorrect_label, pgd_linf
+from baselines.boundary_shrink import linf_attack, nearest_incorrect_label
 from baselines.common import distill_kl
 from baselines.erm_ktp import clip_mask, erm_regulariser, kept_channels, prohibited_head
 from baselines.l1_sparse import l1_norm
@@ -234,14 +234,35 @@ def test_nearest_incorrect_label_is_the_best_other_allowed_class():
         assert int(lab[i]) == max(cands, key=lambda c: float(logits[i, c]))
 
 
-def test_pgd_stays_in_the_ball_and_raises_the_loss():
+def test_fgsm_is_one_clamped_discretised_signed_step_in_pixel_units():
+    """The Boundary Unlearning code's FGSM: pixels x + bound * sign(grad), projected on [0, 1], rounded to
+    1/255, normalised again; for a linear model the gradient sign is known in closed form."""
+    g = torch.Generator().manual_seed(0)
+    lin = nn.Linear(4, 3)
+    model = nn.Sequential(nn.Flatten(), lin).eval()
+    pix = torch.rand(32, 1, 2, 2, generator=g)
+    pix[0] = 0.0  # at the border of the pixel range
+    pix[1] = 1.0
+    mean, std = torch.full((1, 1, 1, 1), 0.3), torch.full((1, 1, 1, 1), 0.2)
+    x, y = (pix - mean) / std, torch.randint(0, 3, (32,), generator=g)
+    x_adv = linf_attack(model, x, y, 0.1, 0.1, 1, mean, std)
+    with torch.no_grad():  # d CE / d x = W^T (softmax - onehot) / std
+        p = torch.softmax(model(x), 1) - F.one_hot(y, 3).float()
+        sign = (p @ lin.weight).sign().reshape(32, 1, 2, 2)
+    expected = torch.round((pix + 0.1 * sign).clamp(0, 1) * 255) / 255
+    torch.testing.assert_close(x_adv * std + mean, expected, atol=1e-6, rtol=0)
+    assert F.cross_entropy(model(x_adv), y) > F.cross_entropy(model(x), y)
+
+
+def test_pgd_stays_in_the_ball_and_the_pixel_range():
     g = torch.Generator().manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3)).eval()
-    x, y = torch.randn(16, 1, 2, 2, generator=g), torch.randint(0, 3, (16,), generator=g)
-    bound, step = torch.tensor(0.1), torch.tensor(0.03)
-    x_adv = pgd_linf(model, x, y, bound, step, 5)
-    assert (x_adv - x).abs().max() <= 0.1 + 1e-6
-    assert F.cross_entropy(model(x_adv), y) > F.cross_entropy(model(x), y)
+    pix = torch.rand(16, 1, 2, 2, generator=g)
+    mean, std = torch.full((1, 1, 1, 1), 0.5), torch.full((1, 1, 1, 1), 0.25)
+    x, y = (pix - mean) / std, torch.randint(0, 3, (16,), generator=g)
+    adv = linf_attack(model, x, y, 0.1, 8 / 255, 5, mean, std, levels=None) * std + mean
+    assert (adv - pix).abs().max() <= 0.1 + 1e-6 and adv.min() >= 0.0 and adv.max() <= 1.0
+    assert F.cross_entropy(model((adv - mean) / std), y) > F.cross_entropy(model(x), y)
 
 
 def test_boundary_shrink_labels_are_incorrect_retained_classes(synthetic, synthetic_model):
