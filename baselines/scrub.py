@@ -33,7 +33,12 @@ class SCRUB(BaselineUnlearner):
         self.max_loader = self.forget_loader(int(self.hp["forget_batch_size"]))
         epochs = self.epochs()
         self.max_step_epochs = min(int(self.hp["msteps"]), epochs)
+        self.n_max_steps = 0
         self.fit_phase("scrub", self.retain_loader(int(self.hp["batch_size"]), drop_last=True), epochs)
+        # Lightning's global_step counts the min-steps only (the max-steps run outside training_step)
+        log = self.phase_log["scrub"]
+        log["min_steps"], log["max_steps"] = log["steps"], self.n_max_steps
+        log["steps"] += self.n_max_steps
         return {"epochs": float(epochs), "reached_target": None, "max_step_epochs": self.max_step_epochs}
 
     def divergence(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,6 +55,7 @@ class SCRUB(BaselineUnlearner):
         for x, _, _ in self.max_loader:  # max-steps: push the student away from the teacher on the forget set
             _, kl = self.divergence(self.augment(x.to(self.device)))
             self.manual_step(opt, -kl)
+            self.n_max_steps += 1
 
     def training_step(self, batch: Any, batch_idx: int) -> None:  # min-steps on the retain set
         x, y, _ = batch

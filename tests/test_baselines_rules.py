@@ -316,6 +316,9 @@ def test_scrub_max_steps_only_in_the_first_msteps_epochs(synthetic, synthetic_mo
     for epoch in range(3):
         n_max = sum(neg for e, neg in losses if e == epoch)
         assert n_max == (max_steps_per_epoch if epoch < 2 else 0)
+    log = u.phase_log["scrub"]  # every optimiser step counted (Lightning's global_step misses the max-steps)
+    assert log["max_steps"] == 2 * max_steps_per_epoch and log["steps"] == len(losses)
+    assert log["min_steps"] == len(losses) - log["max_steps"]
 
 
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log")
