@@ -97,3 +97,57 @@ def test_quick_compare_end_to_end_reuses_the_cache(tmp_path):
     assert "resumed from" in out3["table"]
     with pytest.raises(DuckInputError, match="bench.resume"):
         run(OmegaConf.merge(cfg, {"resume": str(tmp_path / "missing.json")}))
+    # a resume with other protocol options is refused (the earlier table would be reported as this one's)
+    assert json.loads((tmp_path / "out1" / "protocol.json").read_text())["data"] == "synthetic"
+    other = OmegaConf.merge(cfg, {"out_dir": str(tmp_path / "out4"), "resume": str(tmp_path / "out1"),
+                                  "overrides": [*cfg.overrides, "recipe.epochs=6"]})
+    with pytest.raises(DuckInputError, match=r"was run with bench.overrides=.*start a new protocol"):
+        run(other)
+    with pytest.raises(DuckInputError, match="was run with bench.data='synthetic'"):
+        run(OmegaConf.merge(cfg, {"data": "digits", "resume": str(tmp_path / "out1")}))
+    assert not (tmp_path / "out4").exists()
+    # an old run directory without protocol.json: the records' data set and model are checked
+    with pytest.raises(DuckInputError, match="holds runs of synthetic / smallcnn, not bench.data=digits"):
+        run(OmegaConf.merge(cfg, {"data": "digits", "resume": str(tmp_path / "partial.json")}))
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["seed=-1"], "sets what the protocol sets; use the protocol's seeds"),
+    (["scenario.fraction=0.5"], "use bench.scenarios"),
+    (["method=scrub"], "use bench.methods"),
+    (["data=digits"], "use bench.data"),
+    (["recipe.epochs"], "is not KEY=VALUE"),
+    (["+method.lambda_fgtt=3"], r"has no hyperparameter\(s\) \['lambda_fgtt'\]"),
+])
+def test_bad_overrides_are_refused_before_any_work(tmp_path, overrides, match):
+    from duck.bench.compare import run
+
+    cfg = bench_cfg(data="synthetic", model="smallcnn", quick=True, methods=["duck"], progress=False,
+                    cache_dir=str(tmp_path / "cache"), out_dir=str(tmp_path / "out"), overrides=overrides)
+    with pytest.raises(DuckInputError, match=match):
+        run(cfg)
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("key,values", [("classes", [3, 3]), ("seeds", [1, 0, 1])])
+def test_repeated_classes_or_seeds_are_refused(key, values):
+    cfg = bench_cfg(**{key: values})
+    with pytest.raises(DuckInputError, match=f"bench.{key}=.* repeats"):
+        protocol_runs(cfg, 10)
+
+
+def test_forget_set_exactly_at_the_target_counts_as_met():
+    """The homogeneous target is the original's test accuracy (float32, unrounded) and the records hold 6
+    decimals: 132/135 == 440/450 used to count as missed."""
+    from types import SimpleNamespace
+
+    from duck.bench.compare import run_record
+
+    scenario = SimpleNamespace(kind="homogeneous_removal", forget_target_rule="original_test", is_class_removal=False)
+    original_acc = {"test": float(np.float32(440 / 450)), "test_retain": 0.98}
+    metrics = {"acc": {"train_forget": round(132 / 135, 6), "test": 0.97, "train_retain": 0.99}, "aus": 1.0}
+    spec = {"scenario": "homogeneous_removal", "label": "seed_0", "seed": 0}
+    rec = run_record("neggrad", spec, metrics, scenario, original_acc, original_acc["test"])
+    assert rec["target_met"] is True and rec["forget_target"] == 0.977778
+    metrics["acc"]["train_forget"] = round(133 / 135, 6)
+    assert run_record("neggrad", spec, metrics, scenario, original_acc, original_acc["test"])["target_met"] is False

@@ -79,6 +79,7 @@ def protocol_runs(cfg: DictConfig, num_classes: int) -> list[dict[str, Any]]:
             classes = list(range(num_classes)) if cfg.classes is None else [int(c) for c in cfg.classes]
             if not classes:
                 raise DuckInputError("bench.classes is empty; give the classes to remove, or null for every class")
+            _check_distinct(classes, "bench.classes")
             for c in classes[:1] if cfg.quick else classes:
                 runs.append({"scenario": kind, "label": f"class_{c}", "seed": original_seed,
                              "overrides": ["scenario=class_removal", f"scenario.forget_classes=[{c}]"]})
@@ -86,6 +87,7 @@ def protocol_runs(cfg: DictConfig, num_classes: int) -> list[dict[str, Any]]:
             seeds = [int(s) for s in cfg.seeds]
             if not seeds:
                 raise DuckInputError("bench.seeds is empty; give at least one seed for homogeneous removal")
+            _check_distinct(seeds, "bench.seeds")
             for s in seeds[:1] if cfg.quick else seeds:
                 runs.append({"scenario": kind, "label": f"seed_{s}", "seed": s,
                              "overrides": ["scenario=homogeneous_removal", f"scenario.fraction={float(cfg.fraction)}",
@@ -93,6 +95,13 @@ def protocol_runs(cfg: DictConfig, num_classes: int) -> list[dict[str, Any]]:
         else:
             raise DuckInputError(f"bench.scenarios holds {kind!r}; use class_removal and/or homogeneous_removal")
     return runs
+
+
+def _check_distinct(values: list[int], name: str) -> None:
+    dup = sorted({v for v in values if values.count(v) > 1})
+    if dup:
+        raise DuckInputError(f"{name}={values} repeats {dup}: a run is identified by its class / seed, so a repeat "
+                             "would replace the earlier run's records; list each once")
 
 
 def forget_target(scenario: Any, original_acc: dict[str, float], tolerance: float = 0.01) -> float:
@@ -110,8 +119,10 @@ def run_record(label: str, run: dict[str, Any], metrics: dict[str, Any], scenari
     _, a_t, a_f = aus_inputs(acc, original_acc, scenario)
     return {"method": label, "scenario": run["scenario"], "run": run["label"], "seed": run["seed"],
             "A_t": a_t, "A_f": a_f, "AUS": metrics.get("aus"), "time_s": metrics.get("time_s"), "epochs": metrics.get("epochs"),
-            "train_forget": acc.get("train_forget"), "forget_target": target,
-            "target_met": bool(acc["train_forget"] <= target + 1e-9),
+            "train_forget": acc.get("train_forget"), "forget_target": round(target, 6),
+            # the accuracies are recorded to 6 decimals: the target too, so that a tie (the forget set exactly
+            # at the original's test accuracy) counts as met
+            "target_met": bool(acc["train_forget"] <= round(target, 6) + 1e-9),
             "reached_target": metrics.get("reached_target"), "metrics": metrics}
 
 
@@ -183,9 +194,24 @@ def csv_text(summary: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def resumed_records(path: str | None) -> list[dict[str, Any]]:
+#: the options that decide what a run of the protocol computes: a resumed protocol must have the same ones
+#: (scenarios, classes, seeds and methods may differ: records outside the protocol are dropped)
+PROTOCOL_KEYS = ("data", "model", "trainer", "fraction", "original_seed", "overrides")
+
+
+def protocol_identity(cfg: DictConfig) -> dict[str, Any]:
+    """What ``protocol.json`` records (:data:`PROTOCOL_KEYS`), compared by ``bench.resume``."""
+    ident = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in PROTOCOL_KEYS}
+    ident["fraction"] = float(ident["fraction"])
+    ident["overrides"] = [str(o) for o in ident["overrides"]]
+    return ident
+
+
+def resumed_records(path: str | None, cfg: DictConfig | None = None) -> list[dict[str, Any]]:
     """Records of an earlier (interrupted) protocol's ``runs.json``: runs recorded there without an error are not
-    repeated (``bench.resume=PATH``); the same data/model/protocol options are the caller's responsibility."""
+    repeated (``bench.resume=PATH``). The earlier protocol must match ``cfg`` in :data:`PROTOCOL_KEYS` (its
+    ``protocol.json``; for a run directory written before that file existed, the data set and model named in
+    the records): a resumed table must not show another data set's or recipe's numbers."""
     if not path:
         return []
     import json
@@ -193,6 +219,8 @@ def resumed_records(path: str | None) -> list[dict[str, Any]]:
     p = Path(str(path))
     if p.is_dir():
         p = p / "runs.json"
+    if cfg is not None:
+        _check_same_protocol(p, cfg, path)
     try:
         records = json.loads(p.read_text())
     except (OSError, ValueError) as e:
@@ -201,7 +229,35 @@ def resumed_records(path: str | None) -> list[dict[str, Any]]:
     if not isinstance(records, list) or not all(isinstance(r, dict) and {"scenario", "run", "method"} <= r.keys()
                                                  for r in records):
         raise DuckInputError(f"bench.resume={path} is not a compare runs.json (a list of run records)")
+    if cfg is not None and not (p.parent / "protocol.json").is_file():
+        for r in records:
+            got = {k: (r.get("metrics") or {}).get(k) for k in ("dataset", "model")}
+            if got["model"] not in (None, str(cfg.model)) or got["dataset"] not in (None, str(cfg.data)):
+                raise DuckInputError(f"bench.resume={path} holds runs of {got['dataset']} / {got['model']}, not "
+                                     f"bench.data={cfg.data} / bench.model={cfg.model}; resume with the same options "
+                                     "or start a new protocol")
     return records
+
+
+def _check_same_protocol(runs_json: Path, cfg: DictConfig, path: str) -> None:
+    """Refuse to resume a protocol run with other :data:`PROTOCOL_KEYS` (named with both values)."""
+    import json
+
+    f = runs_json.parent / "protocol.json"
+    if not f.is_file():
+        return
+    try:
+        earlier = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise DuckInputError(f"bench.resume={path}: cannot read {f} ({e}); start a new protocol") from None
+    now = protocol_identity(cfg)
+    diff = [k for k in PROTOCOL_KEYS if not isinstance(earlier, dict) or earlier.get(k) != now[k]]
+    if diff:
+        k = diff[0]
+        was = earlier.get(k) if isinstance(earlier, dict) else earlier
+        raise DuckInputError(f"bench.resume={path} was run with bench.{k}={was!r}, this run has bench.{k}={now[k]!r}: "
+                             "its results would be reported as this protocol's; resume with the same options or "
+                             "start a new protocol")
 
 
 def _string(value: Any, name: str) -> str:
@@ -230,16 +286,39 @@ RULES = {
 }
 
 
+#: run-config keys the protocol sets itself (a ``bench.overrides`` entry for them would be replaced silently)
+PROTOCOL_SET_KEYS = {"seed": "the protocol's seeds (bench.original_seed, bench.seeds)",
+                     "scenario": "bench.scenarios, bench.classes, bench.fraction, bench.seeds",
+                     "method": "bench.methods (method.KEY=... overrides are fine)", "data": "bench.data",
+                     "model": "bench.model", "trainer": "bench.trainer", "audit": "the protocol (no audits)",
+                     "progress": "bench.progress", "cache_dir": "bench.cache_dir"}
+
+
+def check_protocol_overrides(overrides: list[str]) -> None:
+    """Refuse ``bench.overrides`` entries that set what the protocol sets (``seed=-1`` was ignored)."""
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if "=" not in o or not key:
+            raise DuckInputError(f"bench.overrides entry {o!r} is not KEY=VALUE; e.g. "
+                                 "'bench.overrides=[\"recipe.epochs=3\"]'")
+        head = key.split(".", 1)[0]
+        if key in PROTOCOL_SET_KEYS or (head in ("scenario", "seed") and head in PROTOCOL_SET_KEYS):
+            raise DuckInputError(f"bench.overrides entry {o!r} sets what the protocol sets; use "
+                                 f"{PROTOCOL_SET_KEYS[head]}")
+
+
 def check_method_overrides(cfg: DictConfig, base: list[str], methods: list[str], dataset: str) -> None:
     """Each method's config composed with ``bench.overrides``: its effective hyperparameters checked for every
     scenario of the protocol (before any training)."""
+    from duck.cli.unlearn import method_cfg
     from duck.unlearn.config import check_hyperparameters, resolve_method_cfg
 
     for m in methods:
-        method_cfg = OmegaConf.to_container(compose_run([*base, f"method={m}"]).method, resolve=True)
+        run_cfg = compose_run([*base, f"method={m}"])
         for kind in cfg.scenarios:
             try:
-                check_hyperparameters(resolve_method_cfg(method_cfg, dataset, str(kind)))
+                _, hp = method_cfg(run_cfg)  # keys the method's config file does not define are refused here
+                check_hyperparameters(resolve_method_cfg(hp, dataset, str(kind)))
             except DuckInputError as e:
                 raise DuckInputError(f"bench.overrides={list(cfg.overrides)} (method {m}, {kind}): {e}") from None
 
@@ -267,7 +346,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             *[str(o) for o in cfg.overrides]]
     if cfg.cache_dir is not None:
         base.append(f"cache_dir={cfg.cache_dir}")
-    records = resumed_records(cfg.get("resume"))
+    check_protocol_overrides([str(o) for o in cfg.overrides])
+    records = resumed_records(cfg.get("resume"), cfg)
     done = {(r["scenario"], r["run"], r["method"]) for r in records if "error" not in r}
     n_resumed = len(records)
     t_start = time.perf_counter()
@@ -282,6 +362,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 raise DuckInputError(f"bench.classes={list(cfg.classes)}: {bad_classes} not below the "
                                      f"{data.num_classes} classes of {data.name}")
             runs = protocol_runs(cfg, data.num_classes)
+            atomic_save_json(out / "protocol.json", protocol_identity(cfg))
             in_protocol = {(r["scenario"], r["label"]) for r in runs}
             records = [r for r in records if (r["scenario"], r["run"]) in in_protocol]
             unsupported = {kind: {m: f"not applicable to {kind} (as in seeds/003)" for m, c in classes_of.items()
