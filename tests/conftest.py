@@ -36,14 +36,18 @@ def _one_torch_thread() -> object:
 def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture) -> Callable[..., tuple[int, str, str, Path]]:
     """Run a console script's ``main`` in-process: ``run_cli("train", "data=synthetic", ...)``.
 
-    Returns ``(exit code, stdout, stderr, run directory)``; the run directory is ``tmp_path/run``.
+    Returns ``(exit code, stdout, stderr, run directory)``; the run directory is ``tmp_path/run`` for the
+    first call of a test and ``tmp_path/run_K`` for the K-th later one (a job refuses a directory holding
+    another job's results).
     """
+    calls = [0]
 
     def _run(command: str, *args: str) -> tuple[int, str, str, Path]:
         import importlib
 
         module = importlib.import_module(f"duck.cli.{command}")
-        run_dir = tmp_path / "run"
+        run_dir = tmp_path / ("run" if not calls[0] else f"run_{calls[0]}")
+        calls[0] += 1
         argv = [f"duck-{command}", *args]
         if command != "bench" or len(args) > 0:
             argv.append(f"hydra.run.dir={run_dir}")

@@ -34,9 +34,10 @@ def check_group_choices(args: list[str], root: Path) -> None:
     """Fail with one line for ``group=choice`` overrides naming a config that does not exist
     (e.g. ``method=foo``), listing the available choices (Hydra's own message is a page long)."""
     for arg in args:
-        if "=" not in arg or arg.startswith(("+", "~", "-")):
+        if "=" not in arg or arg.startswith(("~", "-")):
             continue
         key, value = arg.split("=", 1)
+        key = key.lstrip("+")  # +experiment=NAME, +sweep=NAME: groups added to the defaults list
         group = root / key
         if "." in key or not group.is_dir() or value in ("", "null"):
             continue
@@ -71,6 +72,31 @@ def check_override_keys(config_name: str, args: list[str], root: Path) -> None:
             fail(f"{key} is not a setting of this command; check the spelling (--cfg job prints every setting)")
     except Exception:  # Hydra reports everything else itself, as before
         return
+
+
+def _results_in(folder: Path) -> list[str]:
+    """Files a job wrote in ``folder`` (Hydra's own ``.hydra/``, ``*.log`` and ``multirun.yaml`` excluded)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name not in (".hydra", "multirun.yaml") and not p.name.endswith(".log")
+                  and not (p.is_dir() and not _results_in(p)))
+
+
+def check_output_dir(args: list[str]) -> None:
+    """Refuse an explicit ``hydra.run.dir`` / ``hydra.sweep.dir`` that already holds an earlier job's results:
+    the new job's ``.hydra/`` would sit beside the old ``summary.json``, ``audit.json``, checkpoints (and a
+    refused job would look finished). The default directories are time-stamped to the microsecond."""
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    for arg in args:
+        if arg.startswith(f"{key}="):
+            folder = Path(arg.split("=", 1)[1]).expanduser()
+            found = _results_in(folder)
+            if found:
+                fail(f"{key}={folder} already holds results of an earlier run ({', '.join(found[:4])}"
+                     f"{', ...' if len(found) > 4 else ''}); a job writes into a directory of its own: choose "
+                     f"another {key} or delete those files")
 
 
 def configure_threads(threads: Any) -> None:
@@ -153,6 +179,14 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], No
 
         check_group_choices(sys.argv[1:], conf_dir())
         check_override_keys(config_name, sys.argv[1:], conf_dir())
+        check_output_dir(sys.argv[1:])
+        if any(a in ("-m", "--multirun") for a in sys.argv[1:]):
+            from duck.cli._sweep import check_sweep
+
+            try:
+                check_sweep(config_name, sys.argv[1:], conf_dir())
+            except DuckInputError as e:
+                fail(str(e))
         from omegaconf import DictConfig
 
         @hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")

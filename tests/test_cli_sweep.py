@@ -1,0 +1,74 @@
+"""Sweeps (``-m``) are checked as a whole before their first job, and job directories are never shared."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import SYNTH_ARGS
+
+from duck.cli._app import conf_dir
+from duck.cli._sweep import job_overrides
+
+
+@pytest.mark.parametrize("args,match", [
+    (("attack.nshadow=4,8",), "attack.nshadow is not a setting of this command"),
+    (("method=duck,finetune", "method.lambda_fgt=0.5"), "method=finetune: method.lambda_fgt is not a setting"),
+    (("method=choice(duck,scrubb)",), "unknown method 'scrubb'; choose one of: "),
+    (("+sweep=methodz",), "unknown sweep 'methodz'; choose one of: cr_all_classes, hr_seeds, methods"),
+    (("seed=0,-1",), r"sweep job .*seed=-1: seed=-1 must be an integer >= 0 \(no job of the sweep was run\)"),
+    (("+sweep=methods", "scenario=homogeneous_removal"),
+     "method=boundary_shrink: method 'boundary_shrink' does not support scenario 'homogeneous_removal'"),
+    (("method=duck,scrub", "+method.lambda_fgtt=3"), r"has no hyperparameter\(s\) \['lambda_fgtt'\]"),
+])
+def test_a_bad_job_stops_the_sweep_before_any_job_runs(run_cli, tmp_path, args, match):
+    sweep = tmp_path / "sweep"
+    code, _, err, _ = run_cli("run", "-m", *SYNTH_ARGS, "recipe.epochs=1", "audit=false", *args,
+                              f"hydra.sweep.dir={sweep}")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: ") and re.search(match, err), err
+    assert not sweep.exists()  # not even Hydra's multirun.yaml
+
+
+def test_unknown_experiment_is_one_line_without_a_sweep(run_cli):
+    code, _, err, run_dir = run_cli("run", "+experiment=digits_crr")
+    assert code == 2 and "unknown experiment 'digits_crr'; choose one of: cifar10_cr" in err
+    assert not run_dir.exists()
+
+
+def test_jobs_composed_up_front_cover_every_group_combination_and_every_value():
+    """Group sweeps (they decide which keys exist) in every combination; other sweeps one value at a time;
+    the sweeps of a +sweep config are read from its hydra.sweeper.params."""
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+        jobs = job_overrides("run", ["method=duck,scrub", "scenario=class_removal,homogeneous_removal",
+                                     "seed=0,1,2"], conf_dir())
+        assert len(jobs) == 4 * 3  # 2 x 2 group combinations, each with seed 0, 1, 2 (one value at a time)
+        assert {tuple(sorted(j)) for j in jobs} >= {("method=scrub", "scenario=homogeneous_removal", "seed=2")}
+        jobs = job_overrides("run", ["+sweep=methods"], conf_dir())
+        assert sorted(j[-1] for j in jobs)[:2] == ["method=bad_teacher", "method=boundary_expand"]
+        assert len(jobs) == 11
+
+
+def test_a_valid_sweep_still_runs_and_directories_are_distinct(run_cli, tmp_path):
+    sweep = tmp_path / "sweep"
+    code, _, err, _ = run_cli("train", "-m", *SYNTH_ARGS, "recipe.epochs=1", "seed=0,1", f"hydra.sweep.dir={sweep}")
+    assert code == 0, err
+    assert {json.loads(p.read_text())["seed"] for p in sweep.rglob("metrics.json")} == {0, 1}
+    # the same sweep directory again: refused before anything is written (the old results would sit beside
+    # the new job's .hydra/ and a refused job would look finished)
+    before = sorted(p.relative_to(sweep) for p in sweep.rglob("*"))
+    code, _, err, _ = run_cli("train", "-m", *SYNTH_ARGS, "recipe.epochs=1", "seed=2,3", f"hydra.sweep.dir={sweep}")
+    assert code == 2 and "already holds results of an earlier run" in err
+    assert sorted(p.relative_to(sweep) for p in sweep.rglob("*")) == before
+
+
+def test_default_output_directories_are_unique_to_the_microsecond():
+    from omegaconf import OmegaConf
+
+    for name in ("run", "train", "unlearn", "audit", "bench_main"):
+        hydra = OmegaConf.to_container(OmegaConf.load(conf_dir() / f"{name}.yaml"), resolve=False)["hydra"]
+        for d in (hydra["run"]["dir"], hydra["sweep"]["dir"]):
+            assert d.endswith("%f}"), (name, d)
