@@ -72,3 +72,36 @@ def test_default_output_directories_are_unique_to_the_microsecond():
         hydra = OmegaConf.to_container(OmegaConf.load(conf_dir() / f"{name}.yaml"), resolve=False)["hydra"]
         for d in (hydra["run"]["dir"], hydra["sweep"]["dir"]):
             assert d.endswith("%f}"), (name, d)
+
+
+def test_sweep_ends_with_a_mean_std_table_over_its_jobs(run_cli, tmp_path):
+    """DESIGN.md §1: a methods x seeds sweep ends with paper-style mean (std) tables (sweep_summary.*); the
+    shared original / oracle of one forget set and seed is counted once."""
+    import numpy as np
+
+    from duck.report.sweep import main as summary_main
+
+    sweep = tmp_path / "sweep"
+    code, out, err, _ = run_cli("run", "-m", *SYNTH_ARGS, "recipe.epochs=1", "audit=false", "method=duck,finetune",
+                                "seed=0,1", f"cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}")
+    assert code == 0, err
+    assert "sweep summary:" in out and (sweep / "sweep_summary.md").is_file()
+    result = json.loads((sweep / "sweep_summary.json").read_text())
+    by_method = {s["method"]: s for s in result["summary"]}
+    assert {k: v["n"] for k, v in by_method.items()} == {"original": 2, "retrain": 2, "duck": 2, "finetune": 2}
+    aus = [r["AUS"] for p in sorted(sweep.glob("*/summary.json")) for r in json.loads(p.read_text())["rows"]
+           if r["method"] == "duck"]
+    assert by_method["duck"]["AUS"]["mean"] == pytest.approx(np.mean(aus))
+    assert by_method["duck"]["AUS"]["std"] == pytest.approx(np.std(aus, ddof=1))
+    rows = list(csv_rows(sweep / "sweep_summary.csv"))
+    assert [r["method"] for r in rows] == ["original", "retrain", "duck", "finetune"]
+    # the same table from the command line (a sweep whose jobs ran elsewhere); a folder without jobs: error
+    assert summary_main([str(sweep)]) == 0
+    assert summary_main([str(tmp_path)]) == 2
+
+
+def csv_rows(path):
+    import csv
+
+    with open(path, newline="") as f:
+        yield from csv.DictReader(f)

@@ -1,0 +1,144 @@
+"""The table at the end of a ``duck-run -m`` sweep (DESIGN.md §1: methods × forget classes × seeds, mean ± std).
+
+Every job of a ``duck-run`` sweep writes ``summary.json`` (the original, unlearned and retrained rows of its
+scenario) and, with the audit, ``<model>/audit.json``. :func:`summarize_sweep` reads them from the sweep
+directory and writes ``sweep_summary.md`` / ``.csv`` / ``.json`` there: per scenario kind and method, mean (std)
+over the jobs of ``A_t``, ``A_f``, AUS (ALGORITHMS.md §2), the wall time and, where audited, the LiRA AUC. The
+original and retrained rows are counted once per distinct forget set and seed (a methods sweep shares them).
+Hydra calls it when a multirun ends (:class:`SweepSummary`, registered in ``conf/run.yaml``); for a sweep
+whose jobs ran elsewhere (a detached SLURM array) run ``python -m duck.report.sweep SWEEP_DIR``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from duck.bench.common import fmt_mean_std, markdown_table, mean_std
+from duck.errors import DuckInputError
+
+METRICS = ("A_t", "A_f", "AUS", "time_s", "lira_auc")
+HEADERS = {"A_t": "A_t", "A_f": "A_f", "AUS": "AUS", "time_s": "time (s)", "lira_auc": "LiRA AUC"}
+_AUDIT_DIR = {"original": "original", "retrain": "retrained"}  # the unlearned row's audit is in unlearned/
+
+
+def _job_rows(summary_path: Path) -> list[dict[str, Any]]:
+    """The rows of one job's ``summary.json`` with its scenario and, where audited, each model's LiRA AUC."""
+    job = json.loads(summary_path.read_text())
+    sc = job["scenario"]
+    rows = []
+    for r in job["rows"]:
+        audit = summary_path.parent / _AUDIT_DIR.get(r["method"], "unlearned") / "audit.json"
+        auc = None
+        if audit.is_file():
+            auc = (json.loads(audit.read_text()).get("lira") or {}).get("auc")
+        rows.append({**r, "scenario": sc.get("scenario"), "forget_hash": sc.get("forget_hash"),
+                     "seed": sc.get("seed"), "job": summary_path.parent.name, "lira_auc": auc})
+    return rows
+
+
+def collect(sweep_dir: Path) -> list[dict[str, Any]]:
+    """Every row of every finished job under ``sweep_dir`` (the original and retrained rows of one forget set
+    and seed once)."""
+    rows, seen = [], set()
+    for path in sorted(sweep_dir.glob("*/summary.json")):
+        for r in _job_rows(path):
+            if r["method"] in _AUDIT_DIR:
+                key = (r["scenario"], r["forget_hash"], r["seed"], r["method"])
+                if key in seen:
+                    continue
+                seen.add(key)
+            rows.append(r)
+    return rows
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean (std) per (scenario, method), the original and the oracle first."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r["scenario"]), str(r["method"])), []).append(r)
+    order = {"original": 0, "retrain": 1}
+    out = []
+    for (scenario, method), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 2), kv[0][1])):
+        row: dict[str, Any] = {"scenario": scenario, "method": method, "n": len(rs)}
+        for m in METRICS:
+            vals = [float(r[m]) for r in rs if r.get(m) is not None]
+            if vals:
+                row[m] = mean_std(vals)
+        out.append(row)
+    return out
+
+
+def summarize_sweep(sweep_dir: str | Path) -> dict[str, Any]:
+    """Write ``sweep_summary.{md,csv,json}`` into ``sweep_dir``; returns ``{"table", "rows", "summary"}``."""
+    from duck.io import atomic_save_json, atomic_write_text
+
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise DuckInputError(f"sweep directory {sweep_dir} not found; give a duck-run -m output directory")
+    rows = collect(sweep_dir)
+    if not rows:
+        raise DuckInputError(f"{sweep_dir} holds no finished duck-run job (no */summary.json)")
+    summary = aggregate(rows)
+    present = [m for m in METRICS if any(m in s for s in summary)]
+    tables = []
+    for scenario in dict.fromkeys(s["scenario"] for s in summary):
+        body = [[s["method"], s["n"], *(fmt_mean_std(s[m], 2 if m == "time_s" else 3) if m in s else "—"
+                                        for m in present)]
+                for s in summary if s["scenario"] == scenario]
+        tables.append(f"### {scenario}\n\n" + markdown_table(["method", "jobs", *(HEADERS[m] for m in present)], body))
+    table = (f"## Sweep {sweep_dir.name}: mean (std) over jobs\n\n" + "\n\n".join(tables)
+             + "\n\nThe original and retrained rows count each distinct forget set and seed once.\n")
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["scenario", "method", "jobs", *(f"{m}_{s}" for m in present for s in ("mean", "std"))])
+    for s in summary:
+        writer.writerow([s["scenario"], s["method"], s["n"],
+                         *(v for m in present for v in ((round(s[m]["mean"], 6), round(s[m]["std"], 6))
+                                                        if m in s else ("", "")))])
+    atomic_write_text(sweep_dir / "sweep_summary.md", table)
+    atomic_write_text(sweep_dir / "sweep_summary.csv", buf.getvalue())
+    atomic_save_json(sweep_dir / "sweep_summary.json", {"summary": summary, "rows": rows})
+    return {"table": table, "rows": rows, "summary": summary}
+
+
+try:  # Hydra is a dependency; the guard keeps this module importable on its own for the table function
+    from hydra.experimental.callback import Callback as _HydraCallback
+except ImportError:  # pragma: no cover
+    _HydraCallback = object  # type: ignore[assignment,misc]
+
+
+class SweepSummary(_HydraCallback):  # type: ignore[misc,valid-type]
+    """Hydra callback: write the sweep's table when a ``duck-run -m`` multirun ends (jobs that failed or were
+    not run are simply absent from it)."""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        try:
+            out = summarize_sweep(sweep_dir)
+        except DuckInputError as e:
+            print(f"warning: no sweep summary: {e}", file=sys.stderr)
+            return
+        print("\n" + out["table"] + f"sweep summary: {sweep_dir / 'sweep_summary.md'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m duck.report.sweep SWEEP_DIR``: (re)write the table of a sweep whose jobs ran elsewhere."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m duck.report.sweep SWEEP_DIR", file=sys.stderr)
+        return 2
+    try:
+        print(summarize_sweep(args[0])["table"])
+    except DuckInputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
