@@ -99,14 +99,15 @@ def check_job_config(cfg: Any) -> None:
     check_job_numbers(cfg)
     if "method" in cfg and "scenario" in cfg and cfg.method is not None:
         from duck.cli.unlearn import method_cfg
-        from duck.unlearn import get_unlearner_class
+        from duck.unlearn import get_unlearner_class, list_unlearners
 
         name, _ = method_cfg(cfg)
         kind = cfg.scenario.get("kind")
         supported = get_unlearner_class(name).supported_scenarios
         if kind is not None and kind not in supported:
+            able = [m for m in list_unlearners() if kind in get_unlearner_class(m).supported_scenarios]
             raise DuckInputError(f"method {name!r} does not support scenario {kind!r} (it supports "
-                                 f"{', '.join(supported)}); leave it out of the sweep, e.g. method=duck,finetune,...")
+                                 f"{', '.join(supported)}); sweep only the methods that do: method={','.join(able)}")
 
 
 def check_sweep(config_name: str, args: list[str], root: Path) -> None:
