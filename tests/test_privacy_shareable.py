@@ -193,3 +193,23 @@ def test_shareable_settings_accept_the_defaults():
 
     assert check_shareable_cfg(SHARE) == SHARE
     assert check_shareable_cfg({"enabled": False, "eps": -1})["enabled"] is False  # disabled: nothing else read
+
+
+def test_report_section_draws_independent_noise_per_model_even_when_seeded(synthetic, synthetic_model):
+    """Sequential composition over the audited models needs independent noise: with report.shareable.seed set,
+    every model used to get the same draw, so the difference of two released counts was exact (noise-free)."""
+    import torch
+
+    from duck.cli.audit import shareable_section
+    from duck.data.scenarios import build_scenario
+
+    scenario = build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, synthetic.num_classes,
+                              forget_classes=[1])
+    cfg = {"enabled": True, "eps": 1.0, "delta": 1e-5, "k": 5, "r": 0.5, "n_components": 2, "h": 1,
+           "max_retain": 200, "seed": 7}
+    models = {"original": synthetic_model, "unlearned": synthetic_model}  # the same true counts
+    _, released = shareable_section(cfg, models, synthetic, scenario, torch.device("cpu"))
+    a, b = (released[m]["count"]["value"] for m in models)
+    assert a != b  # independent draws (the same draw gave a == b exactly)
+    _, again = shareable_section(cfg, models, synthetic, scenario, torch.device("cpu"))
+    assert [again[m]["count"]["value"] for m in models] == [a, b]  # still reproducible with a seed

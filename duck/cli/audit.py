@@ -116,10 +116,14 @@ def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: A
     ``(markdown section, {model: released dict})``. The budget ``(eps, delta)`` is split over the models."""
     import numpy as np
 
+    from duck.privacy.mechanisms import make_generator
     from duck.privacy.shareable import shareable_outlier_statistics
     from duck.unlearn.duck import embed_samples
 
     cfg_share = check_shareable_cfg(cfg_share)
+    # one generator for all the models' releases: sequential composition needs independent noise per release
+    # (re-seeding per model gave every model the same draw, so differences between their counts were exact)
+    gen = make_generator(cfg_share.get("seed"))
     n = len(models)
     retain = np.asarray(scenario.retain_idx)
     cap = int(cfg_share["max_retain"])
@@ -132,7 +136,7 @@ def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: A
         released[name] = shareable_outlier_statistics(
             z_f, z_r, eps=float(cfg_share["eps"]) / n, delta=float(cfg_share["delta"]) / n, k=int(cfg_share["k"]),
             r=float(cfg_share["r"]), n_components=int(cfg_share["n_components"]), h=int(cfg_share["h"]),
-            seed=cfg_share.get("seed"), device="cpu", prefix="report.shareable.")
+            seed=gen, device="cpu", prefix="report.shareable.")
     rows = []
     for name, rel in released.items():
         c = rel["count"]
