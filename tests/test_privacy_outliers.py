@@ -230,3 +230,27 @@ def test_numpy_integer_subspaces_and_lsh_dicts_mean_the_same_as_python_ones():
     lsh = {"k": 2, "L": 3, "w": 1.0, "seed": 4}
     assert torch.equal(neighbour_counts(X, 0.8, lsh=lsh, device="cpu"),
                        neighbour_counts(X, 0.8, lsh=LSHNeighbours(**lsh), device="cpu"))
+
+
+def test_exact_ties_at_r_are_neighbours_in_every_subspace_size():
+    """``dist_S(x, y) <= r`` is inclusive (ALGORITHMS.md §9): two records differing by v in each of m
+    coordinates are exactly v apart in dist_S. Scaling the coordinates by 1/sqrt(|S|) used to round 58 of these
+    168 ties to "not a neighbour"; the literal formula is the reference."""
+
+    from duck.privacy import local_sensitivity_bound, smooth_sensitivity_bound
+    from duck.privacy.smooth_sensitivity import max_ball_count_exact
+
+    for m in range(1, 25):
+        for v in range(1, 8):
+            X = np.zeros((2, m))
+            X[1] = v
+            literal = math.sqrt(((X[0] - X[1]) ** 2).sum() / m) <= v
+            assert literal
+            assert neighbour_counts(X, float(v)).tolist() == [1, 1], (m, v)
+    # the smooth bound's 2r graph: two records exactly 2r apart fit in one closed radius-r ball
+    X = np.array([[0.0, 0.0, 0.0], [2.0, 2.0, 2.0], [10.0, 10.0, 10.0], [20.0, 20.0, 20.0], [30.0, 30.0, 30.0]])
+    clique = smooth_sensitivity_bound(X, 1, 1.0, beta=0.5)
+    exact = smooth_sensitivity_bound(X, 1, 1.0, beta=0.5, ball_count="exact")
+    assert clique >= exact  # the documented invariant (was 4.0 < 5.0)
+    assert max_ball_count_exact(X[:2] / math.sqrt(3), 1.0) == 2
+    assert local_sensitivity_bound(X, 1, 1.0) >= 2

@@ -36,7 +36,6 @@ returned dict holds only released values, public parameters and noise scales -- 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -50,7 +49,7 @@ from duck.privacy.mechanisms import (
     make_generator,
     top_h_without_replacement,
 )
-from duck.privacy.outliers import all_subspaces, as_records, count_within
+from duck.privacy.outliers import all_subspaces, as_records, count_within, squared_radius, subspace_coordinates
 from duck.utils import check_bool, check_number, check_positive_int, check_radius, check_seed
 
 #: the options of ``report.shareable`` (conf/report/default.yaml)
@@ -137,8 +136,8 @@ def forget_outlier_counts(
     z_forget = (forget - mean) @ components / std  # (n_f, c)
 
     def outliers_in(S: tuple[int, ...]) -> int:
-        scale = math.sqrt(len(S))  # dist_S divides by sqrt(|S|)
-        within = count_within(z_forget[:, list(S)] / scale, z_retain[:, list(S)] / scale, r)  # (n_f,)
+        within = count_within(subspace_coordinates(z_forget, S), subspace_coordinates(z_retain, S),
+                              squared_radius(r, S))  # (n_f,)
         return int((within < k).sum())
 
     full = outliers_in(tuple(range(n_components)))

@@ -68,6 +68,7 @@ from duck.privacy.outliers import (
     check_subspace,
     count_within,
     neighbour_counts,
+    squared_radius,
     subspace_coordinates,
 )
 from duck.utils import check_number, check_positive_int, check_radius, real_array_tensor
@@ -95,10 +96,11 @@ def degeneracy(adjacency: torch.Tensor | np.ndarray) -> int:
     return level
 
 
-def within_graph(points: torch.Tensor, radius: float) -> torch.Tensor:
-    """(n, n) bool adjacency: distinct points at Euclidean distance <= radius. points (n, d)."""
+def within_graph(points: torch.Tensor, radius: float, *, radius2: float | None = None) -> torch.Tensor:
+    """(n, n) bool adjacency: distinct points at Euclidean distance <= radius (squared distance <= ``radius2``
+    when given: exact for integer data). points (n, d)."""
     diff = points[:, None, :] - points[None, :, :]  # (n, n, d)
-    adj = diff.square().sum(-1) <= radius * radius
+    adj = diff.square().sum(-1) <= (radius * radius if radius2 is None else radius2)
     adj.fill_diagonal_(False)
     return adj
 
@@ -131,7 +133,12 @@ def ball_count_upper_bound(points: Any, r: float) -> int:
     P = point_set(points)
     if P.shape[0] == 0:
         return 0
-    return 1 + degeneracy(within_graph(P, 2.0 * r))
+    return _ball_count_upper_bound2(P, r * r)
+
+
+def _ball_count_upper_bound2(P: torch.Tensor, r2: float) -> int:
+    """:func:`ball_count_upper_bound` for a squared radius ``r2`` (the 2r graph: squared distance <= 4 r2)."""
+    return 1 + degeneracy(within_graph(P, 0.0, radius2=4.0 * r2))
 
 
 def smallest_enclosing_ball(points: np.ndarray) -> tuple[np.ndarray | None, float]:
@@ -197,11 +204,11 @@ def max_ball_count_exact(points: Any, r: float, max_points: int = 20) -> int:
 class _BandGraph:
     """Records ordered by their distance to the bands; 2r-adjacency grown lazily for the prefix in use."""
 
-    def __init__(self, coords: torch.Tensor, band_distance: torch.Tensor, r: float) -> None:
+    def __init__(self, coords: torch.Tensor, band_distance: torch.Tensor, r2: float) -> None:
         self.order = torch.argsort(band_distance, stable=True)
         self.sorted_band = band_distance[self.order].cpu()
         self.coords = coords[self.order]  # (N, d) in band order
-        self.radius = 2.0 * r
+        self.radius2 = 4.0 * r2  # within 2r: squared distance <= (2r)^2 = 4 r2
         self.adjacency = np.zeros((0, 0), dtype=bool)  # (m, m) for the first m records, on the CPU
 
     def prefix_adjacency(self, t: int) -> tuple[np.ndarray, torch.Tensor]:
@@ -215,7 +222,7 @@ class _BandGraph:
             for s in range(m, n, rows):
                 block = self.coords[s : min(n, s + rows)]  # (b, d)
                 diff = block[:, None, :] - self.coords[None, :n, :]  # (b, n, d)
-                cross = (diff.square().sum(-1) <= self.radius**2).cpu().numpy()  # (b, n)
+                cross = (diff.square().sum(-1) <= self.radius2).cpu().numpy()  # (b, n)
                 grown[s : s + len(block), :n] = cross
                 grown[:n, s : s + len(block)] = cross.T
             np.fill_diagonal(grown, False)
@@ -265,14 +272,15 @@ def smooth_sensitivity_bound(
     Xt = as_records(X, device)
     k = check_k_records(k, Xt.shape[0])
     S = check_subspace(subspace, Xt.shape[1])
-    coords = subspace_coordinates(Xt, S)  # (N, |S|): Euclidean distance = dist_S
+    coords = subspace_coordinates(Xt, S)  # (N, |S|): dist_S <= r  <=>  squared distance <= r2
+    r2 = squared_radius(r, S)
     n_records = coords.shape[0]
     degree = neighbour_counts(Xt, r, S, lsh=lsh, device=Xt.device)  # (N,)
     levels = (k, k - 1)
     band_dist = {j: (degree - j).abs() for j in levels}  # (N,) each
     n_bins = max(n_records, k) + 2
     cumulative = {j: torch.bincount(band_dist[j], minlength=n_bins).cumsum(0).cpu() for j in levels}
-    graph = _BandGraph(coords, torch.minimum(band_dist[k], band_dist[k - 1]), r)
+    graph = _BandGraph(coords, torch.minimum(band_dist[k], band_dist[k - 1]), r2)
 
     cache: dict[tuple[int, int], int] = {}  # f depends on the band set only, i.e. on (level, its size)
 
@@ -282,7 +290,8 @@ def smooth_sensitivity_bound(
             adjacency, members = graph.prefix_adjacency(t)
             in_band = (band_dist[j][members] <= t).cpu().numpy()
             if ball_count == "exact":
-                cache[key] = max_ball_count_exact(coords[members[torch.from_numpy(in_band).to(members.device)]], r)
+                cache[key] = max_ball_count_exact(coords[members[torch.from_numpy(in_band).to(members.device)]],
+                                                  math.sqrt(r2))
             else:
                 cache[key] = 1 + degeneracy(adjacency[np.ix_(in_band, in_band)])
         return cache[key]
@@ -332,8 +341,9 @@ def local_sensitivity_bound(X: Any, k: int, r: float, subspace: Any = None, *, d
     Xt = as_records(X, device)
     S = check_subspace(subspace, Xt.shape[1])
     coords = subspace_coordinates(Xt, S)
-    degree = count_within(coords, coords, r) - 1
-    fs = [ball_count_upper_bound(coords[degree == j], r) for j in (k, k - 1)]
+    r2 = squared_radius(r, S)
+    degree = count_within(coords, coords, r2) - 1
+    fs = [_ball_count_upper_bound2(coords[degree == j], r2) for j in (k, k - 1)]
     return min(coords.shape[0], max(fs) + 1)
 
 
