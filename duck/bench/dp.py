@@ -196,7 +196,7 @@ MIN_DP_CHECK_DRAWS, MAX_DP_CHECK_DRAWS = 50, 10**7
 RULES = {
     "scenario1_datasets": list_of(one_of("synthetic1", "wine", "digits"), nonempty=False),
     "scenario2_datasets": list_of(one_of("synthetic2", "wine", "digits"), nonempty=False),
-    "eps_count": list_of(number(0.0, True, 1.0)),  # the smooth mechanism needs eps <= 1
+    "eps_count": list_of(number(0.0, True, 1.0, True)),  # the classic Gaussian (sigma_global) needs eps < 1
     "delta": number(0.0, True, 1.0, True),
     "eps_subspace": list_of(number(0.0, True)),
     "h": list_of(integer(1)),
