@@ -49,9 +49,12 @@ class DeletableKMeansBase:
 
     #: model name used in error messages
     _name = "model"
-    #: refuse training data whose distances the matrix-product expansion cannot resolve (``_check_offset``);
-    #: the SPN turns it off for its SplitData clusterings, where near-identical rows may split either way
+    #: refuse training data whose distances the matrix-product expansion cannot resolve (``_check_offset``)
     check_offset = True
+    #: Q-k-means: distances as sums of squared differences (``_kmeans_ops.partition_exact``) instead of the
+    #: expansion, which makes the offset check moot; the SPN's SplitData clusterings (k = 2) use it, so that
+    #: rows far from the origin or near-identical rows split the same way after deletions as in a fresh fit
+    exact_distances = False
 
     def __init__(
         self,
@@ -109,7 +112,7 @@ class DeletableKMeansBase:
             )
         if summed:
             self._check_scale(t, name, t.shape[0], f" summed over {t.shape[0]} rows")
-            if self.check_offset:
+            if self.check_offset and not self.exact_distances:
                 self._check_offset(source, name)
         else:
             self._check_scale(t, name, 1)

@@ -209,6 +209,30 @@ def partition(
     return Partition(labels, d2, sums[:k], masses)
 
 
+def partition_exact(
+    X: torch.Tensor, C: torch.Tensor, *, active: torch.Tensor | None = None, block_elems: int = 1 << 22
+) -> Partition:
+    """:func:`partition` with every distance a sum of squared differences ``sum_j (x_j - c_j)^2`` (no
+    ``||x||^2 - 2 x.c + ||c||^2`` expansion, whose rounding grows with ``||x||^2``): a row's distances do not
+    depend on the data's offset or on which other rows are stored, so a partition of near-identical rows, or
+    of rows far from the origin, is the same in a model after deletions and in a fresh fit. O(n k d) work in
+    blocks of about ``block_elems`` numbers; ties go to the first centre. For small k (the SPN's k = 2)."""
+    n, d = X.shape
+    k = C.shape[0]
+    labels = torch.empty(n, dtype=torch.long, device=X.device)
+    d2 = torch.empty(n, dtype=X.dtype, device=X.device)
+    rows = max(1, block_elems // max(1, k * d))
+    for s in range(0, n, rows):
+        dist = (X[s : s + rows, None, :] - C[None, :, :]).square_().sum(-1)  # (b, k)
+        best = dist.min(1)
+        labels[s : s + rows], d2[s : s + rows] = best.indices, best.values
+    if active is not None:
+        labels.masked_fill_(~active, k)
+        d2.masked_fill_(~active, 0.0)
+    member = torch.nn.functional.one_hot(labels, k + 1)[:, :k].to(X.dtype)  # (n, k); excluded rows: zeros
+    return Partition(labels, d2, member.T @ X, torch.bincount(labels, minlength=k + 1)[:k])
+
+
 def _inverse_cdf(cum: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Indices ``i`` with ``cum[i-1] <= u * cum[-1] < cum[i]`` (items of zero mass are never returned)."""
     total = cum[-1:]

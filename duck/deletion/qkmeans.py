@@ -63,6 +63,7 @@ from duck.deletion._kmeans_ops import (
     kmeans_plusplus,
     make_generator,
     partition,
+    partition_exact,
     sq_norms,
     uniforms,
 )
@@ -314,6 +315,8 @@ class QKMeans(DeletableKMeansBase):
         active = None
         if self._n_alive < self._alive.size:
             active = torch.from_numpy(self._alive).to(self.device)
+        if self.exact_distances:
+            return partition_exact(self._X, centers, active=active)
         return partition(self._X, centers, self._x_sqnorm, active=active)
 
     def _run_from(self, tau0: int, check_eps: bool = False) -> None:

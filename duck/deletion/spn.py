@@ -753,7 +753,10 @@ class SPN:
             dtype=_F64,
             **p.qkmeans,
         )
-        qk.check_offset = False  # a node's near-identical rows may split either way (rounding is harmless here)
+        # distances as sums of squared differences: with the expansion, rows far from the origin or
+        # near-identical rows split by rounding noise, which differs between a model after deletions and the
+        # replayed fresh fit (certified removal then failed)
+        qk.exact_distances = True
         if replay is None and self._replay_nodes is not None:
             replay = self._replay_nodes.get(path, {}).get("qkmeans")
         return qk.fit(data, ids=ids, replay=replay)
@@ -967,7 +970,7 @@ class SPN:
             self._relearned(rows.size)
             self._counters["operation_changes"].append((node.path, SHORT_NAMES[node.op], SHORT_NAMES[op_new]))
             new = self._build(rows, node.scope, node.path, cond)
-            if new.op != op_new:  # Theorem 1 (rev is sound and complete), checked on every removal
+            if new.op != op_new:  # Theorem 1 (rev is sound and complete), checked whenever the operation changes
                 raise RuntimeError(f"revision gave {op_new} but LearnSPN chose {new.op} at {node.path!r}")
             return new
         if node.op == NAIVE_FACTORIZATION:  # Alg. 3
