@@ -177,20 +177,6 @@ class PoolDataset(IndexedDataset):
         return self.train.nbytes() + self.test.nbytes()
 
 
-def _data_fingerprint(data: DatasetSplits) -> str:
-    """sha256 of the images and labels of both splits (falls back to labels + sizes for data sets that
-    do not hold their images in memory)."""
-    h = hashlib.sha256()
-    for ds in (data.train, data.test):
-        h.update(np.ascontiguousarray(np.asarray(ds.labels, dtype=np.int64)).tobytes())
-        images = getattr(ds, "images", None)
-        if isinstance(images, torch.Tensor):
-            h.update(images.contiguous().cpu().numpy().tobytes())
-        else:
-            h.update(str(len(ds)).encode())
-    return h.hexdigest()
-
-
 def _callable_spec(spec: Any) -> Any:
     """A JSON-able description of an optimiser/scheduler spec (Hydra mapping or ``functools.partial``)."""
     if spec is None:
@@ -218,7 +204,7 @@ def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shado
     return json.loads(json.dumps({
         "format": BANK_FORMAT, "duck_version": __version__,
         "data": {"name": data.name, "n_train": len(data.train), "n_test": len(data.test),
-                 "fingerprint": _data_fingerprint(data)},
+                 "fingerprint": data.fingerprint()},
         "augment": list(augment),
         "model": {**model.spec(), "class": type(model.net).__name__,
                   "shapes_sha256": hashlib.sha256(json.dumps(shapes).encode()).hexdigest()},

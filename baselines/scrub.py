@@ -27,6 +27,8 @@ from duck.unlearn.registry import register_unlearner
 class SCRUB(BaselineUnlearner):
     """Alternating max-steps (forget set) and min-steps (retain set) against the original as teacher."""
 
+    manual_optimization = True  # max- and min-steps are two losses on two loaders
+
     def run(self) -> dict[str, Any]:
         self.add_reference("teacher", self.model)
         self.temperature = float(self.hp["kd_T"])
@@ -68,7 +70,3 @@ class SCRUB(BaselineUnlearner):
         sched = self.lr_schedulers()
         if sched is not None:
             sched.step()
-
-    @property
-    def automatic_optimization(self) -> bool:  # max- and min-steps are two losses on two loaders
-        return False

@@ -140,3 +140,40 @@ def test_a_reused_original_is_evaluated_on_this_runs_scenario(run_cli, tmp_path,
     fresh = original_metrics("fresh", "2")
     assert reused["reused_from_cache"] and not fresh["reused_from_cache"]
     assert reused["forget_classes"] == [2] and reused["acc"] == fresh["acc"] and reused["aus"] == fresh["aus"]
+
+
+def test_cache_key_covers_training_settings_and_data_content(tmp_path):
+    """A cached original / oracle is reused only for the same training: trainer settings that change it
+    (gradient clipping, accumulation) and the data's content are in the key; placement settings are not."""
+    import os
+
+    import numpy as np
+    from PIL import Image
+
+    from duck.bench.compare import compose_run, hydra_ready
+    from duck.cli.run import cache_key
+    from duck.cli.setup import build_data
+
+    with hydra_ready():
+        base = compose_run(["data=synthetic", "trainer=cpu"])
+        clip = compose_run(["data=synthetic", "trainer=cpu", "+trainer.gradient_clip_val=0.5"])
+        acc = compose_run(["data=synthetic", "trainer=cpu", "+trainer.accumulate_grad_batches=4"])
+        quiet = compose_run(["data=synthetic", "trainer=cpu", "+trainer.enable_progress_bar=false"])
+    assert len({cache_key(c, None) for c in (base, clip, acc)}) == 3
+    assert cache_key(quiet, None) == cache_key(base, None)
+    # an image folder whose class folders were swapped by renaming: same config, same labels, other content
+    for split in ("train", "test"):
+        for c, value in enumerate((0, 120, 250)):
+            d = tmp_path / "imf" / split / f"c{c}"
+            d.mkdir(parents=True)
+            for i in range(3):
+                Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(d / f"{i}.png")
+    with hydra_ready():
+        cfg = compose_run(["data=imagefolder", f"data.root={tmp_path / 'imf'}", "data.img_size=8", "trainer=cpu"])
+    before = cache_key(cfg, None, build_data(cfg))
+    for split in ("train", "test"):
+        root = tmp_path / "imf" / split
+        os.rename(root / "c0", root / "tmp")
+        os.rename(root / "c2", root / "c0")
+        os.rename(root / "tmp", root / "c2")
+    assert cache_key(cfg, None, build_data(cfg)) != before

@@ -349,3 +349,15 @@ def test_low_level_metric_and_attack_inputs(tmp_path):
         svm_mia(bad, probs)
     path = atomic_save_json(tmp_path / "m.json", {"aus": float("nan")})
     assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in JSON")) == {"aus": None}
+
+
+@pytest.mark.parametrize("setting", [{"gradient_clip_val": 1.0}, {"accumulate_grad_batches": 2}])
+@pytest.mark.parametrize("method", ["duck", "scrub"])
+def test_manual_optimisation_methods_refuse_clipping_and_accumulation(run_cli, synthetic_ckpt, setting, method):
+    """DUCK and SCRUB step their optimisers themselves: Lightning refused these settings with a traceback at
+    the unlearning stage (after a duck-run had trained and cached the original)."""
+    key, value = next(iter(setting.items()))
+    code, _, err, run_dir = run_cli("unlearn", f"ckpt={synthetic_ckpt}", "data=synthetic", "data.n_train=240",
+                                    "data.n_test=120", "model=smallcnn", "model.width=8", "trainer=cpu",
+                                    f"method={method}", f"+trainer.{key}={value}", "progress=false")
+    assert code == 2 and f"trainer.{key}={value} cannot be used with method '{method}'" in err, err

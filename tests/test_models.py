@@ -67,6 +67,28 @@ def test_model_options_are_checked_by_name(name, kw, match):
 def test_small_cnn_options_are_used_and_image_size_checked():
     m = create_model("smallcnn", 4, 1, 8, width=3, drop_rate=0.25)
     assert m.embed_dim == 12 and m.net.head_drop.p == 0.25
+    # the dropout acts where the framework calls the model (Classifier.forward = head(embed(x))), as timm's
+    x = torch.randn(16, 1, 8, 8)
+    m.train()
+    assert not torch.equal(m(x), m(x))
+    m.eval()
+    assert torch.equal(m(x), m(x)) and torch.equal(m(x), m.net(x))
     assert create_model("smallcnn28", 4, 1, 4).embed_dim == 64
     with pytest.raises(DuckInputError, match="smallcnn28 needs images of at least 4x4 pixels .* data.img_size=2"):
         create_model("smallcnn28", 4, 1, 2)
+
+
+def test_auto_cifar_stem_skips_deep_stems_and_embed_dim_is_the_embedding_width():
+    """cifar_stem=auto on resnet18d / resnetv2 (deep stems) failed with a message about an option the user never
+    set; it now keeps their stem. embed_dim is what embed() returns (mobilenetv3: 1024, not num_features)."""
+    x = torch.randn(2, 3, 32, 32)
+    for name in ("resnet18d", "resnetv2_50"):
+        m = create_model(name, 10, 3, 32)
+        assert m.embed(x).shape == (2, m.embed_dim)
+    assert isinstance(create_model("resnet18d", 10, 3, 32).net.conv1, torch.nn.Sequential)  # its own stem
+    assert create_model("resnet18", 10, 3, 32).net.conv1.stride == (1, 1)  # plain stem: the CIFAR stem
+    with pytest.raises(DuckInputError, match="cifar_stem=true only applies to ResNet-style models with a plain"):
+        create_model("resnet18d", 10, 3, 32, cifar_stem=True)
+    m = create_model("mobilenetv3_small_100", 10, 3, 32)
+    with torch.no_grad():
+        assert m.embed(x).shape == (2, m.embed_dim) == (2, 1024)

@@ -39,13 +39,19 @@ from duck.models import Classifier
 from duck.utils import warn_line
 
 
-def cache_key(cfg: DictConfig, scenario: Scenario | None) -> str:
-    """Identifies a trained model: data, model, recipe, seed, precision (and the forget ids for an oracle)."""
+def cache_key(cfg: DictConfig, scenario: Scenario | None, data: DatasetSplits | None = None) -> str:
+    """Identifies a trained model: data config and content (``DatasetSplits.fingerprint``), model, recipe,
+    seed, precision and every other ``trainer.*`` setting that changes training (gradient clipping,
+    accumulation, ...: ``attacks.batched.training_trainer_settings``), and the forget ids for an oracle."""
+    from attacks.batched import training_trainer_settings
     from duck import __version__
 
+    training = {k: v for k, v in training_trainer_settings(container(cfg.trainer)).items() if k != "precision"}
     spec = {"data": container(cfg.data), "model": container(cfg.model), "recipe": container(cfg.recipe),
             "seed": int(cfg.seed), "precision": str(cfg.trainer.get("precision")), "version": __version__,
-            "forget": scenario.forget_hash if scenario is not None else None}
+            "forget": scenario.forget_hash if scenario is not None else None,
+            **({"trainer": training} if training else {}),  # absent by default: existing cache keys unchanged
+            **({"content": data.fingerprint()} if data is not None else {})}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -65,7 +71,7 @@ def train_or_reuse(cfg: DictConfig, data: DatasetSplits, scenario: Scenario, rol
     """The original (``role="original"``) or the oracle (``"retrained"``), from the cache when it holds one
     for the same config; the checkpoint and metrics.json also go to ``out/role``."""
     retrain = role == "retrained"
-    cached = check_cache_dir(cfg.cache_dir) / "models" / cache_key(cfg, scenario if retrain else None)
+    cached = check_cache_dir(cfg.cache_dir) / "models" / cache_key(cfg, scenario if retrain else None, data)
     ckpt, mfile = cached / "model.ckpt", cached / "metrics.json"
     if cfg.reuse_cached and ckpt.is_file() and mfile.is_file():
         try:

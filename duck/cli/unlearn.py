@@ -36,7 +36,7 @@ def method_cfg(cfg: DictConfig, data: DatasetSplits | None = None,
     of range (``duck.unlearn.config``), fail here, before any work."""
     m = container(cfg.method)
     name = m.pop("name")
-    get_unlearner_class(name)
+    get_unlearner_class(name).check_trainer_cfg(container(cfg.trainer) if cfg.get("trainer") is not None else None)
     defaults = conf_dir() / "method" / f"{name}.yaml"
     if defaults.is_file():  # keys added with +method.KEY=... must be the method's own
         check_known_keys(m, OmegaConf.to_container(OmegaConf.load(defaults)), name)

@@ -102,3 +102,26 @@ class DatasetSplits:
     def describe(self) -> str:
         return (f"{self.name}: {len(self.train)} train / {len(self.test)} test, {self.num_classes} classes, "
                 f"{self.in_chans}x{self.img_size}x{self.img_size}")
+
+    def fingerprint(self) -> str:
+        """sha256 identifying the data's content, for cache keys (trained originals and oracles, shadow
+        banks): the labels of both splits and, for images held in memory, their bytes; for images read from
+        files (``files``), each file's path, size, modification time and inode (a ``stat``, not a read: a
+        replaced, edited or relabelled file, or folders swapped by renaming, give another fingerprint)."""
+        import hashlib
+        import os
+
+        h = hashlib.sha256()
+        for ds in (self.train, self.test):
+            h.update(np.ascontiguousarray(np.asarray(ds.labels, dtype=np.int64)).tobytes())
+            images = getattr(ds, "images", None)
+            files = getattr(ds, "files", None)
+            if isinstance(images, torch.Tensor):
+                h.update(images.contiguous().cpu().numpy().tobytes())
+            elif files is not None:
+                for f in files:
+                    st = os.stat(f)
+                    h.update(f"{os.fspath(f)}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}\n".encode())
+            else:
+                h.update(str(len(ds)).encode())
+        return h.hexdigest()

@@ -63,7 +63,9 @@ class Classifier(nn.Module):
 
     @property
     def embed_dim(self) -> int:
-        return int(self.net.num_features)
+        """Width of :meth:`embed`: timm's ``head_hidden_size`` where the head has a hidden layer before the
+        classifier (mobilenetv3, vgg), else ``num_features``."""
+        return int(getattr(self.net, "head_hidden_size", None) or self.net.num_features)
 
     def classifier_path(self) -> str:
         """Attribute path of the linear head inside ``net`` (``"fc"``, ``"head"``, ``"head.fc"``...)."""
@@ -90,10 +92,17 @@ def list_local_models() -> list[str]:
     return sorted(_LOCAL_MODELS)
 
 
+def _has_plain_stem(net: nn.Module) -> bool:
+    """A ResNet stem the CIFAR stem can replace: one ``conv1`` convolution and a ``maxpool`` (not the deep
+    stems of resnet18d / resnet26t / resnetrs, or resnetv2's ``stem`` module)."""
+    return hasattr(net, "conv1") and isinstance(net.conv1, nn.Conv2d) and hasattr(net, "maxpool")
+
+
 def _cifar_stem(net: nn.Module, in_chans: int) -> None:
     """CIFAR-style ResNet stem: 3x3 stride-1 first conv, no max-pool (for inputs of 64 px or less)."""
-    if not (hasattr(net, "conv1") and isinstance(net.conv1, nn.Conv2d) and hasattr(net, "maxpool")):
-        raise DuckInputError("model.cifar_stem=true only applies to ResNet-style models (conv1 + maxpool)")
+    if not _has_plain_stem(net):
+        raise DuckInputError("model.cifar_stem=true only applies to ResNet-style models with a plain stem "
+                             "(conv1 + maxpool); remove the override (or set model.cifar_stem=false)")
     net.conv1 = nn.Conv2d(in_chans, net.conv1.out_channels, 3, stride=1, padding=1, bias=False)
     net.maxpool = nn.Identity()
 
@@ -217,6 +226,14 @@ def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int =
             raise DuckInputError(f"cannot load pretrained weights for {name} ({e}); set model.pretrained=false "
                                  "or put the weights in the Hugging Face cache") from None
         raise
-    if cifar_stem is True or (cifar_stem == "auto" and img_size <= 64 and name.startswith(("resnet", "resnext"))):
+    auto = (cifar_stem == "auto" and img_size <= 64 and name.startswith(("resnet", "resnext"))
+            and _has_plain_stem(net))  # deep stems keep theirs under auto
+    if cifar_stem is True or auto:
+        if pretrained:
+            from duck.utils import warn_line
+
+            warn_line(f"model.cifar_stem{'=true' if cifar_stem is True else ' (auto, images <= 64 px)'} replaces "
+                      f"{name}'s pretrained first convolution by a new, randomly initialised 3x3 one; set "
+                      "model.cifar_stem=false to keep the pretrained stem")
         _cifar_stem(net, in_chans)
     return Classifier(net, name, num_classes, in_chans, img_size)

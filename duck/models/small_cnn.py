@@ -45,8 +45,10 @@ class SmallCNN(nn.Module):
         return self.features(x)  # (B, 4w, h, w)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = x.mean(dim=(2, 3))  # (B, 4w) global average pooling
-        return x if pre_logits else self.fc(self.head_drop(x))
+        # dropout before the pre-logits return, as timm's heads: Classifier.forward is head(embed(x)), which
+        # never took the pre_logits=False path (model.drop_rate did nothing)
+        x = self.head_drop(x.mean(dim=(2, 3)))  # (B, 4w) global average pooling
+        return x if pre_logits else self.fc(x)
 
     def get_classifier(self) -> nn.Module:
         return self.fc

@@ -185,10 +185,32 @@ class Unlearner(L.LightningModule):
     #: allow 0 for other methods
     positive_hyperparameters: ClassVar[tuple[str, ...]] = ()
 
+    #: True for methods that step their optimiser themselves (several losses or steps per batch: DUCK,
+    #: SCRUB); Lightning cannot apply trainer.gradient_clip_val / accumulate_grad_batches to those
+    manual_optimization: ClassVar[bool] = False
+
+    @property
+    def automatic_optimization(self) -> bool:
+        return not self.manual_optimization
+
+    @classmethod
+    def check_trainer_cfg(cls, trainer_cfg: Mapping[str, Any] | None) -> None:
+        """Refuse, before any work, ``trainer.*`` settings Lightning rejects for this method (a traceback at
+        the unlearning stage, after the original had been trained)."""
+        if not cls.manual_optimization or not isinstance(trainer_cfg, Mapping):
+            return
+        for key, neutral in (("gradient_clip_val", (None, 0, 0.0)), ("accumulate_grad_batches", (None, 1))):
+            value = trainer_cfg.get(key)
+            if value not in neutral:
+                raise DuckInputError(f"trainer.{key}={value!r} cannot be used with method {cls.method_name!r}: it "
+                                     "steps its optimiser itself (manual optimisation), which Lightning does not "
+                                     f"clip or accumulate; remove trainer.{key}")
+
     def __init__(self, model: Classifier, data: UnlearnData, cfg: Mapping[str, Any] | None = None, *,
                  seed: int = 0, trainer_cfg: Mapping[str, Any] | None = None, progress: bool = False) -> None:
         super().__init__()
         check_unlearn_inputs(model, data, cfg, trainer_cfg, seed)
+        self.check_trainer_cfg(trainer_cfg)
         if data.scenario.kind not in self.supported_scenarios:
             why = ("scenario.target_class is used only by DUCK's target centroids; run the same forget ids with "
                    "scenario=custom" if data.scenario.kind == "targeted" else "the DUCK paper excludes it there too")

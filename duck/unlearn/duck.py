@@ -78,6 +78,7 @@ class DUCK(Unlearner):
     """DUCK with the two forget regimes; hyperparameters in ``conf/method/duck.yaml``."""
 
     supported_scenarios = SCENARIOS  # targeted: the named class's centroid is every forget sample's target
+    manual_optimization = True  # two losses, several optimiser steps per forget batch
 
     def run(self) -> dict[str, Any]:
         hp, sc = self.hp, self.data.scenario
@@ -180,6 +181,3 @@ class DUCK(Unlearner):
         steps = max(1, self.trainer.estimated_stepping_batches * self.retain_steps)
         return [opt], [torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)]
 
-    @property
-    def automatic_optimization(self) -> bool:  # two losses, several optimiser steps per forget batch
-        return False
