@@ -105,3 +105,31 @@ def csv_rows(path):
 
     with open(path, newline="") as f:
         yield from csv.DictReader(f)
+
+
+def test_sweep_table_never_averages_jobs_of_different_setups(tmp_path):
+    """A sweep over model.width (or any other setting) gets one table per setting, each with its own original
+    and oracle; method.* overrides separate the method rows only (the reference rows are shared)."""
+    from duck.report.sweep import summarize_sweep
+
+    def job(name, overrides, aus, orig_aus, forget="h0"):
+        d = tmp_path / name
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+        rows = [{"method": "original", "model": "original", "A_t": 0.9, "A_f": 0.9, "AUS": orig_aus, "time_s": 1.0},
+                {"method": "duck", "model": "unlearned (duck)", "A_t": 0.9, "A_f": 0.0, "AUS": aus, "time_s": 2.0},
+                {"method": "retrain", "model": "retrained", "A_t": 0.9, "A_f": 0.0, "AUS": 1.0, "time_s": 3.0}]
+        (d / "summary.json").write_text(json.dumps({"scenario": {"scenario": "class_removal", "forget_hash": forget,
+                                                                 "seed": 0}, "rows": rows}))
+
+    job("0_duck", ["model.width=4", "seed=0", "audit=false"], 0.8, 0.5)
+    job("1_duck", ["model.width=32", "seed=0", "audit=false"], 1.0, 0.6)
+    job("2_duck", ["model.width=32", "seed=0", "method.lambda_fgt=2", "audit=false"], 0.9, 0.6)
+    out = summarize_sweep(tmp_path)
+    rows = {(s["setup"], s["method"], s["method_overrides"]): s for s in out["summary"]}
+    assert rows[("model.width=4", "duck", "")]["AUS"]["mean"] == 0.8
+    assert rows[("model.width=32", "duck", "")]["AUS"]["mean"] == 1.0
+    assert rows[("model.width=32", "duck", "method.lambda_fgt=2")]["AUS"]["mean"] == 0.9
+    assert rows[("model.width=32", "original", "")]["n"] == 1  # shared by both width-32 jobs, counted once
+    assert rows[("model.width=4", "original", "")]["AUS"]["mean"] == 0.5
+    assert "### class_removal — model.width=32" in out["table"] and "duck (method.lambda_fgt=2)" in out["table"]

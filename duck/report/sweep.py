@@ -5,6 +5,10 @@ scenario) and, with the audit, ``<model>/audit.json``. :func:`summarize_sweep` r
 directory and writes ``sweep_summary.md`` / ``.csv`` / ``.json`` there: per scenario kind and method, mean (std)
 over the jobs of ``A_t``, ``A_f``, AUS (ALGORITHMS.md §2), the wall time and, where audited, the LiRA AUC. The
 original and retrained rows are counted once per distinct forget set and seed (a methods sweep shares them).
+Jobs of different *setups* are never averaged together: a job's setup is its overrides
+(``.hydra/overrides.yaml``) other than the run coordinates (method choice, seed, scenario, and settings that
+do not change results such as ``progress`` or ``cache_dir``), so a sweep over ``model.width=4,32`` gets one
+table per width, each with its own original and oracle; ``method.*`` overrides separate the method rows only.
 Hydra calls it when a multirun ends (:class:`SweepSummary`, registered in ``conf/run.yaml``); for a sweep
 whose jobs ran elsewhere (a detached SLURM array) run ``python -m duck.report.sweep SWEEP_DIR``.
 """
@@ -18,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attacks.batched import PLACEMENT_TRAINER_KEYS
 from duck.bench.common import fmt_mean_std, markdown_table, mean_std
 from duck.errors import DuckInputError
 
@@ -26,10 +31,43 @@ HEADERS = {"A_t": "A_t", "A_f": "A_f", "AUS": "AUS", "time_s": "time (s)", "lira
 _AUDIT_DIR = {"original": "original", "retrain": "retrained"}  # the unlearned row's audit is in unlearned/
 
 
+#: override keys that place a job in the protocol or change nothing it reports (not part of its setup)
+COORDINATES = ("method", "seed", "scenario", "progress", "audit", "cache_dir", "reuse_cached", "threads",
+               "eval_batch_size", "trainer", "sweep")
+
+
+def job_setup(job_dir: Path) -> tuple[str, str]:
+    """``(setup, reference setup)`` of a job from its ``.hydra/overrides.yaml``: the overrides that are not run
+    coordinates (the keys of :data:`COORDINATES` themselves, ``scenario.*``, ``hydra.*``, placement
+    ``trainer.*`` keys), sorted and joined; the reference setup (of
+    the original and the oracle) leaves out ``method.*`` too. Empty for the defaults (or without the file)."""
+    f = job_dir / ".hydra" / "overrides.yaml"
+    try:
+        import yaml
+
+        overrides = [str(o) for o in (yaml.safe_load(f.read_text()) or [])]
+    except (OSError, ValueError, ImportError):
+        overrides = []
+    setup, reference = [], []
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        head, _, sub = key.partition(".")
+        if head in ("hydra", "scenario", "sweep") or (not sub and head in COORDINATES):
+            continue  # the method / trainer choice itself, seed, ...; method.* and trainer.* are settings
+        if head == "trainer" and sub in PLACEMENT_TRAINER_KEYS:
+            continue
+        setup.append(o)
+        if head != "method":
+            reference.append(o)
+    return " ".join(sorted(setup)), " ".join(sorted(reference))
+
+
 def _job_rows(summary_path: Path) -> list[dict[str, Any]]:
-    """The rows of one job's ``summary.json`` with its scenario and, where audited, each model's LiRA AUC."""
+    """The rows of one job's ``summary.json`` with its scenario, setup and, where audited, each model's LiRA
+    AUC."""
     job = json.loads(summary_path.read_text())
     sc = job["scenario"]
+    setup, reference = job_setup(summary_path.parent)
     rows = []
     for r in job["rows"]:
         audit = summary_path.parent / _AUDIT_DIR.get(r["method"], "unlearned") / "audit.json"
@@ -37,7 +75,8 @@ def _job_rows(summary_path: Path) -> list[dict[str, Any]]:
         if audit.is_file():
             auc = (json.loads(audit.read_text()).get("lira") or {}).get("auc")
         rows.append({**r, "scenario": sc.get("scenario"), "forget_hash": sc.get("forget_hash"),
-                     "seed": sc.get("seed"), "job": summary_path.parent.name, "lira_auc": auc})
+                     "seed": sc.get("seed"), "job": summary_path.parent.name, "lira_auc": auc,
+                     "setup": reference if r["method"] in _AUDIT_DIR else setup})
     return rows
 
 
@@ -48,7 +87,7 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
     for path in sorted(sweep_dir.glob("*/summary.json")):
         for r in _job_rows(path):
             if r["method"] in _AUDIT_DIR:
-                key = (r["scenario"], r["forget_hash"], r["seed"], r["method"])
+                key = (r["setup"], r["scenario"], r["forget_hash"], r["seed"], r["method"])
                 if key in seen:
                     continue
                 seen.add(key)
@@ -57,14 +96,23 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean (std) per (scenario, method), the original and the oracle first."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    """Mean (std) per (setup, scenario, method), the original and the oracle first. A method row's setup may
+    add ``method.*`` overrides to its reference setup: it is listed under the reference setup's table."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((str(r["scenario"]), str(r["method"])), []).append(r)
+        groups.setdefault((str(r["setup"]), str(r["scenario"]), str(r["method"])), []).append(r)
     order = {"original": 0, "retrain": 1}
+
+    def table_of(setup: str) -> str:
+        return " ".join(o for o in setup.split() if o.split("=", 1)[0].lstrip("+~").split(".", 1)[0] != "method")
+
     out = []
-    for (scenario, method), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 2), kv[0][1])):
-        row: dict[str, Any] = {"scenario": scenario, "method": method, "n": len(rs)}
+    for (setup, scenario, method), rs in sorted(
+        groups.items(), key=lambda kv: (table_of(kv[0][0]), kv[0][1], order.get(kv[0][2], 2), kv[0][2], kv[0][0])
+    ):
+        row: dict[str, Any] = {"setup": table_of(setup), "method_overrides": " ".join(
+            o for o in setup.split() if o not in table_of(setup).split()), "scenario": scenario, "method": method,
+            "n": len(rs)}
         for m in METRICS:
             vals = [float(r[m]) for r in rs if r.get(m) is not None]
             if vals:
@@ -86,18 +134,21 @@ def summarize_sweep(sweep_dir: str | Path) -> dict[str, Any]:
     summary = aggregate(rows)
     present = [m for m in METRICS if any(m in s for s in summary)]
     tables = []
-    for scenario in dict.fromkeys(s["scenario"] for s in summary):
-        body = [[s["method"], s["n"], *(fmt_mean_std(s[m], 2 if m == "time_s" else 3) if m in s else "—"
-                                        for m in present)]
-                for s in summary if s["scenario"] == scenario]
-        tables.append(f"### {scenario}\n\n" + markdown_table(["method", "jobs", *(HEADERS[m] for m in present)], body))
+    for setup, scenario in dict.fromkeys((s["setup"], s["scenario"]) for s in summary):
+        body = [[s["method"] + (f" ({s['method_overrides']})" if s["method_overrides"] else ""), s["n"],
+                 *(fmt_mean_std(s[m], 2 if m == "time_s" else 3) if m in s else "—" for m in present)]
+                for s in summary if (s["setup"], s["scenario"]) == (setup, scenario)]
+        title = f"### {scenario}" + (f" — {setup}" if setup else "")
+        tables.append(f"{title}\n\n" + markdown_table(["method", "jobs", *(HEADERS[m] for m in present)], body))
     table = (f"## Sweep {sweep_dir.name}: mean (std) over jobs\n\n" + "\n\n".join(tables)
-             + "\n\nThe original and retrained rows count each distinct forget set and seed once.\n")
+             + "\n\nThe original and retrained rows count each distinct forget set and seed once; jobs with other "
+               "settings (the overrides in a table's title) are never averaged together.\n")
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["scenario", "method", "jobs", *(f"{m}_{s}" for m in present for s in ("mean", "std"))])
+    writer.writerow(["setup", "scenario", "method", "method_overrides", "jobs",
+                     *(f"{m}_{s}" for m in present for s in ("mean", "std"))])
     for s in summary:
-        writer.writerow([s["scenario"], s["method"], s["n"],
+        writer.writerow([s["setup"], s["scenario"], s["method"], s["method_overrides"], s["n"],
                          *(v for m in present for v in ((round(s[m]["mean"], 6), round(s[m]["std"], 6))
                                                         if m in s else ("", "")))])
     atomic_write_text(sweep_dir / "sweep_summary.md", table)
