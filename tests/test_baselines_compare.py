@@ -79,6 +79,10 @@ def test_quick_compare_end_to_end_reuses_the_cache(tmp_path):
                                  "scenarios": ["class_removal"]})
     runs2 = run(cfg2)["runs"]
     assert next(r for r in runs2 if r["method"] == "retrain")["reused_from_cache"] is True
+    # its time is the cached training's: marked, with the reason below the table
+    out2 = run(OmegaConf.merge(cfg2, {"out_dir": str(tmp_path / "out2b")}))
+    assert "† (1/1 cached)" in out2["table"] and "its time is that of its first training" in out2["table"]
+    assert "quick run (first class and first seed only)" in out2["table"]
     orig1 = next(r for r in runs if r["method"] == "original" and r["scenario"] == "class_removal")
     orig2 = next(r for r in runs2 if r["method"] == "original")
     assert orig1["A_t"] == orig2["A_t"] and orig1["A_f"] == orig2["A_f"]
@@ -151,3 +155,13 @@ def test_forget_set_exactly_at_the_target_counts_as_met():
     assert rec["target_met"] is True and rec["forget_target"] == 0.977778
     metrics["acc"]["train_forget"] = round(133 / 135, 6)
     assert run_record("neggrad", spec, metrics, scenario, original_acc, original_acc["test"])["target_met"] is False
+
+
+def test_quick_runs_say_so_on_the_console_and_in_bench_json(run_cli, tmp_path):
+    code, out, err, run_dir = run_cli("bench", "compare", "bench.quick=true", "bench.data=synthetic",
+                                      "bench.methods=[]", "bench.scenarios=[class_removal]", "bench.progress=false",
+                                      'bench.overrides=["data.n_train=240","data.n_test=120","model.width=8"]',
+                                      f"bench.cache_dir={tmp_path / 'cache'}")
+    assert code == 0, err
+    assert out.startswith("QUICK RUN (bench.quick=true)")
+    assert json.loads((run_dir / "bench.json").read_text())["quick_run"] is True

@@ -143,6 +143,7 @@ def summarise(records: list[dict[str, Any]], scenario: str, methods: list[str],
                 if vals:
                     row[key] = mean_std(vals)
             row["target_met"] = sum(r["target_met"] for r in ok)
+            row["time_from_cache"] = sum(bool(r.get("reused_from_cache")) for r in ok)
             rule = [r["reached_target"] for r in ok if r.get("reached_target") is not None]
             row["stop_rule_reached"] = sum(bool(v) for v in rule) if rule else None
             row["stop_rule_runs"] = len(rule)
@@ -169,6 +170,8 @@ def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
             continue
         n = r["n"]
         time_s = "—" if r["method"] == "original" else _fmt(r.get("time_s"), digits=2)
+        if r.get("time_from_cache") and time_s != "—":  # a cached oracle's time is its first training's
+            time_s += f" † ({r['time_from_cache']}/{n} cached)"
         rule = "—" if r.get("stop_rule_reached") is None else f"{r['stop_rule_reached']}/{r['stop_rule_runs']}"
         runs = f"{n}" + (f" ({r['errors']} failed)" if r.get("errors") else "")
         rows.append([r["method"], _fmt(r.get("A_t"), 100, 2), _fmt(r.get("A_f"), 100, 2), _fmt(r.get("AUS")), time_s,
@@ -179,12 +182,13 @@ def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
 def csv_text(summary: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     fields = ["scenario", "method", "n", "errors", "A_t_mean", "A_t_std", "A_f_mean", "A_f_std", "AUS_mean", "AUS_std",
-              "time_s_mean", "time_s_std", "epochs_mean", "target_met", "stop_rule_reached", "stop_rule_runs", "note"]
+              "time_s_mean", "time_s_std", "time_from_cache", "epochs_mean", "target_met", "stop_rule_reached",
+              "stop_rule_runs", "note"]
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in summary:
-        out = {k: r.get(k) for k in ("scenario", "method", "n", "errors", "target_met", "stop_rule_reached",
-                                     "stop_rule_runs", "note")}
+        out = {k: r.get(k) for k in ("scenario", "method", "n", "errors", "time_from_cache", "target_met",
+                                     "stop_rule_reached", "stop_rule_runs", "note")}
         for key in ("A_t", "A_f", "AUS", "time_s", "epochs"):
             if r.get(key):
                 out[f"{key}_mean"] = round(r[key]["mean"], 6)
@@ -428,8 +432,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                       + markdown(rows, kind))
     wall = time.perf_counter() - t_start
     resumed = f"; {n_resumed} records resumed from {cfg.resume}" if n_resumed else ""
-    table = "\n\n".join(tables) + (f"\n\nprotocol wall time {wall:.0f} s (originals/oracles from cache when present"
-                                   f"{resumed}); torch threads {cfg.torch_threads}")
+    cached = any(r.get("time_from_cache") for r in summary)
+    quick = "quick run (first class and first seed only); " if cfg.quick else ""
+    table = "\n\n".join(tables) + (
+        f"\n\n{quick}protocol wall time {wall:.0f} s (originals/oracles from cache when present{resumed}); torch "
+        f"threads {cfg.torch_threads}"
+        + ("\n\n† an oracle from the cache: its time is that of its first training (another run, possibly another "
+           "machine state), not comparable with this run's times; use a fresh bench.cache_dir for timings" if cached
+           else ""))
     csv_out = csv_text(summary)
     atomic_write_text(out / "compare.md", table + "\n")
     atomic_write_text(out / "compare.csv", csv_out)

@@ -35,10 +35,14 @@ def _task(cfg) -> dict:
         "machine": machine_info(),
         "config": OmegaConf.to_container(cfg.bench, resolve=True),
         "wall_time_s": time.perf_counter() - t0,
+        "quick_run": bool(cfg.bench.get("quick", False)),
         **result,
     }
     path = Path(HydraConfig.get().runtime.output_dir) / "bench.json"
     atomic_save_json(path, out)
+    if out["quick_run"]:  # smoke settings: say so where the numbers are read, not only in bench.json
+        print(f"QUICK RUN (bench.quick=true): smoke settings, not the {suite} protocol; the numbers and any "
+              "met / not met verdicts below say nothing about the targets\n")
     print(result.get("table", ""))
     print(f"\nbench.json written to {path}")
     return out
