@@ -119,6 +119,7 @@ def run_stream(
     sync(device)
     t0 = time.perf_counter()
     model.fit(X)
+    sync(device)  # fit_s must not stop the clock before the device has finished the fit
     fit_s = time.perf_counter() - t0
     for i in tqdm(deletions.tolist(), desc=desc, leave=False, mininterval=2.0):
         retrained.append(bool(model.delete(i)))
