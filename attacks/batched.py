@@ -43,33 +43,12 @@ from duck.data.augment import apply_augment, check_augment
 from duck.data.loaders import collate_indexed, fetch, make_loader
 from duck.errors import DuckInputError
 from duck.models import Classifier
-from duck.training import Recipe, make_optimizer, make_scheduler
+from duck.training import Recipe, make_optimizer, make_scheduler, training_trainer_settings
 
 # optimisers whose update of an entry depends on other entries (several tensors: LBFGS; the tensor's shape:
 # Adafactor's factored second moment; sparse gradients: SparseAdam) cannot update stacked models
 COUPLED_OPTIMIZERS = ("LBFGS", "Adafactor", "SparseAdam")
 
-# trainer.* settings that say where and how a run executes or what it logs, not what the model learns; every
-# other one (gradient_clip_val, accumulate_grad_batches, max_steps, limit_train_batches, precision, ...)
-# changes the training: it enters the shadow bank's key, and batched training, which does not implement it,
-# refuses it (attack.mode=auto then trains the shadows one by one with Lightning, which applies it)
-PLACEMENT_TRAINER_KEYS = frozenset({
-    "accelerator", "devices", "num_nodes", "strategy", "deterministic", "benchmark", "logger",
-    "enable_checkpointing", "enable_model_summary", "enable_progress_bar", "default_root_dir",
-    "log_every_n_steps", "num_sanity_val_steps", "check_val_every_n_epoch", "val_check_interval",
-    "limit_val_batches", "limit_test_batches", "limit_predict_batches", "barebones", "profiler",
-})
-FLOAT32_PRECISIONS = (None, 32, "32", "32-true")
-
-
-def training_trainer_settings(trainer_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``trainer.*`` settings that change what a model learns (not in :data:`PLACEMENT_TRAINER_KEYS`;
-    Hydra's ``_target_``-style keys dropped); float32 precision counts as no setting."""
-    out = {str(k): v for k, v in dict(trainer_cfg or {}).items()
-           if not str(k).startswith("_") and str(k) not in PLACEMENT_TRAINER_KEYS}
-    if out.get("precision", None) in FLOAT32_PRECISIONS:
-        out.pop("precision", None)
-    return out
 
 
 class _PerModelRNG:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attacks.batched import calibrate, check_batchable, train_batched, training_trainer_settings
+from attacks.batched import calibrate, check_batchable, train_batched
 from attacks.lira import lira_phi, view_logits
 from duck.checkpoint import build_manifest, load_checkpoint, load_into, save_checkpoint
 from duck.data.base import DatasetSplits, IndexedDataset
@@ -50,7 +50,7 @@ from duck.data.loaders import collate_indexed, fetch
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_save_npz
 from duck.models import Classifier
-from duck.training import Recipe, train_classifier
+from duck.training import Recipe, train_classifier, training_trainer_settings
 from duck.utils import warn_line
 
 BANK_FORMAT = 1
@@ -193,12 +193,12 @@ def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shado
               augment: Sequence[str], trainer_cfg: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a bank depends on: data (content fingerprint), model (spec + parameter shapes), recipe, E, seed,
     the training pool, the precision and every other ``trainer.*`` setting that changes training
-    (``attacks.batched.training_trainer_settings``; not where the run executes). The storage key is a hash
+    (``duck.training.training_trainer_settings``; not where the run executes). The storage key is a hash
     of this."""
     from duck import __version__
 
     precision = dict(trainer_cfg or {}).get("precision")
-    training = {k: v for k, v in training_trainer_settings(trainer_cfg).items() if k != "precision"}
+    training = training_trainer_settings(trainer_cfg, precision=False)
 
     shapes = [[n, list(t.shape)] for n, t in model.state_dict().items()]
     return json.loads(json.dumps({

@@ -74,6 +74,31 @@ def build_trainer(trainer_cfg: Mapping[str, Any] | None = None, **overrides: Any
                              "fix the trainer.* overrides (conf/trainer/*.yaml lists the defaults)") from None
 
 
+# trainer.* settings that say where and how a run executes or what it logs, not what the model learns; every
+# other one (gradient_clip_val, accumulate_grad_batches, max_steps, limit_train_batches, precision, ...)
+# changes the training: it enters the cache keys of trained models and shadow banks, and batched shadow
+# training, which does not implement it, refuses it (attack.mode=auto then trains the shadows one by one with
+# Lightning, which applies it)
+PLACEMENT_TRAINER_KEYS = frozenset({
+    "accelerator", "devices", "num_nodes", "strategy", "deterministic", "benchmark", "logger",
+    "enable_checkpointing", "enable_model_summary", "enable_progress_bar", "default_root_dir",
+    "log_every_n_steps", "num_sanity_val_steps", "check_val_every_n_epoch", "val_check_interval",
+    "limit_val_batches", "limit_test_batches", "limit_predict_batches", "barebones", "profiler",
+})
+FLOAT32_PRECISIONS = (None, 32, "32", "32-true")
+
+
+def training_trainer_settings(trainer_cfg: Mapping[str, Any] | None, *, precision: bool = True) -> dict[str, Any]:
+    """The ``trainer.*`` settings that change what a model learns (not in :data:`PLACEMENT_TRAINER_KEYS`;
+    Hydra's ``_target_``-style keys dropped); float32 precision counts as no setting, and ``precision=False``
+    leaves precision out (cache keys record it on its own)."""
+    out = {str(k): v for k, v in dict(trainer_cfg or {}).items()
+           if not str(k).startswith("_") and str(k) not in PLACEMENT_TRAINER_KEYS}
+    if not precision or out.get("precision", None) in FLOAT32_PRECISIONS:
+        out.pop("precision", None)
+    return out
+
+
 def check_trainer_settings(trainer_cfg: Mapping[str, Any] | None) -> None:
     """Build (and drop) the Trainer the jobs will build from ``trainer_cfg``, so that a setting Lightning
     rejects, or one the jobs set themselves, fails before any work (a few ms; nothing is launched)."""

@@ -30,9 +30,10 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
-def check_group_choices(args: list[str], root: Path) -> None:
-    """Fail with one line for ``group=choice`` overrides naming a config that does not exist
-    (e.g. ``method=foo``), listing the available choices (Hydra's own message is a page long)."""
+def unknown_group_choice(args: list[str], root: Path) -> str | None:
+    """The message for the first ``group=choice`` (or ``+group=choice``) override naming a config that does not
+    exist (e.g. ``method=foo``), listing the available choices; None if there is none. Comma lists are read
+    value by value; sweep functions (``choice(...)``...) are left to the sweep check."""
     for arg in args:
         if "=" not in arg or arg.startswith(("~", "-")):
             continue
@@ -41,12 +42,21 @@ def check_group_choices(args: list[str], root: Path) -> None:
         group = root / key
         if "." in key or not group.is_dir() or value in ("", "null"):
             continue
-        if re.match(r"\s*[A-Za-z_]+\(", value):  # a sweep function: choice(...), glob(...), range(...): Hydra's
+        if re.match(r"\s*[A-Za-z_]+\(", value):  # a sweep function: choice(...), glob(...), range(...)
             continue
         choices = sorted(p.stem for p in group.glob("*.yaml"))
         for v in value.split(","):
             if v.strip() not in choices:
-                fail(f"unknown {key} {v.strip()!r}; choose one of: {', '.join(choices)}")
+                return f"unknown {key} {v.strip()!r}; choose one of: {', '.join(choices)}"
+    return None
+
+
+def check_group_choices(args: list[str], root: Path) -> None:
+    """Fail with one line for an unknown group choice (:func:`unknown_group_choice`; Hydra's own message is a
+    page long)."""
+    message = unknown_group_choice(args, root)
+    if message:
+        fail(message)
 
 
 def check_override_keys(config_name: str, args: list[str], root: Path) -> None:

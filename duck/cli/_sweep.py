@@ -30,10 +30,6 @@ def _is_group(key: str, root: Path) -> bool:
     return "." not in name and (root / name).is_dir()
 
 
-def _options(key: str, root: Path) -> list[str]:
-    return sorted(p.stem for p in (root / key.lstrip("+~")).glob("*.yaml"))
-
-
 def _parse(args: list[str]) -> list[Any] | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -138,14 +134,9 @@ def check_sweep(config_name: str, args: list[str], root: Path) -> None:
 
 
 def _missing_option(e: Exception, overrides: list[str], root: Path) -> str:
-    for o in overrides:
-        key, _, value = o.partition("=")
-        if _is_group(key, root):
-            choices = _options(key, root)
-            for v in value.split(","):
-                if v.strip() and v.strip() not in choices:
-                    return f"unknown {key.lstrip('+~')} {v.strip()!r}; choose one of: {', '.join(choices)}"
-    return str(e).splitlines()[0]
+    from duck.cli._app import unknown_group_choice
+
+    return unknown_group_choice(overrides, root) or str(e).splitlines()[0]
 
 
 def _composition(e: Exception) -> str:

@@ -42,11 +42,11 @@ from duck.utils import warn_line
 def cache_key(cfg: DictConfig, scenario: Scenario | None, data: DatasetSplits | None = None) -> str:
     """Identifies a trained model: data config and content (``DatasetSplits.fingerprint``), model, recipe,
     seed, precision and every other ``trainer.*`` setting that changes training (gradient clipping,
-    accumulation, ...: ``attacks.batched.training_trainer_settings``), and the forget ids for an oracle."""
-    from attacks.batched import training_trainer_settings
+    accumulation, ...: ``duck.training.training_trainer_settings``), and the forget ids for an oracle."""
     from duck import __version__
+    from duck.training import training_trainer_settings
 
-    training = {k: v for k, v in training_trainer_settings(container(cfg.trainer)).items() if k != "precision"}
+    training = training_trainer_settings(container(cfg.trainer), precision=False)
     spec = {"data": container(cfg.data), "model": container(cfg.model), "recipe": container(cfg.recipe),
             "seed": int(cfg.seed), "precision": str(cfg.trainer.get("precision")), "version": __version__,
             "forget": scenario.forget_hash if scenario is not None else None,

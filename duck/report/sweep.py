@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attacks.batched import PLACEMENT_TRAINER_KEYS
 from duck.bench.common import fmt_mean_std, markdown_table, mean_std
 from duck.errors import DuckInputError
+from duck.training import PLACEMENT_TRAINER_KEYS
 
 METRICS = ("A_t", "A_f", "AUS", "time_s", "lira_auc")
 HEADERS = {"A_t": "A_t", "A_f": "A_f", "AUS": "AUS", "time_s": "time (s)", "lira_auc": "LiRA AUC"}
