@@ -222,6 +222,8 @@ class DeletableKMeansBase:
     def _rows_of(self, ids: np.ndarray) -> np.ndarray:
         """Rows of ``ids``; -1 where an id is unknown. (m,) -> (m,)"""
         if self._row_table is not None:
+            if ids.size and ids.min() >= 0 and ids.max() < self._row_table.size:  # all inside the table
+                return self._row_table[ids]
             inside = (ids >= 0) & (ids < self._row_table.size)
             return np.where(inside, self._row_table[np.where(inside, ids, 0)], -1)
         pos = np.minimum(np.searchsorted(self._sorted_ids, ids), self._sorted_ids.size - 1)
@@ -234,16 +236,16 @@ class DeletableKMeansBase:
         if req.size > 1 and np.unique(req).size != req.size:
             raise DuckInputError(f"ids to delete contain duplicates: {req[:10].tolist()}; pass each id once")
         rows = self._rows_of(req)
-        gone = [i for i in req[rows < 0].tolist() if i in self._deleted_ids]
-        if gone:
-            raise DuckInputError(f"ids {gone[:10]} were already deleted; each row can be deleted once")
-        if (rows < 0).any():
+        if rows.size and rows.min() < 0:  # ids not stored (any more): deleted before compaction, or unknown
+            gone = [i for i in req[rows < 0].tolist() if i in self._deleted_ids]
+            if gone:
+                raise DuckInputError(f"ids {gone[:10]} were already deleted; each row can be deleted once")
             raise DuckInputError(
                 f"unknown ids {req[rows < 0][:10].tolist()}: not among the ids this {self._name} "
                 "was fitted on"
             )
-        dead = ~self._alive[rows]
-        if dead.any():
+        if not self._alive[rows].all():
+            dead = ~self._alive[rows]
             raise DuckInputError(
                 f"ids {req[dead][:10].tolist()} were already deleted; each row can be deleted once"
             )
@@ -256,7 +258,7 @@ class DeletableKMeansBase:
 
     def _mark_deleted(self, rows: np.ndarray) -> None:
         """Mask the rows out and erase their values (the model's own copy; a deletion check has read them)."""
-        if self._X.device.type == "cpu":
+        if self._X.is_cpu:
             self._X.numpy()[rows] = 0.0  # the same memory, without a device op
         else:
             self._X[torch.from_numpy(rows).to(self._X.device)] = 0.0

@@ -56,9 +56,10 @@ def uniforms(generator: torch.Generator, n: int) -> torch.Tensor:
 
 def host_take(t: torch.Tensor, index: np.ndarray, dim: int = 0) -> np.ndarray:
     """``t.index_select(dim, index)`` as a host array; a CPU tensor is indexed through its numpy view (a few
-    rows of a deletion check: no device-op overhead)."""
-    if t.device.type == "cpu":
-        return np.take(t.numpy(), index, axis=dim)
+    rows of a deletion check: no device-op overhead). Indexing, not ``np.take``: ``np.take`` first copies a
+    non-contiguous array whole (the stored rows may be column-major, as the SPN's column gathers are)."""
+    if t.is_cpu:
+        return t.numpy()[(slice(None),) * dim + (index,)]
     return t.index_select(dim, torch.from_numpy(np.asarray(index)).to(t.device)).cpu().numpy()
 
 

@@ -373,13 +373,20 @@ class QKMeans(DeletableKMeansBase):
             return _Verdict(False, "seed", 1)
         T1, k = self._n_computed, self.n_clusters
         x = np.asarray(host_take(self._X, rows), dtype=np.float64)  # (r, d)
-        lab = host_take(self._labels_hist[: T1 + 1], rows, dim=1)  # (T1+1, r) cluster of each row in pi^tau
+        lab = host_take(self._labels_hist, rows, dim=1)[: T1 + 1]  # (T1+1, r) cluster of each row in pi^tau
         centers = self._centers_np[: T1 + 1]  # (T1+1, k, d)
-        diff = x[None] - centers[np.arange(T1 + 1)[:, None], lab]  # (T1+1, r, d)
+        iteration = np.arange(T1 + 1)
+        diff = x[None] - centers[iteration[:, None], lab]  # (T1+1, r, d)
         new_losses = self._losses_np[: T1 + 1] - (diff * diff).sum(axis=(1, 2))  # (T1+1,)
-        member = (lab[:T1, :, None] == np.arange(k)).astype(np.float64)  # (T1, r, k)
-        new_sizes = self._sizes_np[:T1] - member.sum(1)  # (T1, k)
-        new_sums = self._sums_np[:T1] - np.swapaxes(member, 1, 2) @ x  # (T1, k, d)
+        if rows.size == 1:  # one row (UnlearnSPN's requests): subtract it from its cluster, no one-hot product
+            at = (iteration[:T1], lab[:T1, 0])
+            new_sizes, new_sums = self._sizes_np[:T1].copy(), self._sums_np[:T1].copy()
+            new_sizes[at] -= 1.0
+            new_sums[at] -= x[0]  # the same values as the product below (x times exact ones and zeros)
+        else:
+            member = (lab[:T1, :, None] == np.arange(k)).astype(np.float64)  # (T1, r, k)
+            new_sizes = self._sizes_np[:T1] - member.sum(1)  # (T1, k)
+            new_sums = self._sums_np[:T1] - np.swapaxes(member, 1, 2) @ x  # (T1, k, d)
         new_sums[new_sizes == 0] = 0.0  # an emptied cluster sums to exactly zero, as in a fresh fit
         n_new = self._n_alive - rows.size
         if self.eps == "auto" and self._auto_eps(float(new_losses[0]), n_new) != self._eps:
@@ -390,7 +397,7 @@ class QKMeans(DeletableKMeansBase):
         cells = lattice_cells(means, self._eps, self._phases_np[:T1, None])  # (T1, k, d)
         cells_ok = (cells == self._cells_np[1 : T1 + 1]).reshape(T1, -1).all(1)  # (T1,)
         decisions_ok = (new_losses[1:] < new_losses[:-1]) == self._accepted_np[1 : T1 + 1]  # (T1,)
-        if flags_ok.all() and cells_ok.all() and decisions_ok.all():
+        if (flags_ok & cells_ok & decisions_ok).all():
             return _Verdict(True, "", 0, new_sizes, new_sums, new_losses)
         ok = np.stack([flags_ok, cells_ok, decisions_ok])  # (3, T1)
         first = int(np.flatnonzero(~ok.all(0))[0])
@@ -433,7 +440,7 @@ class QKMeans(DeletableKMeansBase):
         """Also erase what Q-k-means derived from the rows: their squared norms and their cluster in every
         stored partition (label k, as a recomputed partition gives masked rows)."""
         super()._mark_deleted(rows)
-        if self._x_sqnorm.device.type == "cpu":
+        if self._x_sqnorm.is_cpu:
             self._x_sqnorm.numpy()[rows] = 0.0
             self._labels_hist.numpy()[:, rows] = self.n_clusters
         else:
@@ -477,7 +484,7 @@ class QKMeans(DeletableKMeansBase):
     def labels_(self) -> torch.Tensor:
         """(n,) cluster of every row of ``ids_`` (the partition of the final centroids)."""
         self._check_fitted()
-        if self._labels_hist.device.type == "cpu":  # through the numpy view: no device-op overhead
+        if self._labels_hist.is_cpu:  # through the numpy view: no device-op overhead
             return torch.from_numpy(self._labels_hist.numpy()[self._n_accepted][self._alive])
         return self._labels_hist[self._n_accepted][self._alive_rows()]
 

@@ -79,7 +79,8 @@ def ecdf_counts_after_removal(counts: ArrayT, kept: ArrayT, removed: ArrayT) -> 
     """
     for row in removed:  # one (m, c) comparison per removed row: no (l, m, c) temporary
         below = row[None] <= kept
-        counts = counts - (below.astype(counts.dtype) if isinstance(below, np.ndarray) else below.to(counts.dtype))
+        # numpy subtracts a bool array as 0/1 in counts' integer dtype
+        counts = counts - (below if isinstance(below, np.ndarray) else below.to(counts.dtype))
     return counts
 
 

@@ -49,20 +49,34 @@ class TaylorReference:
     each pair's two sides)."""
 
     rows: np.ndarray  # (n,) node rows (storage positions, ascending) of the reference
-    rank: np.ndarray  # (Vg, n) copula ranks p_i of the Gaussian variables at the reference
+    #: (Vg + 2 Gs, n) per-row reference values, stacked so that ``bounds`` gathers the kept rows once: the
+    #: copula ranks p_i of the Gaussian variables, then per Gaussian side g(p_i) - g'(p_i) p_i (centred at
+    #: the reference), then g'(p_i)
+    per_row: np.ndarray
     gauss_var: np.ndarray  # (Gs,) variable (among the Gaussian ones) of each Gaussian side
-    taylor: np.ndarray  # (2, Gs, n): g(p_i) - g'(p_i) p_i (centred at the reference), g'(p_i)
     half_g2: np.ndarray  # (Gs,) max_i |g''(p_i)| / 2
     L3: np.ndarray  # (Gs,) sum_k |a_k| |w1_k|^3 / 2
     w1_norm: np.ndarray  # (Gs,) |w1| of the side's variable
     cat_slot: np.ndarray  # (Cs,) variable of each categorical side, among ``codes``' rows
     cat_coef: np.ndarray  # (Cs, k)
     codes: np.ndarray  # (Vu, n) category codes, at the reference rows, of the categorical variables used
+    cat_offset: np.ndarray  # (Cs, 1) D s: side s's per-category values start there in a flattened (Cs, D) table
     Wc: np.ndarray  # (Vu, D + 1, k) their scaled projections
     sqrt_traces: np.ndarray  # (2P,) sqrt of the reference centred sum of squares of each side's features
     eps_scale: np.ndarray  # (2P,) sqrt(2 EIG_RCOND |a|^2): the truncation term is this times sqrt(tr) / |norm|
     pair_x: np.ndarray  # (P,) side of each pair's first variable
     pair_y: np.ndarray  # (P,) and of its second
+
+    @property
+    def rank(self) -> np.ndarray:
+        """(Vg, n) copula ranks p_i of the Gaussian variables at the reference (a view of ``per_row``)."""
+        return self.per_row[: self.per_row.shape[0] - 2 * self.gauss_var.size]
+
+    @property
+    def taylor(self) -> np.ndarray:
+        """(2, Gs, n): g(p_i) - g'(p_i) p_i (centred at the reference), g'(p_i) (a view of ``per_row``)."""
+        G = self.gauss_var.size
+        return self.per_row[self.per_row.shape[0] - 2 * G :].reshape(2, G, -1)
 
     @classmethod
     def build(cls, fmap: FeatureMap, F: Features, sides: Combinations, rows: np.ndarray) -> TaylorReference:
@@ -94,9 +108,11 @@ class TaylorReference:
         codes = F.codes.cpu().numpy()[used] if used.size else np.zeros((0, n), np.int64)
         Wc = fmap.Wc.cpu().numpy()[used]
         sqrt_traces = np.sqrt(F.sq_sums_by_kind().cpu().numpy()[kind_o])
+        per_row = np.concatenate([rank, taylor.reshape(2 * G, n)])
+        cat_offset = (Wc.shape[1] - 1) * np.arange(P * 2 - G)[:, None]
         return cls(
-            rows.copy(), rank, var, taylor, half_g2, L3, w1_norm, cat_slot.reshape(-1), coef[G:], codes, Wc, sqrt_traces,
-            np.sqrt(2 * EIG_RCOND * (coef * coef).sum(1)), where[:P], where[P:],
+            rows.copy(), per_row, var, half_g2, L3, w1_norm, cat_slot.reshape(-1), coef[G:], codes, cat_offset, Wc,
+            sqrt_traces, np.sqrt(2 * EIG_RCOND * (coef * coef).sum(1)), where[:P], where[P:],
         )
 
     def bounds(self, kept: np.ndarray, counts: torch.Tensor | None) -> np.ndarray:
@@ -108,38 +124,39 @@ class TaylorReference:
         rho = np.zeros(self.eps_scale.size)
         trace = self.sqrt_traces.copy()
         if G:
+            Vg = self.per_row.shape[0] - 2 * G
+            ref = self.per_row[:, kept]  # one gather: reference ranks, g(p) - g'(p) p, g'(p)
             rank = counts.cpu().numpy().T / n  # (Vg, n) exact new ranks
-            D = rank - self.rank[:, kept]  # their moves
-            base, g1 = self.taylor[:, :, kept]
-            np.multiply(g1, rank[self.gauss_var], out=values[:G])
-            values[:G] += base  # g(p) + g'(p) D, up to the centring constant
-            D2 = D * D
+            D = rank - ref[:Vg]  # their moves
+            np.multiply(ref[Vg + G :], rank[self.gauss_var], out=values[:G])
+            values[:G] += ref[Vg : Vg + G]  # g(p) + g'(p) D, up to the centring constant
+            D2 = np.square(D)
+            stats = np.empty((3, Vg))  # max |D|, sqrt(sum D^4), |D| per variable
+            D2.max(1, out=stats[0])
+            np.einsum("vn,vn->v", D2, D2, out=stats[1])
+            D2.sum(1, out=stats[2])
+            d_max, d4, d2 = np.sqrt(stats, out=stats)[:, self.gauss_var]
             # |E_i| <= (max |g''| / 2 + max |D| L3 / 2) D_i^2, so |E| <= that factor times sqrt(sum D^4)
-            d_max = np.maximum(D.max(1), -D.min(1))[self.gauss_var]
-            d4 = np.sqrt(np.einsum("vn,vn->v", D2, D2))[self.gauss_var]
-            d2 = np.sqrt(np.einsum("vn->v", D2))[self.gauss_var]
             rho[:G] = (self.half_g2 + d_max * self.L3) * d4
             trace[:G] += self.w1_norm * d2
         if self.cat_slot.size:  # exact: the tables of the category counts of the kept rows
             codes = self.codes[:, kept]  # (Vu, n)
             tables, cat_counts = category_tables(codes.T, self.Wc)
-            centred = tables - np.einsum("vd,vdk->vk", cat_counts, tables)[:, None, :] / n  # (Vu, D, k)
+            centred = tables - (cat_counts[:, None, :] @ tables) / n  # (Vu, D, k): weighted mean subtracted
             per_category = np.einsum("sdk,sk->sd", centred[self.cat_slot], self.cat_coef)  # (Cs, D)
-            D_cat = per_category.shape[1]
-            flat = codes[self.cat_slot] + D_cat * np.arange(self.cat_slot.size)[:, None]
-            values[G:] = per_category.ravel()[flat]
-            trace[G:] = np.sqrt(np.einsum("sd,sdk->s", cat_counts[self.cat_slot], centred[self.cat_slot] ** 2))
-        values -= np.einsum("sn->s", values)[:, None] / n
-        norm = np.sqrt(np.einsum("sn,sn->s", values, values))
+            values[G:] = per_category.ravel()[codes[self.cat_slot] + self.cat_offset]
+            trace[G:] = np.sqrt(np.einsum("vd,vdk,vdk->v", cat_counts, centred, centred))[self.cat_slot]
+        values -= values.sum(1, keepdims=True) / n
+        gram = values @ values.T  # (2P, 2P): every side's norm and every pair's cross product
+        norm = np.sqrt(np.diagonal(gram))
         x, y = self.pair_x, self.pair_y
-        cross = np.einsum("pn,pn->p", values[x], values[y])
         rx, ry, nx, ny = rho[x], rho[y], norm[x], norm[y]
-        low = cross - rx * ny - ry * nx - rx * ry
-        below = np.maximum(norm - rho, 0.0)
-        # eps = inf where a side's norm bound is 0 (then nothing is certified); trace holds sqrt(tr) bounds
-        eps = np.divide(self.eps_scale * trace, below, out=np.full_like(below, np.inf), where=below > 0)
+        low = gram[x, y] - rx * ny - ry * nx - rx * ry
+        below = norm - rho
+        side_ok = below > 0  # eps of a side whose norm bound is 0 would be inf: nothing is certified with it
+        eps = self.eps_scale * trace / np.where(side_ok, below, 1.0)
         ex, ey = eps[x], eps[y]
-        denom = (nx + rx) * (ny + ry)  # > 0 wherever both eps are finite (norm > rho >= 0)
-        certified = (low > 0) & np.isfinite(ex) & np.isfinite(ey)
-        bound = np.divide(low, denom, out=np.zeros_like(low), where=certified) - ex - ey - ex * ey
+        certified = (low > 0) & side_ok[x] & side_ok[y]
+        denom = np.where(certified, (nx + rx) * (ny + ry), 1.0)  # > 0 where certified (norm > rho >= 0)
+        bound = low / denom - ex - ey - ex * ey
         return np.where(certified & np.isfinite(bound), bound, -1.0)

@@ -460,11 +460,16 @@ class _Conditions:
         lost_ids: np.ndarray | None = None,
         gained: bool = False,
         kept: np.ndarray | None = None,
+        lost: np.ndarray | None = None,
     ) -> None:
         self.spn, self.rows, self.scope, self.path = spn, rows, scope, path
         self.prior, self.lost_ids, self.gained = prior, lost_ids, gained
         self.kept = kept  # (prior's n,) which of the prior node's rows are among ``rows``
+        self.lost = lost  # the prior node's rows not among ``rows`` (storage positions, ascending)
         self.witnesses: np.ndarray | None = None  # set by ``constant`` on an update
+        #: set by ``qkmeans``: the prior node's model deleted the lost rows without retraining and no row was
+        #: gained, so every kept row stays in its cluster (a SplitData child only loses rows)
+        self.partition_kept = False
         self.n = int(rows.size)
         self.n_vars = int(scope.size)
 
@@ -477,19 +482,26 @@ class _Conditions:
     def constant(self) -> np.ndarray:
         """(s,) sigma^2(X_v) = 0, tested exactly as max == min.
 
-        On an update that only removed rows, the prior node's flags stand when every non-constant variable
-        still has two rows with different values (its stored ``witnesses``): a constant variable stays
-        constant, and one with two distinct values left is not constant. Otherwise (and for a fresh learn)
-        max == min on the data; updates then store new witnesses."""
+        On an update that only removed rows, the prior node's flags stand for every variable whose stored
+        ``witnesses`` (two rows with different values; none for a constant variable) are still among the
+        rows: a constant variable stays constant, and one with two distinct values left is not constant.
+        Only the variables that lost a witness row are evaluated (max == min on their columns, new
+        witnesses). Otherwise (and for a fresh learn) max == min on the data; updates then store new
+        witnesses."""
         prior = self.prior
         if prior is not None and prior.witnesses is not None and not self.gained:
             w = prior.witnesses
-            informative = w[0] >= 0
-            if _member(w[:, informative].ravel(), self.rows).all():
-                self.witnesses = w
-                return ~informative
+            hit = self._witnesses_lost(w)
+            if hit is None:  # lost rows unknown: every witness searched among the rows
+                informative = w[0] >= 0
+                if _member(w[:, informative].ravel(), self.rows).all():
+                    self.witnesses = w
+                    return ~informative
+            else:
+                self.witnesses = w if not hit.any() else self._refreshed_witnesses(w, np.flatnonzero(hit))
+                return self.witnesses[0] < 0
         d = self.data
-        if d.device.type == "cpu":  # numpy: two reductions without device-op overhead
+        if d.is_cpu:  # numpy: two reductions without device-op overhead
             x = d.numpy()
             top, bottom = x.argmax(0), x.argmin(0)
             cols = np.arange(x.shape[1])
@@ -499,14 +511,39 @@ class _Conditions:
             lo, bottom = d.min(0)
             constant, top, bottom = (hi == lo).cpu().numpy(), top.cpu().numpy(), bottom.cpu().numpy()
         if prior is not None:  # an update: keep witnesses for the next one (a fresh learn has no use for them)
-            self.witnesses = np.where(constant, -1, np.stack([self.rows[top], self.rows[bottom]]))
+            witnesses = self.rows[np.concatenate([top, bottom])].reshape(2, -1)
+            witnesses[:, constant] = -1
+            self.witnesses = witnesses
         return constant
 
-    @property
-    def exist_uninformative(self) -> bool:
+    def _witnesses_lost(self, w: np.ndarray) -> np.ndarray | None:
+        """(s,) which variables lost a witness row of ``w`` (2, s) (-1: a constant variable, no witness), after
+        removals only; None when the lost rows are not known (or many). The witnesses are rows of the prior
+        node, so this compares them with the few lost rows instead of searching the kept ones."""
+        lost = self.lost
+        if lost is None or lost.size > _MAX_INCREMENTAL_REMOVALS:
+            return None
+        if lost.size == 1:
+            return (w == lost[0]).any(0)
+        return (w[:, :, None] == lost).any((0, 2))  # a lost row is never -1
+
+    def _refreshed_witnesses(self, w: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``w`` with new witnesses (the rows of the largest and smallest value; -1 if now constant) for the
+        variables at positions ``cols``: max == min evaluated on those columns only."""
+        x = self.spn._gather_host(self.rows, self.scope[cols])  # (n, c)
+        top, bottom = x.argmax(0), x.argmin(0)
+        j = np.arange(cols.size)
+        now_constant = x[top, j] == x[bottom, j]
+        new = w.copy()
+        new[0, cols] = np.where(now_constant, -1, self.rows[top])
+        new[1, cols] = np.where(now_constant, -1, self.rows[bottom])
+        return new
+
+    @cached_property
+    def exist_uninformative(self) -> bool:  # read by the rules and stored: evaluated once
         return bool(self.constant.any())
 
-    @property
+    @cached_property
     def all_uninformative(self) -> bool:
         return bool(self.constant.all())
 
@@ -632,21 +669,25 @@ class _Conditions:
             return None
         if not 0 < self.lost_ids.size <= _MAX_INCREMENTAL_REMOVALS:
             return None
-        old_rows, kept = self.prior.rows, self.kept
+        kept = self.kept
+        lost = self.prior.rows[~kept] if self.lost is None else self.lost
         gauss = self.scope[stored.feature_map.gauss]  # the counts' columns (FeatureMap: Gaussian positions)
         counts = stored.gauss_counts
-        if counts.device.type == "cpu":  # host path: a few numpy ops on the same memory, no device-op overhead
+        host = self.spn._X_host
+        if host is not None and counts.is_cpu:  # host path: a few numpy ops on the same memory, no device ops
+            # np.take along both axes: row-major results (fancy column indexing gives column-major ones, which
+            # the comparison with the row-major counts walks more slowly); the counts are exact either way
             return torch.from_numpy(
                 ecdf_counts_after_removal(
-                    counts.numpy()[kept],
-                    self.spn._gather_host(self.rows, gauss),
-                    self.spn._gather_host(old_rows[~kept], gauss),
+                    counts.numpy().compress(kept, axis=0),  # = [kept], at half the cost of boolean indexing
+                    host.take(self.rows, 0).take(gauss, 1),
+                    host.take(lost, 0).take(gauss, 1),
                 )
             )
         return ecdf_counts_after_removal(
             counts[torch.from_numpy(kept).to(counts.device)],
             self.spn._gather(self.rows, gauss),
-            self.spn._gather(old_rows[~kept], gauss),
+            self.spn._gather(lost, gauss),
         )
 
     @property
@@ -655,19 +696,18 @@ class _Conditions:
 
     @cached_property
     def qkmeans(self) -> QKMeans:
-        ids = self.spn._ids[self.rows]
         qk = None if self.prior is None else self.prior.qkmeans
         if qk is not None and self.lost_ids is not None and self.lost_ids.size:
             if (
                 qk.n_samples_ - self.lost_ids.size < 2
             ):  # nothing left to delete from: the stored draws are moot
                 qk = None
-            else:
-                qk.delete(self.lost_ids)  # exact deletion (seeds/000): keeps the model or retrains replaying
+            else:  # exact deletion (seeds/000): keeps the model or retrains replaying
+                self.partition_kept = not qk.delete(self.lost_ids) and not self.gained
         if qk is None:
-            return self.spn._fit_qkmeans(self.data, ids, self.path)
+            return self.spn._fit_qkmeans(self.data, self.spn._ids[self.rows], self.path)
         if self.gained:  # the rows kept + the new ones, clustered with the same seeds and lattice phases
-            return self.spn._fit_qkmeans(self.data, ids, self.path, replay=qk.random_state_)
+            return self.spn._fit_qkmeans(self.data, self.spn._ids[self.rows], self.path, replay=qk.random_state_)
         return qk
 
     @cached_property
@@ -675,8 +715,8 @@ class _Conditions:
         """(n,) the Q-k-means cluster of every row, aligned with ``rows`` (both in stable-id order)."""
         return self.qkmeans.labels_.cpu().numpy()
 
-    @property
-    def clusters(self) -> bool:
+    @cached_property
+    def clusters(self) -> bool:  # read by the rule and stored: counted once
         sizes = np.bincount(self.labels, minlength=2)
         return bool(sizes[0] > 0 and sizes[1] > 0)
 
@@ -766,7 +806,7 @@ class SPN:
     def _X_host(self) -> np.ndarray | None:
         """The CPU storage as a numpy view of the same memory (taken per use, so it can never go stale, e.g.
         in a deep copy); None on a GPU."""
-        return self._X.numpy() if self._X is not None and self._X.device.type == "cpu" else None
+        return self._X.numpy() if self._X is not None and self._X.is_cpu else None
 
     def _gather(self, rows: np.ndarray, scope: np.ndarray) -> torch.Tensor:
         """``X[rows][:, scope]`` on the device (on the CPU through numpy indexing: a few rows, many calls)."""
@@ -892,8 +932,8 @@ class SPN:
         self._counters = self._new_counters()
         if pos.size:
             self._alive[pos] = False
-            rows = self.root.rows[~_member(self.root.rows, pos)]
-            self.root = self._update(self.root, rows)
+            kept = ~_member(self.root.rows, pos)
+            self.root = self._update(self.root, self.root.rows[kept], kept)
             self._erase(pos)  # the removed rows' values are not kept
             self._circuit = None
         self.last_unlearning_ = {"n_ids": int(pos.size), **self._counters}
@@ -930,29 +970,31 @@ class SPN:
                 f"unknown ids {req[unknown][:10].tolist()}: not among the ids this SPN was learned on "
                 f"(ids run from {int(self._ids[0])} to {int(self._ids[-1])})"
             )
-        gone = ~self._alive[pos]
-        if gone.any():
+        if not self._alive[pos].all():
+            gone = ~self._alive[pos]
             raise DuckInputError(
                 f"ids {req[gone][:10].tolist()} were already removed; each row can be removed once"
             )
-        if int(self._alive.sum()) - req.size < 1:
+        if self.root.n - req.size < 1:  # the root holds every remaining row
             raise DuckInputError(
                 f"removing {req.size} rows would leave the SPN without data "
-                f"({int(self._alive.sum())} rows left); an SPN needs at least one row"
+                f"({self.root.n} rows left); an SPN needs at least one row"
             )
-        return np.sort(pos)
+        return np.sort(pos) if pos.size > 1 else pos
 
-    def _update(self, node: _Node, rows: np.ndarray) -> _Node:
+    def _update(self, node: _Node, rows: np.ndarray, kept: np.ndarray | None = None) -> _Node:
         """UnlearnSPN at ``node`` (Alg. 2), generalised to any new row set ``rows`` of its sub-SPN.
 
         Only removals reach the root; a child can also gain rows when its parent's clustering moved rows
         between clusters (Alg. 6). For a pure removal the operation is revised with Def. 3 (and checked
         against Alg. 1); with gained rows it is Alg. 1's choice on the new rows. Changed operation: relearn
-        the sub-SPN (Alg. 2 l. 6-9). Unchanged: update in place (Alg. 3-7).
+        the sub-SPN (Alg. 2 l. 6-9). Unchanged: update in place (Alg. 3-7). ``kept``: which of the node's rows
+        are among ``rows``, when the caller already knows it (the root: ``rows = node.rows[kept]``).
         """
         if rows.size == node.rows.size and np.array_equal(rows, node.rows):  # Alg. 2 l. 2-3
             return node
-        kept = _member(node.rows, rows)
+        if kept is None:
+            kept = _member(node.rows, rows)
         lost = node.rows[~kept]
         # rows are unique: when every new row is a kept old one, nothing was gained (no second search)
         gained = rows[:0] if node.rows.size - lost.size == rows.size else rows[~_member(rows, node.rows)]
@@ -962,7 +1004,7 @@ class SPN:
             return node
         cond = _Conditions(
             self, rows, node.scope, node.path, prior=node, lost_ids=self._ids[lost], gained=gained.size > 0,
-            kept=kept,
+            kept=kept, lost=lost,
         )
         t = self.params_.min_instances
         op_new = revise_operation(node.op, node, cond, t) if gained.size == 0 else learnspn_operation(cond, t)
@@ -989,18 +1031,35 @@ class SPN:
         self, leaves: list[_Node], rows: np.ndarray, lost: np.ndarray, gained: np.ndarray
     ) -> None:
         """UnlearnCreateLeaf (Alg. 4) for leaves over the same rows: subtract the lost rows' statistics (and
-        add the gained rows')."""
-        variables = np.array([leaf.var for leaf in leaves])
+        add the gained rows').
+
+        The Gaussian leaves' statistics are stacked and updated in one operation, with the moments of the
+        moved rows about each leaf's own centre (the sums of ``_leaf_moments``); every leaf gets a row of the
+        new (s, 3) array (they are only ever replaced, never written in place); categorical leaves add or
+        subtract the moved rows' category counts."""
         cats = self.params_.n_categories
-        centres = np.array([0.0 if cats[leaf.var] else leaf.stats[2] for leaf in leaves])
+        gauss = [leaf for leaf in leaves if not cats[leaf.var]]
+        categorical = [leaf for leaf in leaves if cats[leaf.var]]
+        for moved, sign in ((lost, -1.0), (gained, 1.0)):
+            if not moved.size:
+                continue
+            if gauss:
+                # (sg, 3): sum (x - c), sum (x - c)^2, c (np.concatenate: a third of np.stack's overhead)
+                stats = np.concatenate([leaf.stats for leaf in gauss]).reshape(-1, 3)
+                r = self._gather_host(moved, np.array([leaf.var for leaf in gauss])) - stats[:, 2]
+                if sign < 0:  # a fresh array: updated in place; the centre (column 2) stays
+                    stats[:, 0] -= r.sum(0)
+                    stats[:, 1] -= np.einsum("ij,ij->j", r, r)
+                else:
+                    stats[:, 0] += r.sum(0)
+                    stats[:, 1] += np.einsum("ij,ij->j", r, r)
+                for leaf, new in zip(gauss, stats, strict=True):
+                    leaf.stats = new
+            if categorical:
+                codes = self._gather_host(moved, np.array([leaf.var for leaf in categorical])).astype(np.int64)
+                for leaf, column in zip(categorical, codes.T, strict=True):
+                    leaf.stats = leaf.stats + sign * np.bincount(column, minlength=leaf.stats.size)
         n = int(rows.size)
-        for moved, add in ((lost, False), (gained, True)):
-            if moved.size:
-                sums, counts, cats = self._leaf_moments(moved, variables, centres)
-                sums[:, 2] = 0.0  # the centre stays
-                for leaf, K, count, moment in zip(leaves, cats.tolist(), counts, sums, strict=True):
-                    delta = count[:K] if K else moment  # new arrays: a deep copy never shares statistics
-                    leaf.stats = leaf.stats + delta if add else leaf.stats - delta
         for leaf in leaves:
             leaf.rows, leaf.n = rows, n
 
@@ -1031,10 +1090,22 @@ class SPN:
         draws)."""
         labels = cond.labels
         new_rows = [rows[labels == c] for c in range(len(node.children))]
-        gains = [
-            not _member(r, child.rows).all()
-            for r, child in zip(new_rows, node.children, strict=True)
-        ]
+        if cond.partition_kept and cond.lost is not None:
+            # the same model: the kept rows keep their clusters, a child only loses the removed rows it held
+            # (Alg. 2 l. 2-3 for the others: their rows are unchanged)
+            children = []
+            for child_rows, child in zip(new_rows, node.children, strict=True):
+                if child_rows.size == child.rows.size:
+                    children.append(child)
+                else:
+                    lost = cond.lost
+                    kept = child.rows != lost[0] if lost.size == 1 else ~_member(child.rows, lost)
+                    if int(kept.sum()) != child_rows.size:  # a safeguard (the counts always agree): search
+                        kept = None
+                    children.append(self._update(child, child_rows, kept))
+            node.children = children
+            return
+        gains = [not _member(r, child.rows).all() for r, child in zip(new_rows, node.children, strict=True)]
         self._counters["partitions_changed"] += any(gains)  # rows moved between the clusters
         children = []
         for child_rows, child, gained in zip(new_rows, node.children, gains, strict=True):
