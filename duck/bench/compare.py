@@ -306,7 +306,7 @@ def check_protocol_overrides(overrides: list[str]) -> None:
             raise DuckInputError(f"bench.overrides entry {o!r} is not KEY=VALUE; e.g. "
                                  "'bench.overrides=[\"recipe.epochs=3\"]'")
         head = key.split(".", 1)[0]
-        if key in PROTOCOL_SET_KEYS or (head in ("scenario", "seed") and head in PROTOCOL_SET_KEYS):
+        if key in PROTOCOL_SET_KEYS or head == "scenario":  # scenario.* too; method.* / data.* options are fine
             raise DuckInputError(f"bench.overrides entry {o!r} sets what the protocol sets; use "
                                  f"{PROTOCOL_SET_KEYS[head]}")
 
