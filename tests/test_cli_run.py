@@ -29,6 +29,10 @@ def test_duck_run_with_audit_and_report(run_cli):
     assert share["count"]["mechanism"] and "value" in share["count"] and len(share["top_subspaces"]["names"]) == 2
     html = (run_dir / "report.html").read_text()
     assert "data:image/png;base64," in html and "Shareable statistics" in html
+    fs = audit["feature_space"]  # seeds/003 §IV-I: density of every retain class and the forget set, per model
+    assert set(fs["models"]) == {"original", "unlearned", "retrained"} and fs["reference"] == "original"
+    assert "forget" in fs["models"]["retrained"] and "class_1" not in fs["models"]["original"]  # class 1 forgotten
+    assert "Feature space" in html and {"plots/feature_density.png", "plots/tsne.png"} <= files
     assert "report:" in out and "LiRA" in out
     # a second run on the same setup reuses the original, the oracle and the shadow bank
     code, out, err, run_dir = run_cli("run", *SYNTH_ARGS, "recipe.epochs=2", "scenario.forget_classes=[1]", *AUDIT_ARGS)
@@ -62,6 +66,9 @@ def test_duck_unlearn_audit_true(run_cli, synthetic_ckpt):
     ("report.shareable.delta=1", "report.shareable.delta"),
     ("report.shareable.enabled=abc", "report.shareable.enabled='abc'"),
     ("report.shareable.n_components=1000", "report.shareable.n_components=1000"),
+    ("report.analysis.density.coverage=1.5", "report.analysis.density.coverage must be a finite number > 0.0 and "
+                                             "<= 1.0, got 1.5"),
+    ("report.analysis.tsne.perplexity=500", "report.analysis.tsne.perplexity=500 must be below the 240 points"),
     # trainer settings: checked before the original is trained or copied from the cache
     ("trainer.devices=0", "invalid trainer settings"),
     ("+trainer.max_epochs=2", "trainer.max_epochs=2 cannot be set here"),

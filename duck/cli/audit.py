@@ -3,7 +3,9 @@ bank.
 
 Optional references (``original_ckpt=``, ``retrained_ckpt=``) are audited with the same bank. Writes, in the
 run directory: ``audit.json`` and ``lira_stats.npz`` of the checkpoint (references under ``<role>/``),
-``report.html``, ``report.md`` and ``plots/*.png``.
+``report.html``, ``report.md`` and ``plots/*.png``. The report also carries the DP "shareable statistics"
+(``report.shareable``) and the feature-space analysis (``report.analysis``: cluster density and t-SNE,
+seeds/003 §IV-I).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from omegaconf import DictConfig
 
 from attacks.audit import REFERENCE_NAMES, AuditSettings, audit_models
 from attacks.shadow import check_cache_dir
+from duck.analysis.options import check_analysis_cfg, check_analysis_data
 from duck.cli._app import hydra_entry
 from duck.cli.setup import (
     build_data,
@@ -84,14 +87,17 @@ def accuracy_rows(models: dict[str, Any], methods: dict[str, str], data: Any, sc
 
 
 def check_audit_options(cfg: DictConfig, data: Any = None, scenario: Any = None) -> tuple[AuditSettings, dict[str, Any]]:
-    """Every audit option (``attack.*``, ``report.shareable.*``, the cache directory) checked before any
-    work: ``(attack settings, shareable settings)``. Given the data and the scenario, the shareable bounds
-    that depend on them (``n_components`` against the embedding dimension and the retain samples, ``k``
-    against the retain samples) are checked too, on a freshly built model."""
+    """Every audit option (``attack.*``, ``report.shareable.*``, ``report.analysis.*``, the cache directory)
+    checked before any work: ``(attack settings, shareable settings)``. Given the data and the scenario, the
+    bounds that depend on them (``n_components`` against the embedding dimension and the samples, ``k``
+    against the retain samples, the feature-space groups' sizes and t-SNE's perplexity) are checked too, on
+    a freshly built model."""
     settings = AuditSettings.from_cfg(container(cfg.attack))
-    share = check_shareable_cfg(container(cfg.report.shareable) if cfg.get("report") is not None else None)
+    report_cfg = container(cfg.report) if cfg.get("report") is not None else {}
+    share = check_shareable_cfg(report_cfg.get("shareable"))
+    analysis = check_analysis_cfg(report_cfg.get("analysis"))
     check_cache_dir(cfg.cache_dir)
-    if share["enabled"] and data is not None and scenario is not None:
+    if (share["enabled"] or analysis["enabled"]) and data is not None and scenario is not None:
         import numpy as np
         import torch
 
@@ -100,14 +106,59 @@ def check_audit_options(cfg: DictConfig, data: Any = None, scenario: Any = None)
         with torch.no_grad():
             dim = int(embed_samples(build_model(cfg, data), data.train, np.array([0]), device=torch.device("cpu"))[0]
                       .shape[1])
-        n_retain = min(len(scenario.retain_idx), share["max_retain"])
-        if share["n_components"] > min(dim, n_retain - 1):
-            raise DuckInputError(f"report.shareable.n_components={share['n_components']} exceeds min(embedding "
-                                 f"dim {dim}, n_retain - 1 = {n_retain - 1}); lower it")
-        if share["k"] > n_retain:
-            raise DuckInputError(f"report.shareable.k={share['k']} exceeds the number of retain samples "
-                                 f"({n_retain}); lower it")
+        check_analysis_data(analysis, feature_group_sizes(data, scenario), dim)
+        if share["enabled"]:
+            n_retain = min(len(scenario.retain_idx), share["max_retain"])
+            if share["n_components"] > min(dim, n_retain - 1):
+                raise DuckInputError(f"report.shareable.n_components={share['n_components']} exceeds min(embedding "
+                                     f"dim {dim}, n_retain - 1 = {n_retain - 1}); lower it")
+            if share["k"] > n_retain:
+                raise DuckInputError(f"report.shareable.k={share['k']} exceeds the number of retain samples "
+                                     f"({n_retain}); lower it")
     return settings, share
+
+
+def feature_group_sizes(data: Any, scenario: Any) -> dict[str, int]:
+    """Training samples per feature-space group: each retain class (its retain samples) and ``forget``."""
+    import numpy as np
+
+    from duck.analysis.density import group_labels
+
+    idx = np.sort(np.concatenate([scenario.forget_idx, scenario.retain_idx]))
+    groups, counts = np.unique(group_labels(data.train.labels[idx], np.isin(idx, scenario.forget_idx)).astype(str),
+                               return_counts=True)
+    return dict(zip(groups.tolist(), counts.tolist(), strict=True))
+
+
+def feature_space_section(options: dict[str, Any], models: dict[str, Any], data: Any, scenario: Any,
+                          device: Any) -> tuple[dict[str, Any], bytes | None]:
+    """The feature-space analysis of seeds/003 §IV-I on the training split (forget + retain samples):
+    ``(feature_space dict for audit.json and the report, t-SNE panels PNG or None)``. Cluster density (Eq. 9)
+    of every retain class and of the forget set in each model, with the PCA dimension chosen on the original
+    model (:func:`duck.analysis.density.model_densities`); a t-SNE map per model on a stratified subsample."""
+    import numpy as np
+
+    from duck.analysis.density import group_labels, model_densities
+    from duck.analysis.tsne import tsne_panels
+    from duck.unlearn.duck import embed_samples
+
+    idx = np.sort(np.concatenate([scenario.forget_idx, scenario.retain_idx]))
+    embeddings, labels = {}, None
+    for name, model in models.items():
+        z, y, _ = embed_samples(model, data.train, idx, device=device)
+        embeddings[name], labels = z.cpu().double(), y.cpu().numpy()
+    is_forget = np.isin(idx, scenario.forget_idx)
+    dens = options["density"]
+    feature_space = model_densities(embeddings, group_labels(labels, is_forget), n_components=dens["n_components"],
+                                    variance=dens["variance"], coverage=dens["coverage"])
+    tsne = options["tsne"]
+    if not tsne["enabled"]:
+        return feature_space, None
+    panels = tsne_panels(embeddings, labels, is_forget, max_points=tsne["max_points"],
+                         perplexity=tsne["perplexity"], seed=tsne["seed"])
+    feature_space["tsne"] = {"n_points": int(len(panels.index)), "perplexity": tsne["perplexity"],
+                             "seed": tsne["seed"]}
+    return feature_space, panels.png
 
 
 def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: Any, scenario: Any,
@@ -161,11 +212,17 @@ def audit_and_report(cfg: DictConfig, data: Any, scenario: Any, models: dict[str
     Shared by duck-run, duck-unlearn (``audit=true``) and duck-audit."""
     device = device_of(cfg)
     _, share_cfg = check_audit_options(cfg)
+    analysis = check_analysis_cfg(container(cfg.report).get("analysis") if cfg.get("report") is not None else None)
     extra = []
     released: dict[str, Any] = {}
     if share_cfg["enabled"]:  # before the bank and before any file: data-dependent bounds fail here
         md, released = shareable_section(share_cfg, models, data, scenario, device)
         extra.append(("Shareable statistics (differential privacy)", md))
+    feature_space, tsne_png, feature_s = None, None, 0.0
+    if analysis["enabled"]:  # before the bank too
+        t0 = time.perf_counter()
+        feature_space, tsne_png = feature_space_section(analysis, models, data, scenario, device)
+        feature_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     audits = audit_models(container(cfg.attack), data, scenario, models, recipe=recipe(cfg),
                           model_factory=lambda: build_model(cfg, data), augment=data.augment,
@@ -174,11 +231,18 @@ def audit_and_report(cfg: DictConfig, data: Any, scenario: Any, models: dict[str
     bank = next(iter(audits.values()))["bank"]
     times = {**run_times, "shadow bank training": bank["train_s"], "shadow inference": bank["phi_s"],
              "audit (all models)": time.perf_counter() - t0}
-    for name, rel in released.items():
-        audits[name]["shareable"] = rel
-        atomic_save_json(Path(out_dirs[name]) / "audit.json", audits[name])
+    if feature_space is not None:
+        times["feature space (density, t-SNE)"] = feature_s
+    for name in audits:
+        if name in released:
+            audits[name]["shareable"] = released[name]
+        if feature_space is not None:
+            audits[name]["feature_space"] = feature_space  # every model's file holds the comparison
+        if name in released or feature_space is not None:
+            atomic_save_json(Path(out_dirs[name]) / "audit.json", audits[name])
     paths = write_report(out, summary_rows=summary_rows, audits=audits, config=container(cfg), scenario=scenario,
-                         run_times=times, title=title, extra_sections=extra)
+                         run_times=times, title=title, extra_sections=extra, feature_space=feature_space,
+                         tsne_png=tsne_png)
     return audits, paths
 
 

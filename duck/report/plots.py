@@ -3,12 +3,15 @@
 - :func:`roc_loglog_png`: the LiRA ROC of every audited model on log-log axes from 1e-5 to 1
   (ALGORITHMS.md §4; Carlini et al. 2022 argue for the low-FPR regime), with the chance diagonal.
 - :func:`auc_ci_png`: each model's AUC with its confidence interval against the chance level 0.5.
+- :func:`density_bars_png`: log10 cluster density (seeds/003 Eq. 9) of each group and model, grouped bars
+  as in the paper's Fig. 5C.
+- :func:`tsne_panels_png`: one t-SNE map per model (Fig. 5A/B), coloured by class, forget samples marked.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,4 +81,58 @@ def auc_ci_png(audits: Mapping[str, Mapping[str, Any]]) -> bytes:
     level = next(iter(audits.values()))["lira"].get("ci_level", 0.95) if audits else 0.95
     ax.set_xlabel(f"LiRA AUC ({100 * level:g} % confidence interval)")
     ax.grid(True, axis="x", alpha=0.3)
+    return _png(fig)
+
+
+def _model_color(name: str, i: int) -> Any:
+    return COLORS.get(name, f"C{3 + i}")
+
+
+def density_bars_png(feature_space: Mapping[str, Any]) -> bytes:
+    """Grouped bars: for each group (retain classes, then ``forget``) the log10 cluster density of every model
+    (``feature_space["models"][model][group]["log10_density"]``, see :func:`duck.analysis.density.model_densities`)."""
+    models = feature_space["models"]
+    names = list(models)
+    groups = list(dict.fromkeys(g for m in models.values() for g in m))
+    fig = _figure(max(5.2, 0.55 * len(groups) * max(1, len(names)) / 2 + 2), 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    width = 0.8 / max(1, len(names))
+    x = np.arange(len(groups))
+    for i, name in enumerate(names):
+        values = [models[name].get(g, {}).get("log10_density", np.nan) for g in groups]
+        ax.bar(x + (i - (len(names) - 1) / 2) * width, values, width, label=name, color=_model_color(name, i))
+    ax.set_xticks(x, groups, rotation=45, ha="right")
+    ax.set_ylabel(f"log10 density (n = {feature_space['n_components']} PCA dims)")
+    ax.set_title("Cluster density (seeds/003 Eq. 9)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return _png(fig)
+
+
+def tsne_panels_png(coords: Mapping[str, np.ndarray], labels: Sequence[int] | np.ndarray,
+                    is_forget: Sequence[bool] | np.ndarray) -> bytes:
+    """One t-SNE panel per model (``coords``: model -> ``(m, 2)``): retain samples as dots coloured by class,
+    forget samples as black-edged crosses in their class colour; one legend (classes, forget) below."""
+    from matplotlib import colormaps
+    from matplotlib.lines import Line2D
+
+    y, forget = np.asarray(labels), np.asarray(is_forget, dtype=bool)
+    classes = np.unique(y)
+    cmap = colormaps["tab10" if len(classes) <= 10 else "tab20"]
+    colors = np.asarray([cmap(i % cmap.N) for i in range(len(classes))])[np.searchsorted(classes, y)]  # (m, 4)
+    fig = _figure(3.6 * max(1, len(coords)), 4.2)
+    for i, (name, xy) in enumerate(coords.items()):
+        ax = fig.add_subplot(1, max(1, len(coords)), i + 1)
+        ax.scatter(xy[~forget, 0], xy[~forget, 1], s=5, alpha=0.7, c=colors[~forget])
+        ax.scatter(xy[forget, 0], xy[forget, 1], s=22, marker="X", c=colors[forget], edgecolors="black",
+                   linewidths=0.4)
+        ax.set_title(name)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    handles = [Line2D([], [], ls="", marker="o", ms=4, color=cmap(i % cmap.N), label=f"class {c}")
+               for i, c in enumerate(classes.tolist())]
+    handles.append(Line2D([], [], ls="", marker="X", ms=6, color="grey", markeredgecolor="black", label="forget"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 11), fontsize=7, frameon=False,
+               bbox_to_anchor=(0.5, -0.02))
+    fig.suptitle(f"t-SNE of the embeddings ({len(y)} training samples, one fit per model)", fontsize=9)
     return _png(fig)

@@ -3,7 +3,8 @@
 
 Contents: the accuracy/AUS table of the original, unlearned and retrained models; the LiRA table (AUC
 with its confidence interval, TPR at low FPR); the log-log ROC of the models; the SVM MIA result; the
-shadow bank used; run times; and the exact configuration.
+shadow bank used; the feature-space analysis (cluster density table and bars, t-SNE maps; seeds/003
+§IV-I, :mod:`duck.analysis`); run times; and the exact configuration.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from duck.io import atomic_write_bytes, atomic_write_text
 from duck.report.document import Block, Code, Heading, Image, Markdown, Paragraph, Table, to_html, to_markdown
-from duck.report.plots import auc_ci_png, roc_loglog_png
+from duck.report.plots import auc_ci_png, density_bars_png, roc_loglog_png
 
 MODEL_ORDER = ("original", "unlearned", "retrained")
 SUMMARY_COLUMNS = {  # record key -> column header (duck-run's summary records)
@@ -89,6 +90,45 @@ def svm_table(audits: Mapping[str, Mapping[str, Any]]) -> Table | None:
                   "members / non-members", "runs"], rows)
 
 
+def density_table(feature_space: Mapping[str, Any]) -> Table:
+    """Group x model: log10 density, radius and sample count of each cluster (seeds/003 Eq. 9)."""
+    models = feature_space["models"]
+    groups = list(dict.fromkeys(g for m in models.values() for g in m))
+    headers = ["group", *[f"{name}: {col}" for name in models for col in ("log10 density", "radius", "n")]]
+    rows = []
+    for g in groups:
+        cells: list[Any] = [g]
+        for m in models.values():
+            d = m.get(g)
+            cells += ["", "", ""] if d is None else [f"{d['log10_density']:.2f}", f"{d['radius']:.3g}", d["n"]]
+        rows.append(cells)
+    return Table(headers, rows)
+
+
+def feature_space_blocks(feature_space: Mapping[str, Any], tsne_png: bytes | None, out: Path
+                         ) -> tuple[list[Block], dict[str, Path]]:
+    """The "Feature space" section: what was computed, the density table, the density bars and the t-SNE maps
+    (their PNGs written under ``out/plots/``): ``(blocks, {"density_png": .., "tsne_png": ..})``."""
+    n, ref = feature_space["n_components"], feature_space["reference"]
+    how = (f"the {n} principal components explaining {100 * feature_space['variance']:g} % of the variance of the "
+           f"{ref} model's embeddings (the same n for every model, so densities share their units)"
+           if feature_space.get("variance") is not None else f"n = {n} principal components (configured)")
+    blocks: list[Block] = [Heading("Feature space (seeds/003 §IV-I)"), Paragraph(
+        "Training-split embeddings of each retain class and of the forget set, reduced by PCA to " + how + ". "
+        f"Cluster density (Eq. 9) = samples within r / V_n(r), with r the radius around the centroid holding "
+        f"{100 * feature_space['coverage']:g} % of the cluster; shown as log10. The paper reports a lower forget "
+        "density after unlearning and retraining than in the original. These statistics and the t-SNE maps are "
+        "not differentially private (the maps plot individual forget samples): set report.analysis.enabled=false "
+        "before sharing the report with a third party."), density_table(feature_space)]
+    bars = density_bars_png(feature_space)
+    paths = {"density_png": atomic_write_bytes(out / "plots" / "feature_density.png", bars)}
+    blocks.append(Image("plots/feature_density.png", bars, "log10 cluster density per group and model"))
+    if tsne_png is not None:
+        paths["tsne_png"] = atomic_write_bytes(out / "plots" / "tsne.png", tsne_png)
+        blocks.append(Image("plots/tsne.png", tsne_png, "t-SNE of the embeddings, one fit per model"))
+    return blocks, paths
+
+
 def _scenario_dict(scenario: Any) -> dict[str, Any]:
     if scenario is None:
         return {}
@@ -110,14 +150,18 @@ def write_report(out_dir: str | Path, *, summary_rows: Sequence[Mapping[str, Any
                  audits: Mapping[str, Mapping[str, Any]], config: Any, scenario: Any,
                  run_times: Mapping[str, float] | None = None,
                  extra_sections: Sequence[tuple[str, str]] | None = None,
-                 title: str | None = None) -> dict[str, Path]:
+                 title: str | None = None, feature_space: Mapping[str, Any] | None = None,
+                 tsne_png: bytes | None = None) -> dict[str, Path]:
     """Write ``report.html``, ``report.md`` and ``plots/{roc_loglog,auc_ci}.png`` into ``out_dir``.
 
     ``summary_rows``: accuracy/AUS records (duck-run's summary records: model, method, A_t, A_f, AUS, ...);
     ``audits``: name -> ``audit.json`` dict as returned by ``attacks.audit.audit_models``; ``config``: the
     resolved job configuration (shown verbatim); ``scenario``: a ``Scenario`` or its summary dict;
-    ``run_times``: stage -> seconds; ``extra_sections``: ``(title, markdown)`` pairs appended at the end.
-    Returns ``{"html": ..., "md": ..., "roc_png": ..., "auc_png": ...}`` paths."""
+    ``run_times``: stage -> seconds; ``extra_sections``: ``(title, markdown)`` pairs appended at the end;
+    ``feature_space``: :func:`duck.analysis.density.model_densities`'s dict and ``tsne_png`` the t-SNE panels
+    (a "Feature space" section with ``plots/feature_density.png`` and ``plots/tsne.png``).
+    Returns ``{"html": ..., "md": ..., "roc_png": ..., "auc_png": ...}`` paths (plus ``density_png`` and
+    ``tsne_png`` when given)."""
     out = Path(out_dir)
     audits = _ordered(audits)
     sc = _scenario_dict(scenario)
@@ -172,6 +216,10 @@ def write_report(out_dir: str | Path, *, summary_rows: Sequence[Mapping[str, Any
                 ["key", "shadows", "pool", "trained in this job", "mode", "training (s)", "directory"],
                 [[bank["key"], bank["n_shadow"], bank["pool"], bank["trained_now"],
                   bank.get("mode") or "cached", _fmt(bank.get("train_s"), 1), bank["dir"]]])]
+    if feature_space is not None:
+        section, section_paths = feature_space_blocks(feature_space, tsne_png, out)
+        blocks += section
+        paths.update(section_paths)
     if run_times:
         times = [[stage, _fmt(float(seconds), 2)] for stage, seconds in run_times.items()]
         blocks += [Heading("Run time"), Table(["stage", "seconds"], times)]
