@@ -1,4 +1,5 @@
-"""Analysis of the feature space (seeds/003 §IV-I): cluster density (Eq. 9) and t-SNE maps of the embeddings.
+"""Analysis (seeds/003 §IV-I/J): cluster density (Eq. 9) and t-SNE maps of the embeddings; SHAP attribution
+maps and region means (the bias-removal experiment, ``duck-bench bias``).
 
 Exports are resolved lazily so that importing :mod:`duck.analysis` imports neither torch's linear algebra
 nor scikit-learn nor matplotlib.
@@ -15,6 +16,8 @@ _LAZY = {
     "group_labels": "duck.analysis.density",
     "log_ball_volume": "duck.analysis.density",
     "model_densities": "duck.analysis.density",
+    "region_mean": "duck.analysis.shap_maps",
+    "shap_values": "duck.analysis.shap_maps",
     "stratified_subsample": "duck.analysis.tsne",
     "tsne_panels": "duck.analysis.tsne",
 }
