@@ -4,12 +4,15 @@ the report section and the ``report.analysis`` options."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
+import torch
 
 from duck.analysis.density import (
     cluster_densities,
+    cluster_density,
     components_for_variance,
     group_labels,
     log_ball_volume,
@@ -131,15 +134,19 @@ def test_bad_inputs_name_the_bad_value():
     lonely[0] = "forget"
     lonely[1:20] = "class_0"
     lonely[20:] = "class_1"
-    with pytest.raises(DuckInputError, match="group 'forget' has 1 point"):  # documented: >= 2 per group
-        cluster_densities(x, lonely, n_components=2)
+    with pytest.raises(DuckInputError, match="group 'forget' has 1 point"):  # one group: >= 2 points
+        cluster_density(torch.as_tensor(x[:1]), group="forget")
+    _, dens = cluster_densities(x, lonely, n_components=2)  # every group (the audit): no density, not an error
+    assert dens["forget"]["log10_density"] is None and dens["forget"]["n"] == 1 and "1 point" in dens["forget"]["note"]
+    assert dens["class_0"]["log10_density"] is not None and dens["class_1"]["log10_density"] is not None
     with pytest.raises(DuckInputError, match="39 group labels"):
         cluster_densities(x, groups[:-1])
     with pytest.raises(DuckInputError, match="40 labels but 39 forget flags"):
         group_labels(y, (y == 1)[:-1])
     coincide = np.r_[np.ones((10, 3)), np.random.default_rng(0).normal(size=(10, 3))]  # class_0: one point x10
-    with pytest.raises(DuckInputError, match=r"group 'class_0': 10 of its 10 points coincide .* \(radius 0\)"):
-        cluster_densities(coincide, np.repeat(np.array(["class_0", "class_1"], dtype=object), 10), n_components=2)
+    _, dens = cluster_densities(coincide, np.repeat(np.array(["class_0", "class_1"], dtype=object), 10), n_components=2)
+    assert dens["class_0"]["log10_density"] is None and dens["class_1"]["log10_density"] is not None
+    assert re.search(r"group 'class_0': 10 of its 10 points coincide .* \(radius 0\)", dens["class_0"]["note"])
 
 
 @pytest.mark.parametrize("path, value, match", [
@@ -167,9 +174,8 @@ def test_options_name_the_bad_key_and_value(path, value, match):
 
 
 def test_data_bounds_are_checked_before_work():
-    sizes = {"class_0": 50, "class_1": 50, "forget": 1}
-    with pytest.raises(DuckInputError, match=r"\{'forget': 1\} have fewer"):
-        check_analysis_data(check_analysis_cfg(OPTIONS), sizes, dim=16)
+    sizes = {"class_0": 50, "class_1": 50, "forget": 1}  # a one-sample deletion request: its group gets no density
+    check_analysis_data(check_analysis_cfg(OPTIONS), sizes, dim=16)
     sizes["forget"] = 20
     check_analysis_data(check_analysis_cfg(OPTIONS), sizes, dim=16)
     bad = {**OPTIONS, "density": {**OPTIONS["density"], "n_components": 17}}

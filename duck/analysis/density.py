@@ -22,8 +22,11 @@ Choices this implementation makes (the paper leaves them open):
   (the smallest sphere holding at least that fraction); the count is every point within it (ties included).
 - **Log space.** ``V_n`` under- or overflows float64 for ``n`` of a few hundred, so the density is computed
   as ``log10(count) - log10 V_n(r)`` with ``lgamma``; reports show ``log10_density``.
-- **Degenerate groups raise.** A group with fewer than 2 points, or whose radius is 0 (its points
-  coincide), has no finite density: :class:`~duck.errors.DuckInputError` names the group.
+- **Degenerate groups.** A group with fewer than 2 points, or whose radius is 0 (its points coincide), has no
+  finite density. :func:`cluster_density` (one group) raises :class:`~duck.errors.DuckInputError` naming it;
+  :func:`cluster_densities` (every group of a model, what the audit calls) records it with
+  ``log10_density = None`` and a ``note``, so that a deletion request of a single sample (a forget "group"
+  of 1) still gets its report: the other groups' densities and the t-SNE maps are unaffected.
 """
 
 from __future__ import annotations
@@ -131,6 +134,7 @@ def cluster_densities(embeddings: Any, groups: Any, *, n_components: int | None 
     ``n_components`` dimensions, or, when None, to the smallest number explaining ``variance`` of the total
     variance (:func:`components_for_variance`)."""
     z = _as_embeddings(embeddings, name)
+    coverage = check_fraction(coverage, "coverage")  # here, so that only degenerate groups are caught below
     g = np.asarray(groups, dtype=object).reshape(-1)
     if len(g) != z.shape[0]:
         raise DuckInputError(f"{name} has {z.shape[0]} rows but {len(g)} group labels were given; pass one per row")
@@ -139,7 +143,12 @@ def cluster_densities(embeddings: Any, groups: Any, *, n_components: int | None 
     projected = pca_project(z, n_components, name)  # (N, n)
     out = {}
     for group in sorted(set(g.tolist()), key=_group_order):
-        out[str(group)] = cluster_density(projected[torch.from_numpy(g == group)], coverage, str(group))
+        points = projected[torch.from_numpy(g == group)]
+        try:
+            out[str(group)] = cluster_density(points, coverage, str(group))
+        except DuckInputError as e:  # a degenerate group (module docstring): no density, the reason kept
+            out[str(group)] = {"n": int(points.shape[0]), "radius": None, "count": int(points.shape[0]),
+                               "log10_density": None, "note": str(e)}
     return int(n_components), out
 
 

@@ -52,15 +52,11 @@ def check_analysis_cfg(cfg: Any, prefix: str = "report.analysis") -> dict[str, A
 
 def check_analysis_data(options: Mapping[str, Any], group_sizes: Mapping[str, int], dim: int,
                         prefix: str = "report.analysis") -> None:
-    """The data-dependent bounds, before any work: every group (retain class, ``forget``) holds >= 2 samples
-    (a density needs a radius > 0); ``density.n_components`` <= the embedding dimension and <= N - 1; t-SNE's
-    perplexity below its number of points and ``max_points`` >= the number of groups (stratification)."""
+    """The data-dependent bounds, before any work: ``density.n_components`` <= the embedding dimension and
+    <= N - 1; t-SNE's perplexity below its number of points and ``max_points`` >= the number of groups
+    (stratification). Groups of fewer than 2 samples are fine: they get no density (``cluster_densities``)."""
     if not options.get("enabled"):
         return
-    small = {g: n for g, n in group_sizes.items() if n < 2}
-    if small:
-        raise DuckInputError(f"the feature-space density needs >= 2 training samples per group; {small} have fewer "
-                             f"(set {prefix}.enabled=false for this forget set)")
     n_total = sum(group_sizes.values())
     n_comp = options["density"]["n_components"]
     if n_comp is not None and n_comp > min(dim, n_total - 1):

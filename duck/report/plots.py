@@ -99,7 +99,7 @@ def density_bars_png(feature_space: Mapping[str, Any]) -> bytes:
     width = 0.8 / max(1, len(names))
     x = np.arange(len(groups))
     for i, name in enumerate(names):
-        values = [models[name].get(g, {}).get("log10_density", np.nan) for g in groups]
+        values = [np.nan if (v := models[name].get(g, {}).get("log10_density")) is None else v for g in groups]
         ax.bar(x + (i - (len(names) - 1) / 2) * width, values, width, label=name, color=_model_color(name, i))
     ax.set_xticks(x, groups, rotation=45, ha="right")
     ax.set_ylabel(f"log10 density (n = {feature_space['n_components']} PCA dims)")

@@ -100,7 +100,12 @@ def density_table(feature_space: Mapping[str, Any]) -> Table:
         cells: list[Any] = [g]
         for m in models.values():
             d = m.get(g)
-            cells += ["", "", ""] if d is None else [f"{d['log10_density']:.2f}", f"{d['radius']:.3g}", d["n"]]
+            if d is None:
+                cells += ["", "", ""]
+            elif d["log10_density"] is None:  # fewer than 2 samples, or all at one point: no density
+                cells += ["n/a", "n/a", d["n"]]
+            else:
+                cells += [f"{d['log10_density']:.2f}", f"{d['radius']:.3g}", d["n"]]
         rows.append(cells)
     return Table(headers, rows)
 
@@ -117,7 +122,8 @@ def feature_space_blocks(feature_space: Mapping[str, Any], tsne_png: bytes | Non
         "Training-split embeddings of each retain class and of the forget set, reduced by PCA to " + how + ". "
         f"Cluster density (Eq. 9) = samples within r / V_n(r), with r the radius around the centroid holding "
         f"{100 * feature_space['coverage']:g} % of the cluster; shown as log10. The paper reports a lower forget "
-        "density after unlearning and retraining than in the original. These statistics and the t-SNE maps are "
+        "density after unlearning and retraining than in the original (n/a: a group of fewer than 2 samples, "
+        "or whose samples coincide, has no density). These statistics and the t-SNE maps are "
         "not differentially private (the maps plot individual forget samples): set report.analysis.enabled=false "
         "before sharing the report with a third party."), density_table(feature_space)]
     bars = density_bars_png(feature_space)
