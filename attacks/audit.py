@@ -27,7 +27,7 @@ import torch
 from attacks.lira import OFFLINE_TESTS, VARIANTS, lira_phi, lira_scores, resolve_views, view_logits
 from attacks.roc import CI_METHODS, roc_summary
 from attacks.shadow import MODES, POOLS, ShadowBank, resolve_threads
-from attacks.svm_mia import SCORERS, svm_mia
+from attacks.svm_mia import SCORERS, checked_counts, svm_mia
 from duck.data.base import DatasetSplits
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
@@ -195,6 +195,25 @@ def query_indices(scenario: Scenario) -> tuple[np.ndarray, np.ndarray | None, st
     return scenario.forget_idx, None, "test"
 
 
+def _svm_setup(settings: AuditSettings, scenario: Scenario) -> tuple[bool, float, dict[str, Any]]:
+    """``(enabled, member ratio for this scenario, the other svm_mia keyword arguments)`` of the SVM MIA."""
+    svm_kwargs = dict(settings.svm_mia)
+    enabled = bool(svm_kwargs.pop("enabled", True))
+    ratio_cr, ratio_hr = svm_kwargs.pop("member_ratio_cr", 3), svm_kwargs.pop("member_ratio_hr", 1)
+    return enabled, float(ratio_cr if scenario.is_class_removal else ratio_hr), svm_kwargs
+
+
+def check_audit_data(settings: AuditSettings, n_test: int, scenario: Scenario) -> None:
+    """What the audit of this scenario needs from the data, checked before any training: the non-member
+    samples exist (class removal: test samples of the forgotten classes) and, with the SVM MIA on, enough
+    members and non-members for its cross-validated grid search (:func:`attacks.svm_mia.checked_counts`)."""
+    member_idx, test_idx, _ = query_indices(scenario)
+    enabled, ratio, svm_kwargs = _svm_setup(settings, scenario)
+    if enabled:
+        counts = {k: svm_kwargs[k] for k in ("max_per_side", "cv", "test_size") if k in svm_kwargs}
+        checked_counts(len(member_idx), n_test if test_idx is None else len(test_idx), ratio, **counts)
+
+
 def _svm_features(logits: torch.Tensor) -> np.ndarray:
     return torch.softmax(logits.double(), dim=-1).numpy()
 
@@ -221,6 +240,7 @@ def audit_models(cfg_attack: Mapping[str, Any] | None, data: DatasetSplits, scen
     views = resolve_views(cfg.views, data.img_size, augment)
     member_idx, test_idx, nonmember_name = query_indices(scenario)
     test_ids = np.arange(len(data.test)) if test_idx is None else np.asarray(test_idx)
+    check_audit_data(cfg, len(data.test), scenario)  # before the bank is trained
 
     bank = ShadowBank(cache_dir, data, model_factory, recipe, n_shadow=cfg.n_shadow, seed=cfg.seed,
                       pool=cfg.shadow_pool, augment=augment, device=device, mode=cfg.mode,
@@ -241,10 +261,7 @@ def audit_models(cfg_attack: Mapping[str, Any] | None, data: DatasetSplits, scen
                  "phi_reused": phi_reused, "phi_s": round(max(0.0, t_phi - t_trained - retrain_s), 3)}
 
     audits: dict[str, dict[str, Any]] = {}
-    svm_kwargs = dict(cfg.svm_mia)
-    svm_enabled = bool(svm_kwargs.pop("enabled", True))
-    ratio_cr, ratio_hr = svm_kwargs.pop("member_ratio_cr", 3), svm_kwargs.pop("member_ratio_hr", 1)
-    svm_ratio = float(ratio_cr if scenario.is_class_removal else ratio_hr)
+    svm_enabled, svm_ratio, svm_kwargs = _svm_setup(cfg, scenario)
     for name, model in models.items():
         t0 = time.perf_counter()
         model.to(device)

@@ -41,6 +41,29 @@ def resample_counts(n_members: int, n_nonmembers: int, member_ratio: float,
     return n_mem, n_non
 
 
+def checked_counts(n_members: int, n_nonmembers: int, member_ratio: float, *, max_per_side: int = 3000,
+                   cv: int = 3, test_size: float = 0.2) -> tuple[int, int]:
+    """The members and non-members one SVM MIA run uses (:func:`resample_counts`), refused with a clear error
+    when they are too few for ``cv``-fold grid search and a ``test_size`` split. Pure counting, so an audit
+    checks it before any training (``attacks.audit.check_audit_data``); :func:`svm_mia` checks it again."""
+    if isinstance(cv, bool) or not hasattr(cv, "__index__") or cv < 2:
+        raise DuckInputError(f"svm_mia.cv={cv!r} must be an integer >= 2 (cross-validation folds)")
+    if not 0.0 < test_size < 1.0:
+        raise DuckInputError(f"svm_mia.test_size={test_size} must be in (0, 1) (the paper: 0.2)")
+    n_mem, n_non = resample_counts(n_members, n_nonmembers, member_ratio, max_per_side)
+    if min(n_mem, n_non) < 2 * cv:
+        raise DuckInputError(f"SVM MIA needs at least {2 * cv} members and non-members (got {n_mem} and "
+                             f"{n_non}); "
+                             "use a larger forget/test set or disable it (attack.svm_mia.enabled=false)")
+    small = min(n_mem, n_non)  # the stratified split must leave the smaller side cv training and 1 test sample
+    if math.floor(small * (1 - test_size)) < cv or math.floor(small * test_size) < 1:
+        lo, hi = 1 / small, 1 - cv / small
+        raise DuckInputError(f"svm_mia.test_size={test_size} splits the smaller side ({small} samples) into too few "
+                             f"training (>= cv = {cv}) or test (>= 1) samples; use a test_size between "
+                             f"{math.ceil(lo * 100) / 100:g} and {math.floor(hi * 100) / 100:g}")
+    return n_mem, n_non
+
+
 def f1_binary(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     """F1 of the positive class (members); 0 when nothing is predicted or present."""
     tp = float(np.sum((y_pred == 1) & (y_true == 1)))
@@ -76,21 +99,8 @@ def svm_mia(member_probs: np.ndarray, nonmember_probs: np.ndarray, *, member_rat
                              "check the model")
     if isinstance(runs, bool) or not hasattr(runs, "__index__") or runs < 1:
         raise DuckInputError(f"svm_mia.runs={runs!r} must be an integer >= 1")
-    if isinstance(cv, bool) or not hasattr(cv, "__index__") or cv < 2:
-        raise DuckInputError(f"svm_mia.cv={cv!r} must be an integer >= 2 (cross-validation folds)")
-    if not 0.0 < test_size < 1.0:
-        raise DuckInputError(f"svm_mia.test_size={test_size} must be in (0, 1) (the paper: 0.2)")
-    n_mem, n_non = resample_counts(len(mem), len(non), member_ratio, max_per_side)
-    if min(n_mem, n_non) < 2 * cv:
-        raise DuckInputError(f"SVM MIA needs at least {2 * cv} members and non-members (got {n_mem} and "
-                             f"{n_non}); "
-                             "use a larger forget/test set or disable it (attack.svm_mia.enabled=false)")
-    small = min(n_mem, n_non)  # the stratified split must leave the smaller side cv training and 1 test sample
-    if math.floor(small * (1 - test_size)) < cv or math.floor(small * test_size) < 1:
-        lo, hi = 1 / small, 1 - cv / small
-        raise DuckInputError(f"svm_mia.test_size={test_size} splits the smaller side ({small} samples) into too few "
-                             f"training (>= cv = {cv}) or test (>= 1) samples; use a test_size between "
-                             f"{math.ceil(lo * 100) / 100:g} and {math.floor(hi * 100) / 100:g}")
+    n_mem, n_non = checked_counts(len(mem), len(non), member_ratio, max_per_side=max_per_side, cv=cv,
+                                  test_size=test_size)
     if scoring not in SCORERS:
         raise DuckInputError(f"svm_mia.scoring={scoring!r}; choose one of {sorted(SCORERS)}")
     grid = {"C": [float(c) for c in C], "gamma": [float(g) for g in gamma]}

@@ -184,3 +184,20 @@ def test_cache_key_covers_training_settings_and_data_content(tmp_path):
         os.rename(root / "c2", root / "c0")
         os.rename(root / "tmp", root / "c2")
     assert cache_key(cfg, None, build_data(cfg)) != before
+
+
+def test_a_one_sample_deletion_request_is_audited_or_refused_before_any_work(run_cli, tmp_path):
+    """'Forget this user': one forget sample. The SVM MIA cannot run on 1 member (its sample counts are
+    checked with the options: exit 2 before any training, nothing written); without it the audit and the
+    report run, and the feature-space section gives the one-sample forget group no density (n/a)."""
+    ids = tmp_path / "ids.txt"
+    ids.write_text("5\n")
+    args = (*SYNTH_ARGS, "recipe.epochs=2", "scenario=custom", f"scenario.forget_ids={ids}", *AUDIT_ARGS)
+    code, _, err, run_dir = run_cli("run", *args)
+    assert code == 2 and "SVM MIA needs at least 6 members and non-members (got 1 and 1)" in err, err
+    assert written_files(run_dir) == set()
+    code, _, err, run_dir = run_cli("run", *args, "attack.svm_mia.enabled=false")
+    assert code == 0, err
+    forget = json.loads((run_dir / "unlearned" / "audit.json").read_text())["feature_space"]["models"]["unlearned"]
+    assert forget["forget"]["log10_density"] is None and forget["forget"]["n"] == 1
+    assert "| forget | n/a | n/a | 1 |" in (run_dir / "report.md").read_text()

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from attacks.audit import REFERENCE_NAMES, AuditSettings, audit_models
+from attacks.audit import REFERENCE_NAMES, AuditSettings, audit_models, check_audit_data
 from attacks.shadow import check_cache_dir
 from duck.analysis.options import check_analysis_cfg, check_analysis_data
 from duck.cli._app import hydra_entry
@@ -97,6 +97,8 @@ def check_audit_options(cfg: DictConfig, data: Any = None, scenario: Any = None)
     share = check_shareable_cfg(report_cfg.get("shareable"))
     analysis = check_analysis_cfg(report_cfg.get("analysis"))
     check_cache_dir(cfg.cache_dir)
+    if data is not None and scenario is not None:  # the SVM MIA's sample counts, the class-removal test samples
+        check_audit_data(settings, len(data.test), scenario)
     if (share["enabled"] or analysis["enabled"]) and data is not None and scenario is not None:
         import numpy as np
         import torch
