@@ -19,7 +19,7 @@ from duck.analysis.density import (
     model_densities,
 )
 from duck.analysis.options import check_analysis_cfg, check_analysis_data
-from duck.analysis.tsne import stratified_subsample, tsne_panels
+from duck.analysis.tsne import stratified_subsample, tsne_coordinates, tsne_panels
 from duck.errors import DuckInputError
 
 OPTIONS = {"enabled": True, "density": {"variance": 0.95, "coverage": 0.95, "n_components": None},
@@ -115,9 +115,38 @@ def test_tsne_panels_are_stratified_deterministic_and_capped():
     assert a.coords["original"].shape == (60, 2) and a.coords["unlearned"].shape == (60, 2)
     np.testing.assert_array_equal(a.index, b.index)
     np.testing.assert_allclose(a.coords["original"], b.coords["original"])
-    assert a.is_forget.sum() >= 1 and a.png.startswith(b"\x89PNG")
+    assert a.is_forget.sum() >= 1 and a.skipped == {}
+    from duck.report.plots import tsne_panels_png
+
+    assert tsne_panels_png(a.coords, a.labels, a.is_forget).startswith(b"\x89PNG")
     small = tsne_panels({"original": x[:40]}, y[:40], forget[:40], max_points=1000, perplexity=5)
     assert small.coords["original"].shape == (40, 2)  # m = min(max_points, N)
+
+
+def test_a_collapsed_model_gets_no_map_and_no_densities_but_the_others_do():
+    """All embeddings equal (e.g. a network whose weights were zeroed): scikit-learn's t-SNE crashed the process
+    (its PCA initialisation divides by the zero spread), and as the PCA reference it refused the whole audit."""
+    x, y = clusters([60, 60, 20], [1.0, 1.0, 1.0], dim=5)
+    forget = y == 2
+    dead = np.ones_like(x)
+    panels = tsne_panels({"original": x, "unlearned": dead}, y, forget, max_points=60, perplexity=10, seed=0)
+    assert set(panels.coords) == {"original"} and "all 60 embeddings are equal" in panels.skipped["unlearned"]
+    with pytest.raises(DuckInputError, match="all 30 rows are equal"):
+        tsne_coordinates(dead[:30], perplexity=5)
+    groups = group_labels(y, forget)
+    fs = model_densities({"original": dead, "unlearned": x}, groups)  # collapsed reference: n from the next model
+    assert fs["reference"] == "unlearned" and "original model's embeddings are all equal" in fs["note"]
+    assert all(d["log10_density"] is None for d in fs["models"]["original"].values())
+    assert all(d["log10_density"] is not None for d in fs["models"]["unlearned"].values())
+    none = model_densities({"original": dead}, groups)
+    assert none["n_components"] is None and none["models"]["original"]["forget"]["log10_density"] is None
+
+
+def test_tsne_seed_is_bounded_by_scikit_learn():
+    cfg = {**OPTIONS, "tsne": {**OPTIONS["tsne"], "seed": 2**32}}
+    with pytest.raises(DuckInputError, match=r"report.analysis.tsne.seed=4294967296 is too large for t-SNE"):
+        check_analysis_cfg(cfg)
+    check_analysis_cfg({**OPTIONS, "tsne": {**OPTIONS["tsne"], "seed": 2**32 - 1}})
 
 
 def test_bad_inputs_name_the_bad_value():

@@ -164,6 +164,8 @@ def model_densities(embeddings: Mapping[str, Any], groups: Any, *, reference: st
                     n_components: int | None = None, variance: float = 0.95, coverage: float = 0.95
                     ) -> dict[str, Any]:
     """Eq. 9 for several models on the same samples (the paper's original / retrained / unlearned, Fig. 5C).
+    A collapsed model (all embeddings equal) gets no density for any group (``None`` + note); when it is the
+    reference, ``n`` is chosen on the next model and ``note`` says so.
 
     ``embeddings``: model name -> ``(N, D_model)``, rows in the same sample order; ``groups`` ``(N,)``. The PCA
     dimension ``n`` is chosen on ``reference``'s embeddings (default: ``"original"`` when present, else the
@@ -178,10 +180,25 @@ def model_densities(embeddings: Mapping[str, Any], groups: Any, *, reference: st
     if reference not in embeddings:
         raise DuckInputError(f"reference={reference!r} is not one of the models {list(names)}")
     variance, coverage = check_fraction(variance, "variance"), check_fraction(coverage, "coverage")
-    chosen = n_components is None
-    if chosen:
-        n_components = components_for_variance(embeddings[reference], variance, f"{reference} embeddings")
+    chosen, note = n_components is None, None
+    if chosen:  # a collapsed reference (all embeddings equal) has no PCA: the next model that varies chooses n
+        for name in [reference, *(m for m in names if m != reference)]:
+            if _as_embeddings(embeddings[name], f"{name} embeddings").var(0).sum() > 0:
+                if name != reference:
+                    note = f"the {reference} model's embeddings are all equal; n was chosen on the {name} model's"
+                reference = name
+                n_components = components_for_variance(embeddings[name], variance, f"{name} embeddings")
+                break
+        else:
+            g = np.asarray(groups, dtype=object).reshape(-1)
+            empty = {str(x): {"n": int((g == x).sum()), "radius": None, "count": int((g == x).sum()),
+                              "log10_density": None, "note": "every model's embeddings are all equal"}
+                     for x in sorted(set(g.tolist()), key=_group_order)}
+            return {"n_components": None, "reference": reference, "variance": variance, "coverage": coverage,
+                    "models": {name: dict(empty) for name in names},
+                    "note": "every model's embeddings are all equal (collapsed models): no densities"}
     models = {name: cluster_densities(embeddings[name], groups, n_components=n_components, coverage=coverage,
                                       name=f"{name} embeddings")[1] for name in names}
-    return {"n_components": int(n_components), "reference": reference, "variance": variance if chosen else None,
-            "coverage": coverage, "models": models}
+    out = {"n_components": int(n_components), "reference": reference, "variance": variance if chosen else None,
+           "coverage": coverage, "models": models}
+    return out if note is None else {**out, "note": note}

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from duck.analysis.tsne import check_tsne_seed
 from duck.errors import DuckInputError
-from duck.utils import check_bool, check_number, check_positive_int, check_seed
+from duck.utils import check_bool, check_number, check_positive_int
 
 #: the options of ``report.analysis`` and of its sub-blocks
 ANALYSIS_OPTIONS = {"enabled": None, "density": ("variance", "coverage", "n_components"),
@@ -31,8 +32,8 @@ def check_analysis_cfg(cfg: Any, prefix: str = "report.analysis") -> dict[str, A
     """The ``report.analysis`` settings with numbers converted; a ``DuckInputError`` naming ``prefix.key`` and
     the value otherwise: ``enabled`` a bool; ``density.variance`` and ``density.coverage`` in ``(0, 1]``;
     ``density.n_components`` null or an integer >= 1; ``tsne.enabled`` a bool; ``tsne.max_points`` an integer
-    >= 2; ``tsne.perplexity > 0``; ``tsne.seed`` an integer >= 0. Absent ``report.analysis``: disabled.
-    Bounds that depend on the data are checked by :func:`check_analysis_data`."""
+    >= 2; ``tsne.perplexity > 0``; ``tsne.seed`` an integer in ``[0, 2^32 - 1]`` (scikit-learn's bound).
+    Absent ``report.analysis``: disabled. Bounds that depend on the data are checked by :func:`check_analysis_data`."""
     if cfg is None:
         return {"enabled": False}
     out = _block(cfg, prefix, list(ANALYSIS_OPTIONS))
@@ -46,7 +47,7 @@ def check_analysis_cfg(cfg: Any, prefix: str = "report.analysis") -> dict[str, A
     tsne["enabled"] = check_bool(tsne["enabled"], f"{prefix}.tsne.enabled")
     tsne["max_points"] = check_positive_int(tsne["max_points"], f"{prefix}.tsne.max_points", 2)
     tsne["perplexity"] = check_number(tsne["perplexity"], f"{prefix}.tsne.perplexity", 0.0, True)
-    tsne["seed"] = check_seed(tsne["seed"], f"{prefix}.tsne.seed")
+    tsne["seed"] = check_tsne_seed(tsne["seed"], f"{prefix}.tsne.seed")
     return out
 
 

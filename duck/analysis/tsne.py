@@ -9,8 +9,10 @@ the retain clusters. Here:
   the panels show the same samples;
 - each model gets its **own** t-SNE fit (``sklearn.manifold.TSNE``, PCA initialisation, ``random_state =
   seed``), as in the paper: t-SNE coordinates of different fits are not comparable, only their structure;
-- the figure (:func:`duck.report.plots.tsne_panels_png`) colours points by class and draws forget samples
-  with a distinct marker.
+- a model whose embeddings of the subsample are all equal (a collapsed network) gets no map (``coords`` lacks
+  it, ``skipped`` says why): t-SNE's PCA initialisation divides by their zero spread (scikit-learn then
+  crashes the process);
+- the figure is drawn by the report (:func:`duck.report.plots.tsne_panels_png`); this module computes only.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class TSNEPanels:
     coords: dict[str, np.ndarray]  # model -> (m, 2)
     labels: np.ndarray  # (m,) class of each drawn sample
     is_forget: np.ndarray  # (m,) bool
-    png: bytes  # one panel per model
+    skipped: dict[str, str]  # model -> why it has no map (collapsed embeddings)
 
 
 def stratified_subsample(groups: Any, max_points: int, seed: int = 0) -> np.ndarray:
@@ -64,6 +66,20 @@ def stratified_subsample(groups: Any, max_points: int, seed: int = 0) -> np.ndar
     return np.sort(np.concatenate(picked))
 
 
+def collapsed(z: np.ndarray) -> bool:
+    """All rows of ``z`` equal: no spread for t-SNE's PCA initialisation to scale by."""
+    return bool(len(z) == 0 or (z == z[:1]).all())
+
+
+def check_tsne_seed(seed: Any, name: str = "seed") -> int:
+    """A seed scikit-learn's ``random_state`` accepts: an integer in ``[0, 2^32 - 1]``."""
+    seed = check_seed(seed, name)
+    if seed > 2**32 - 1:
+        raise DuckInputError(f"{name}={seed} is too large for t-SNE (scikit-learn's random_state); use an integer in "
+                             "[0, 2^32 - 1]")
+    return seed
+
+
 def tsne_coordinates(embeddings: Any, *, perplexity: float = 30.0, seed: int = 0) -> np.ndarray:
     """One t-SNE fit: ``(m, D)`` embeddings -> ``(m, 2)`` coordinates (deterministic for a fixed ``seed``)."""
     from sklearn.manifold import TSNE
@@ -72,6 +88,9 @@ def tsne_coordinates(embeddings: Any, *, perplexity: float = 30.0, seed: int = 0
     if z.ndim != 2 or not np.isfinite(z).all():
         raise DuckInputError(f"t-SNE needs a finite (m, D) matrix, got shape {z.shape} "
                              f"{'with NaN/inf values' if z.ndim == 2 else ''}")
+    if collapsed(z):
+        raise DuckInputError(f"t-SNE needs points that differ; all {len(z)} rows are equal (a collapsed model)")
+    seed = check_tsne_seed(seed)
     perplexity = check_number(perplexity, "perplexity", 0.0, True)
     if perplexity >= len(z):
         raise DuckInputError(f"perplexity={perplexity:g} must be below the number of points ({len(z)}); lower it")
@@ -86,14 +105,19 @@ def tsne_panels(embeddings: Mapping[str, Any], labels: Any, is_forget: Any, *, m
     ``embeddings``: model -> ``(N, D_model)`` with rows in the same sample order; ``labels`` ``(N,)`` classes;
     ``is_forget`` ``(N,)`` forget flags. Groups for the stratification: each retain class and the forget set."""
     from duck.analysis.density import group_labels
-    from duck.report.plots import tsne_panels_png
 
     groups = group_labels(labels, is_forget)
     for name, z in embeddings.items():
         if len(z) != len(groups):
             raise DuckInputError(f"{name} embeddings have {len(z)} rows but {len(groups)} labels were given")
+    seed = check_tsne_seed(seed)
     index = stratified_subsample(groups, max_points, seed)
-    coords = {name: tsne_coordinates(np.asarray(z, dtype=np.float64)[index], perplexity=perplexity, seed=seed)
-              for name, z in embeddings.items()}
+    coords, skipped = {}, {}
+    for name, z in embeddings.items():
+        points = np.asarray(z, dtype=np.float64)[index]
+        if collapsed(points):
+            skipped[name] = f"all {len(points)} embeddings are equal (a collapsed model): no t-SNE map"
+        else:
+            coords[name] = tsne_coordinates(points, perplexity=perplexity, seed=seed)
     y, forget = np.asarray(labels).reshape(-1)[index], np.asarray(is_forget, dtype=bool).reshape(-1)[index]
-    return TSNEPanels(index=index, coords=coords, labels=y, is_forget=forget, png=tsne_panels_png(coords, y, forget))
+    return TSNEPanels(index=index, coords=coords, labels=y, is_forget=forget, skipped=skipped)

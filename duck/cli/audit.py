@@ -142,6 +142,7 @@ def feature_space_section(options: dict[str, Any], models: dict[str, Any], data:
 
     from duck.analysis.density import group_labels, model_densities
     from duck.analysis.tsne import tsne_panels
+    from duck.report.plots import tsne_panels_png
     from duck.unlearn.duck import embed_samples
 
     idx = np.sort(np.concatenate([scenario.forget_idx, scenario.retain_idx]))
@@ -159,8 +160,10 @@ def feature_space_section(options: dict[str, Any], models: dict[str, Any], data:
     panels = tsne_panels(embeddings, labels, is_forget, max_points=tsne["max_points"],
                          perplexity=tsne["perplexity"], seed=tsne["seed"])
     feature_space["tsne"] = {"n_points": int(len(panels.index)), "perplexity": tsne["perplexity"],
-                             "seed": tsne["seed"]}
-    return feature_space, panels.png
+                             "seed": tsne["seed"], "skipped": panels.skipped}
+    if not panels.coords:
+        return feature_space, None
+    return feature_space, tsne_panels_png(panels.coords, panels.labels, panels.is_forget)
 
 
 def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: Any, scenario: Any,

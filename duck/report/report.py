@@ -115,6 +115,8 @@ def feature_space_blocks(feature_space: Mapping[str, Any], tsne_png: bytes | Non
     """The "Feature space" section: what was computed, the density table, the density bars and the t-SNE maps
     (their PNGs written under ``out/plots/``): ``(blocks, {"density_png": .., "tsne_png": ..})``."""
     n, ref = feature_space["n_components"], feature_space["reference"]
+    if n is None:  # every model collapsed (model_densities): nothing to measure or draw
+        return [Heading("Feature space (seeds/003 §IV-I)"), Paragraph(feature_space["note"])], {}
     how = (f"the {n} principal components explaining {100 * feature_space['variance']:g} % of the variance of the "
            f"{ref} model's embeddings (the same n for every model, so densities share their units)"
            if feature_space.get("variance") is not None else f"n = {n} principal components (configured)")
@@ -125,7 +127,10 @@ def feature_space_blocks(feature_space: Mapping[str, Any], tsne_png: bytes | Non
         "density after unlearning and retraining than in the original (n/a: a group of fewer than 2 samples, "
         "or whose samples coincide, has no density). These statistics and the t-SNE maps are "
         "not differentially private (the maps plot individual forget samples): set report.analysis.enabled=false "
-        "before sharing the report with a third party."), density_table(feature_space)]
+        "before sharing the report with a third party." + (f" Note: {feature_space['note']}."
+                                                           if feature_space.get("note") else "")
+        + "".join(f" No t-SNE map for {m}: {why}." for m, why in feature_space.get("tsne", {}).get("skipped", {}).items())),
+        density_table(feature_space)]
     bars = density_bars_png(feature_space)
     paths = {"density_png": atomic_write_bytes(out / "plots" / "feature_density.png", bars)}
     blocks.append(Image("plots/feature_density.png", bars, "log10 cluster density per group and model"))
