@@ -32,6 +32,29 @@ def test_linear_shap_single_background_is_exact(linear_case):
     np.testing.assert_allclose(phi, expected, atol=1e-5)
 
 
+def test_shap_refuses_classes_the_model_does_not_output(linear_case):
+    model, background, x, _ = linear_case
+    for classes in (5, -1, [0, 1, 7]):  # a 3-logit model
+        with pytest.raises(DuckInputError, match=r"are not outputs of this model \(its logits are 0..2\)"):
+            shap_values(model, x, background, classes, nsamples=4)
+    with pytest.raises(DuckInputError, match="nsamples=0"):
+        shap_values(model, x, background, 0, nsamples=0)
+    assert model.training
+
+
+def test_wilcoxon_pairs_are_images_not_image_times_run():
+    """Repetitions explain the same test images: the test pairs each image's mean over runs (45 pairs with 3
+    runs of 45 images, not 135), so its p-value is not inflated by counting an image once per run."""
+    from duck.bench import bias
+
+    rng = np.random.default_rng(0)
+    records = [{m: {"shap_patch": (rng.normal(size=45) + i).tolist(), "source_acc": 1.0, "target_frac": 0.0,
+                    "confounder_acc": 1.0, "clean_test": 1.0} for i, m in enumerate(bias.MODELS)}
+               | {"time_s": dict.fromkeys(bias.MODELS, 1.0)} for _ in range(3)]
+    tests = bias.summarise(records)["wilcoxon"]
+    assert [t["n"] for t in tests] == [45, 45, 45]
+
+
 def test_linear_shap_matches_closed_form_and_efficiency(linear_case):
     """phi_i = w_i (x_i - E[b_i]) and sum_i phi_i = f(x) - E f(b). For a linear model GradientExplainer's only
     randomness is which background rows its ``nsamples`` draws pick (with replacement), so the error of each
@@ -148,6 +171,8 @@ def _bench_cfg(**changes):
     ({"shap_output": "logit"}, "bench.shap_output"),
     ({"data": "cifar10"}, "bench.data"),
     ({"overrides": ["seed=3"]}, "sets what the protocol sets"),
+    ({"shap_images": 1000}, "bench.shap_images=1000 is more than the"),  # was silently capped
+    ({"shap_background": 5000}, "bench.shap_background=5000 is more than the"),
 ])
 def test_suite_refuses_bad_input_before_work(monkeypatch, changes, match):
     from duck.bench import bias

@@ -54,9 +54,17 @@ def shap_values(model: nn.Module, images: torch.Tensor, background: torch.Tensor
         else np.asarray(classes, dtype=np.int64)
     if per_image.shape != (n,):
         raise DuckInputError(f"classes has {per_image.size} entries for {n} images; give one class or one per image")
+    if isinstance(nsamples, bool) or not isinstance(nsamples, int) or nsamples < 1:
+        raise DuckInputError(f"nsamples={nsamples!r} must be an integer >= 1 (expected-gradient samples per image)")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
+    with torch.no_grad():
+        n_out = int(model(background[:1].to(device)).shape[1])
+    bad = sorted({int(c) for c in per_image.tolist() if not 0 <= c < n_out})
+    if bad:
+        model.train(was_training)
+        raise DuckInputError(f"classes {bad[:10]} are not outputs of this model (its logits are 0..{n_out - 1})")
     out = np.zeros(tuple(images.shape), dtype=np.float64)
     try:
         for c in np.unique(per_image).tolist():

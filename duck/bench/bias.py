@@ -168,6 +168,18 @@ def build_biased_sets(data: DatasetSplits, spec: BiasSpec, seed: int) -> BiasedS
         mask=mask)
 
 
+def check_shap_counts(cfg: DictConfig, spec: BiasSpec, data: DatasetSplits) -> None:
+    """``bench.shap_images`` at most the source class's test images, ``bench.shap_background`` at most the
+    training images: refused before any training instead of silently capped."""
+    have = int((np.asarray(data.test.labels) == spec.source_class).sum())
+    if cfg.shap_images is not None and int(cfg.shap_images) > have:
+        raise DuckInputError(f"bench.shap_images={cfg.shap_images} is more than the {have} test images of class "
+                             f"{spec.source_class}; use at most {have} (or null: all of them)")
+    if int(cfg.shap_background) > len(data.train):
+        raise DuckInputError(f"bench.shap_background={cfg.shap_background} is more than the {len(data.train)} "
+                             f"training images; use at most {len(data.train)}")
+
+
 # ------------------------------------------------------------------------------------------------- one run
 def _predictions(model: torch.nn.Module, ds: Any, device: torch.device) -> np.ndarray:
     from duck.metrics import predict_logits
@@ -199,8 +211,7 @@ def patch_shap(model: torch.nn.Module, sets: BiasedSets, spec: BiasSpec, cfg: Di
     if cfg.shap_images is not None:
         x = x[: int(cfg.shap_images)]
     background, _ = sets.biased.train.tensors()
-    rows = np.random.default_rng(seed).choice(len(background), size=min(int(cfg.shap_background), len(background)),
-                                              replace=False)
+    rows = np.random.default_rng(seed).choice(len(background), size=int(cfg.shap_background), replace=False)
     classes: Any = spec.target_class if cfg.shap_output == "target" else spec.source_class
     if cfg.shap_output == "predicted":
         classes = _predictions(model, sets.patched_source_test, device)[: len(x)]
@@ -246,7 +257,8 @@ def run_overrides(cfg: DictConfig, seed: int) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------- the suite
 def wilcoxon_tests(shap: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """Two-sided Wilcoxon signed-rank tests on the paired per-image patch SHAP means (§IV-J)."""
+    """Two-sided Wilcoxon signed-rank tests on the paired per-image patch SHAP means (§IV-J): one value per
+    test image and model, the same images for every model."""
     from scipy.stats import wilcoxon
 
     out = []
@@ -259,16 +271,19 @@ def wilcoxon_tests(shap: dict[str, np.ndarray]) -> list[dict[str, Any]]:
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per model: mean (std over repetitions) of each accuracy and of the per-run mean patch SHAP value; the
-    per-image SHAP values pooled over repetitions (std over images) and the Wilcoxon tests on them."""
+    per-image SHAP values pooled over repetitions (std over images); the Wilcoxon tests on each test image's
+    value averaged over the repetitions (the repetitions explain the same images: pooling them would count
+    every image once per repetition as if independent and overstate the significance)."""
     summary: dict[str, Any] = {}
     pooled = {m: np.concatenate([np.asarray(r[m]["shap_patch"]) for r in records]) for m in MODELS}
+    per_image = {m: np.mean([np.asarray(r[m]["shap_patch"]) for r in records], axis=0) for m in MODELS}
     for m in MODELS:
         summary[m] = {k: mean_std([r[m][k] for r in records])
                       for k in ("source_acc", "target_frac", "confounder_acc", "clean_test")}
         summary[m]["shap_patch_run_mean"] = mean_std([float(np.mean(r[m]["shap_patch"])) for r in records])
         summary[m]["shap_patch_images"] = mean_std(pooled[m])
         summary[m]["time_s"] = mean_std([r["time_s"][m] for r in records])
-    summary["wilcoxon"] = wilcoxon_tests(pooled)
+    summary["wilcoxon"] = wilcoxon_tests(per_image)
     return summary
 
 
@@ -338,6 +353,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     with compare.hydra_ready():
         data = build_data(compare.compose_run(run_overrides(cfg, int(cfg.seed))))
         check_bias_spec(spec, data)  # before any training
+        check_shap_counts(cfg, spec, data)
         records = []
         for r in range(int(cfg.repetitions)):
             t0 = time.perf_counter()
