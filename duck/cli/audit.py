@@ -86,9 +86,10 @@ def accuracy_rows(models: dict[str, Any], methods: dict[str, str], data: Any, sc
     return rows
 
 
-def check_audit_options(cfg: DictConfig, data: Any = None, scenario: Any = None) -> tuple[AuditSettings, dict[str, Any]]:
+def check_audit_options(cfg: DictConfig, data: Any = None, scenario: Any = None
+                        ) -> tuple[AuditSettings, dict[str, Any], dict[str, Any]]:
     """Every audit option (``attack.*``, ``report.shareable.*``, ``report.analysis.*``, the cache directory)
-    checked before any work: ``(attack settings, shareable settings)``. Given the data and the scenario, the
+    checked before any work: ``(attack settings, shareable settings, analysis settings)``. Given the data and the scenario, the
     bounds that depend on them (``n_components`` against the embedding dimension and the samples, ``k``
     against the retain samples, the feature-space groups' sizes and t-SNE's perplexity) are checked too, on
     a freshly built model."""
@@ -117,7 +118,16 @@ def check_audit_options(cfg: DictConfig, data: Any = None, scenario: Any = None)
             if share["k"] > n_retain:
                 raise DuckInputError(f"report.shareable.k={share['k']} exceeds the number of retain samples "
                                      f"({n_retain}); lower it")
-    return settings, share
+    return settings, share, analysis
+
+
+def feature_samples(scenario: Any) -> tuple[Any, Any]:
+    """The training samples the feature-space analysis embeds (forget + retain, ascending) and which are
+    forget samples: ``(idx (N,), is_forget (N,))``."""
+    import numpy as np
+
+    idx = np.sort(np.concatenate([scenario.forget_idx, scenario.retain_idx]))
+    return idx, np.isin(idx, scenario.forget_idx)
 
 
 def feature_group_sizes(data: Any, scenario: Any) -> dict[str, int]:
@@ -126,9 +136,8 @@ def feature_group_sizes(data: Any, scenario: Any) -> dict[str, int]:
 
     from duck.analysis.density import group_labels
 
-    idx = np.sort(np.concatenate([scenario.forget_idx, scenario.retain_idx]))
-    groups, counts = np.unique(group_labels(data.train.labels[idx], np.isin(idx, scenario.forget_idx)).astype(str),
-                               return_counts=True)
+    idx, is_forget = feature_samples(scenario)
+    groups, counts = np.unique(group_labels(data.train.labels[idx], is_forget).astype(str), return_counts=True)
     return dict(zip(groups.tolist(), counts.tolist(), strict=True))
 
 
@@ -138,19 +147,17 @@ def feature_space_section(options: dict[str, Any], models: dict[str, Any], data:
     ``(feature_space dict for audit.json and the report, t-SNE panels PNG or None)``. Cluster density (Eq. 9)
     of every retain class and of the forget set in each model, with the PCA dimension chosen on the original
     model (:func:`duck.analysis.density.model_densities`); a t-SNE map per model on a stratified subsample."""
-    import numpy as np
 
     from duck.analysis.density import group_labels, model_densities
     from duck.analysis.tsne import tsne_panels
     from duck.report.plots import tsne_panels_png
     from duck.unlearn.duck import embed_samples
 
-    idx = np.sort(np.concatenate([scenario.forget_idx, scenario.retain_idx]))
+    idx, is_forget = feature_samples(scenario)
     embeddings, labels = {}, None
     for name, model in models.items():
         z, y, _ = embed_samples(model, data.train, idx, device=device)
         embeddings[name], labels = z.cpu().double(), y.cpu().numpy()
-    is_forget = np.isin(idx, scenario.forget_idx)
     dens = options["density"]
     feature_space = model_densities(embeddings, group_labels(labels, is_forget), n_components=dens["n_components"],
                                     variance=dens["variance"], coverage=dens["coverage"])
@@ -216,8 +223,7 @@ def audit_and_report(cfg: DictConfig, data: Any, scenario: Any, models: dict[str
     """LiRA + SVM MIA of ``models`` with one shadow bank, the DP "shareable statistics", and the report.
     Shared by duck-run, duck-unlearn (``audit=true``) and duck-audit."""
     device = device_of(cfg)
-    _, share_cfg = check_audit_options(cfg)
-    analysis = check_analysis_cfg(container(cfg.report).get("analysis") if cfg.get("report") is not None else None)
+    _, share_cfg, analysis = check_audit_options(cfg)
     extra = []
     released: dict[str, Any] = {}
     if share_cfg["enabled"]:  # before the bank and before any file: data-dependent bounds fail here
