@@ -31,13 +31,15 @@ demo: install
 	$(BIN)/duck-run
 
 test: install fashion-mnist
+	$(BIN)/lint-imports --no-logo --no-cache
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-all: install fashion-mnist
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check duck baselines attacks scripts tests
+	$(BIN)/ruff check duck baselines attacks benchmarks scripts tests
+	$(BIN)/lint-imports --no-logo --no-cache
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

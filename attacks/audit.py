@@ -33,7 +33,6 @@ from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_save_npz
 from duck.models import Classifier
-from duck.report.report import verdict
 from duck.training import Recipe
 from duck.utils import check_bool, check_number, check_positive_int, check_seed
 
@@ -46,6 +45,20 @@ SCORE_SETTINGS = ("variant", "offline_test", "fixed_variance", "truncate")  # li
 #: fewest members (and non-members) for an attackable / at-chance verdict: with fewer, a stratified bootstrap
 #: or the Hanley-McNeil SE sees almost no variance on the small side and the interval is far too narrow
 MIN_VERDICT_SAMPLES = 10
+
+def lira_verdict(lira: Mapping[str, Any]) -> str:
+    """The words for a LiRA result (stored in ``audit.json`` as ``lira.verdict`` and shown by the report)."""
+    if lira.get("too_few_for_verdict"):
+        return (f"inconclusive: {lira.get('n_members')} members / {lira.get('n_nonmembers')} non-members are too "
+                "few for a reliable interval (10 of each at least)")
+    if lira.get("separated_from_chance"):
+        return "attackable (CI above 0.5)"
+    if lira.get("below_chance"):
+        return "distinguishable: CI below 0.5 (forget samples less member-like than unseen data)"
+    if lira.get("within_2se_of_chance"):
+        return "at chance (within 2 SE of 0.5)"
+    return "inconclusive"
+
 
 @dataclass
 class AuditSettings:
@@ -218,7 +231,7 @@ def _svm_features(logits: torch.Tensor) -> np.ndarray:
     return torch.softmax(logits.double(), dim=-1).numpy()
 
 
-def audit_models(cfg_attack: Mapping[str, Any] | None, data: DatasetSplits, scenario: Scenario,
+def audit_models(cfg_attack: AuditSettings | Mapping[str, Any] | None, data: DatasetSplits, scenario: Scenario,
                  models: Mapping[str, Classifier], *, recipe: Recipe, model_factory: Callable[[], Classifier],
                  augment: list[str] | tuple[str, ...] = (), cache_dir: str | Path,
                  device: torch.device | str = "cpu",
@@ -234,7 +247,7 @@ def audit_models(cfg_attack: Mapping[str, Any] | None, data: DatasetSplits, scen
     model's ``audit.json`` and ``lira_stats.npz``. Returns ``{name: audit dict}``."""
     if not models:
         raise DuckInputError("nothing to audit: pass at least one model")
-    cfg = AuditSettings.from_cfg(cfg_attack)
+    cfg = cfg_attack if isinstance(cfg_attack, AuditSettings) else AuditSettings.from_cfg(cfg_attack)
     device = torch.device(device)
     t_start = time.perf_counter()
     views = resolve_views(cfg.views, data.img_size, augment)
@@ -287,7 +300,7 @@ def audit_models(cfg_attack: Mapping[str, Any] | None, data: DatasetSplits, scen
                 # membership signal: an auditor can tell the forget samples from unseen data
                 "below_chance": bool(hi < 0.5 and not too_few),
                 "within_2se_of_chance": bool(abs(summary["auc"] - 0.5) <= 2 * summary["auc_se"] and not too_few)}
-        lira["verdict"] = verdict(lira)  # the report's words, also for parsers of audit.json
+        lira["verdict"] = lira_verdict(lira)  # the report's words, also for parsers of audit.json
         audit: dict[str, Any] = {"target": name, "members": "forget", "nonmembers": nonmember_name,
                                  "scenario": scenario.kind, "n_members": int(len(member_idx)),
                                  "n_nonmembers": int(len(test_ids)), "lira": lira}

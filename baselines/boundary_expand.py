@@ -55,10 +55,10 @@ class BoundaryExpand(BaselineUnlearner):
         num_classes = self.model.num_classes
         self.shadow_class = num_classes
         gen = torch.Generator().manual_seed(self.seed)
-        self.model.set_classifier(widen_head(self.model.net.get_classifier(), gen))
+        self.model.set_classifier(widen_head(self.model.classifier(), gen))
         epochs = self.epochs()
         self.fit_phase("boundary_expand", self.forget_loader(int(self.hp["batch_size"])), epochs)
-        self.model.set_classifier(prune_head(self.model.net.get_classifier(), num_classes))
+        self.model.set_classifier(prune_head(self.model.classifier(), num_classes))
         return {"epochs": float(epochs), "reached_target": None}
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:

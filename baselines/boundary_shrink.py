@@ -36,7 +36,8 @@ def input_normalisation(dataset: Any, device: torch.device) -> tuple[torch.Tenso
     mean, std = getattr(dataset, "mean", None), getattr(dataset, "std", None)
     if mean is None or std is None:
         raise DuckInputError("boundary methods express the attack radius in pixel units and need the data set's "
-                             "normalisation (dataset.mean, dataset.std); this data set has none")
+                             "normalisation (dataset.mean, dataset.std); this data set has none: pass "
+                             "duck.unlearn(..., normalization=(mean, std)) or a transforms.Normalize in its transform")
     return tuple(torch.as_tensor(t, dtype=torch.float32, device=device).reshape(1, -1, 1, 1)
                  for t in (mean, std))  # type: ignore[return-value]
 

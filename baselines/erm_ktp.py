@@ -14,7 +14,12 @@ seeds/003 §IV-A), following the authors' code (``ERM_laryer.py``, ``train_ERM.p
 3. **KTP** (knowledge transfer, §3.3): a freshly initialised backbone (the authors' code) learns, on the retain
    set only, to reproduce the original's feature map with the prohibited channels zeroed and its pooled
    embedding: ``MSE(F_s, F_t ⊙ keep) + MSE(pool F_s, pool(F_t ⊙ keep))``; SGD, momentum 0.9, weight decay
-   5e-4, lr ×0.1 at the milestones (seeds/003 Table VII: 50 epochs, ``[10, 20]``).
+   5e-4, lr ×0.1 at the milestones (seeds/003 Table VII: 50 epochs, ``[10, 20]``). *Adaptation* for models
+   without a feature map whose channels are the embedding's (a generic ``nn.Module`` split at its final
+   ``nn.Linear``, where ``Classifier.feature_map`` is None, or a timm head with a hidden layer such as
+   mobilenetv3's): the pooled embedding itself is gated, ``MSE(f_s(x), f_t(x) ⊙ keep)`` — gating channels
+   commutes with average pooling, so this is the pooled term of the loss above; the feature-map term has no
+   counterpart there and is dropped.
 """
 
 from __future__ import annotations
@@ -108,7 +113,7 @@ class ERMKTP(BaselineUnlearner):
         gen = torch.Generator().manual_seed(self.seed)
         # 1. ERM mask on the original's frozen embeddings of the whole training set
         z, y, _ = embed_samples(self.model, self.data.train, None, device=device)
-        original_head = self.model.net.get_classifier()
+        original_head = self.model.classifier()
         self.mask = learn_erm_mask(z, y, original_head, self.data.num_classes, epochs=int(hp["erm_epochs"]),
                                    lr=float(hp["erm_lr"]), lambda_reg=float(hp["lambda_reg"]),
                                    density=float(hp["mask_density"]), batch_size=int(hp["batch_size"]),
@@ -133,12 +138,30 @@ class ERMKTP(BaselineUnlearner):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y, _ = batch
         x = self.augment(x)
-        with torch.no_grad():
-            teacher = self.references["teacher"]
-            fmap_t = channel_gate(teacher.net.forward_features(x), self.keep)
-            pooled_t = teacher.net.forward_head(fmap_t, pre_logits=True)
-        fmap_s = self.model.net.forward_features(x)
-        pooled_s = self.model.net.forward_head(fmap_s, pre_logits=True)
-        loss = F.mse_loss(fmap_s, fmap_t) + F.mse_loss(pooled_s, pooled_t)
+        loss = self.transfer_loss(x)
         self.log_loss(loss, len(y))
         return loss
+
+    def transfer_loss(self, x: torch.Tensor) -> torch.Tensor:
+        """KTP's loss on a batch: feature-map + pooled-embedding MSE to the teacher's gated features, or the
+        gated pooled embedding alone where the model has no feature map of the embedding's channels (module
+        docstring)."""
+        teacher = self.references["teacher"]
+        with torch.no_grad():
+            fmap_t = teacher.feature_map(x)
+        if fmap_t is not None and _channels(fmap_t) == self.keep.numel():
+            with torch.no_grad():
+                fmap_t = channel_gate(fmap_t, self.keep)
+                pooled_t = teacher.pool_features(fmap_t)
+            fmap_s = self.model.feature_map(x)
+            pooled_s = self.model.pool_features(fmap_s)
+            return F.mse_loss(fmap_s, fmap_t) + F.mse_loss(pooled_s, pooled_t)
+        with torch.no_grad():
+            pooled_t = teacher.embed(x)  # (B, D)
+            pooled_t = pooled_t * self.keep.to(pooled_t).view(1, -1)
+        return F.mse_loss(self.model.embed(x), pooled_t)
+
+
+def _channels(features: torch.Tensor) -> int:
+    """Channel count of a feature map ``(B, C, H, W)`` or token map ``(B, N, C)``."""
+    return int(features.shape[1] if features.ndim == 4 else features.shape[-1])

@@ -304,25 +304,84 @@ def _key_map(sd: Mapping[str, torch.Tensor], want: set[str]) -> dict[str, str]:
     return max(maps, key=lambda m: len(set(m.values()) & want))
 
 
-def _fit_keys(sd: dict[str, torch.Tensor], target: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-    """Map checkpoint keys onto the model's (``model.``/``module.`` prefixes stripped, ``net.`` added)."""
-    want = set(target)
+KeyRule = tuple[str, str]
+
+
+def checkpoint_key_rule(sd: Mapping[str, torch.Tensor], model: torch.nn.Module) -> KeyRule | None:
+    """The :data:`_KEY_RULES` rule ``(strip, add)`` under which ``sd``'s keys are exactly ``model``'s state-dict
+    keys (checkpoint key ``k`` -> model key ``add + k[len(strip):]``; keys without the prefix ``strip``, e.g. a
+    Lightning module's other state, are not the model's), or None where none fits."""
+    want = set(model.state_dict())
     for strip, add in _KEY_RULES:
-        cand = {add + k[len(strip):]: v for k, v in sd.items() if k.startswith(strip)}
-        if set(cand) == want:
-            return cand
+        if {add + k[len(strip):] for k in sd if k.startswith(strip)} == want:
+            return strip, add
     return None
+
+
+def to_checkpoint_keys(state_dict: Mapping[str, torch.Tensor], rule: KeyRule) -> dict[str, torch.Tensor]:
+    """``state_dict`` (the model's keys) under the input checkpoint's own key names: the inverse of ``rule``
+    (from :func:`checkpoint_key_rule` / :func:`load_into`), so an unlearned model is written back with the keys
+    the user's checkpoint had."""
+    strip, add = rule
+    bad = [k for k in state_dict if not k.startswith(add)]
+    if bad:
+        raise DuckInputError(f"state dict key {bad[0]!r} does not start with {add!r}; pass the state dict of the model "
+                             "the checkpoint was loaded into")
+    return {strip + k[len(add):]: v for k, v in state_dict.items()}
 
 
 def _some(keys: list[str]) -> str:
     return f"{keys[:3]}" + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
-def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: str | Path) -> None:
-    """Load ``sd`` into ``model`` strictly, explaining architecture / class-count mismatches."""
+def _first_conv(target: Mapping[str, torch.Tensor]) -> str | None:
+    """The model key of its first convolution's weight (the first 4-d ``*.weight``)."""
+    return next((k for k, v in target.items() if k.endswith("weight") and v.ndim == 4), None)
+
+
+def _head_keys(model: torch.nn.Module) -> set[str]:
+    """State-dict keys of the model's linear head (``model.classifier()``), empty where it has none."""
+    get_head = getattr(model, "classifier", None)  # duck.models.Classifier.classifier()
+    if not callable(get_head) or isinstance(get_head, torch.nn.Module):  # a bare module's own .classifier layer
+        return set()
+    try:
+        head = get_head()
+    except (AttributeError, TypeError):  # a network without a classifier module: no head hints
+        return set()
+    ids = {id(p) for p in head.parameters()}
+    return {k for k, p in model.named_parameters() if id(p) in ids}
+
+
+def _shape_hint(model: torch.nn.Module, target: Mapping[str, torch.Tensor], key: str, got: tuple[int, ...],
+                want: tuple[int, ...]) -> str:
+    """The settings that would make checkpoint tensor ``key`` (shape ``got``) fit the model's (``want``)."""
+    if key == _first_conv(target) and len(got) == len(want) == 4:
+        if got[1] != want[1]:
+            return (f"the checkpoint's first convolution takes {got[1]}-channel images, the model's {want[1]}: set "
+                    f"data.in_chans={got[1]} (or use the data it was trained on)")
+        if got[2:] != want[2:]:
+            stem = "true" if got[2:] == (3, 3) else "false"
+            return (f"its first convolution has a {got[2]}x{got[3]} kernel, the model's {want[2]}x{want[3]}: set "
+                    f"model.cifar_stem={stem} (the CIFAR stem is a 3x3 first convolution; auto picks it for images "
+                    "of 64 px or less)")
+    if key in _head_keys(model) and got[0] != want[0]:
+        return (f"the checkpoint's head has {got[0]} outputs (classes), the model {want[0]}: the class count "
+                f"(model.num_classes) comes from the data set: use the data set the checkpoint was trained on, with "
+                f"{got[0]} classes")
+    if len(got) == len(want) == 2 and got[0] == want[0] and got[1] != want[1]:
+        return (f"{key} takes {got[1]} input features, the model's {want[1]}: a flattened feature size depends on "
+                "the image size (data.img_size) and the model's width; use the data.img_size and model.* options it "
+                "was trained with")
+    return "another model width or model.* option? pass the model/data config it was trained with"
+
+
+def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: str | Path) -> KeyRule:
+    """Load ``sd`` into ``model`` strictly, explaining architecture / class-count / input-shape mismatches with
+    the setting that would fix them. Returns the key rule used (:func:`checkpoint_key_rule`): pass it to
+    :func:`to_checkpoint_keys` to write the model back under the checkpoint's own key names."""
     target = model.state_dict()
-    fitted = _fit_keys(sd, target)
-    if fitted is None:
+    rule = checkpoint_key_rule(sd, model)
+    if rule is None:
         want = set(target)
         best = _key_map(sd, want)
         missing = sorted(want - set(best.values()))
@@ -333,11 +392,12 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: str | P
             f"checkpoint {path} is for another architecture: its parameter names do not match "
             f"{getattr(model, 'arch', type(model).__name__)} ({detail}); pass the model it was trained with"
         )
+    strip, add = rule
+    fitted = {add + k[len(strip):]: v for k, v in sd.items() if k.startswith(strip)}
     bad = [(k, tuple(v.shape), tuple(target[k].shape)) for k, v in fitted.items() if v.shape != target[k].shape]
     if bad:
         k, got, want = bad[0]
-        raise DuckInputError(
-            f"checkpoint {path} does not fit the requested model: {k} has shape {got}, expected {want} "
-            "(wrong class count or architecture width?); pass the matching model/data config"
-        )
+        raise DuckInputError(f"checkpoint {path} does not fit the requested model: {k} has shape {got}, expected "
+                             f"{want}; {_shape_hint(model, target, k, got, want)}")
     model.load_state_dict(fitted, strict=True)
+    return rule

@@ -9,6 +9,7 @@ import torch
 from duck.data.base import DatasetSplits
 from duck.data.loaders import make_loader
 from duck.data.scenarios import Scenario
+from duck.errors import DuckInputError
 from duck.utils import check_number
 
 
@@ -32,19 +33,21 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
 
 def split_accuracies(model: torch.nn.Module, data: DatasetSplits, scenario: Scenario | None, *,
                      device: torch.device | str = "cpu", batch_size: int = 1024) -> dict[str, float]:
-    """Accuracy (fraction) on every split: ``test`` always; with a scenario ``train_retain``/``train_forget``;
-    in class removal also ``test_retain``/``test_forget``."""
-    test_logits, test_y, _ = predict_logits(model, data.test, batch_size=batch_size, device=device)
-    acc = {"test": accuracy(test_logits, test_y)}
+    """Accuracy (fraction) on every split: ``test`` (when the data set has a test split); without a scenario
+    ``train``, with one ``train_retain``/``train_forget``; in class removal also ``test_retain``/``test_forget``
+    (again only with a test split)."""
+    acc: dict[str, float] = {}
+    if data.test is not None:
+        test_logits, test_y, _ = predict_logits(model, data.test, batch_size=batch_size, device=device)
+        acc["test"] = accuracy(test_logits, test_y)
+    tr_logits, tr_y, _ = predict_logits(model, data.train, batch_size=batch_size, device=device)
     if scenario is None:
-        tr_logits, tr_y, _ = predict_logits(model, data.train, batch_size=batch_size, device=device)
         acc["train"] = accuracy(tr_logits, tr_y)
         return acc
-    tr_logits, tr_y, _ = predict_logits(model, data.train, batch_size=batch_size, device=device)
     r, f = torch.as_tensor(scenario.retain_idx), torch.as_tensor(scenario.forget_idx)
     acc["train_retain"] = accuracy(tr_logits[r], tr_y[r])
     acc["train_forget"] = accuracy(tr_logits[f], tr_y[f])
-    if scenario.test_forget_idx is not None:
+    if data.test is not None and scenario.test_forget_idx is not None:
         tr_, tf_ = torch.as_tensor(scenario.test_retain_idx), torch.as_tensor(scenario.test_forget_idx)
         acc["test_retain"] = accuracy(test_logits[tr_], test_y[tr_])
         acc["test_forget"] = accuracy(test_logits[tf_], test_y[tf_])
@@ -63,7 +66,12 @@ def aus(a_or: float, a_t: float, a_f: float, *, class_removal: bool) -> float:
 def aus_inputs(acc: dict[str, float], original_acc: dict[str, float], scenario: Scenario) -> tuple[float, float, float]:
     """``(A_or, A_t, A_f)`` for a scenario (ALGORITHMS.md §2). Class removal uses the test split by class;
     homogeneous/custom use test accuracy and the forget (training) set; targeted uses the forget set with
-    the class-removal form (its forget accuracy should go to zero)."""
+    the class-removal form (its forget accuracy should go to zero). Without a test split there is no AUS: a
+    ``DuckInputError`` says so."""
+    a_or = "test_retain" if scenario.is_class_removal else "test"
+    if a_or not in original_acc or a_or not in acc:
+        raise DuckInputError("AUS needs test-set accuracies and this data set has no test split; give a test set "
+                             "(duck.data.user.as_splits(train, test))")
     if scenario.is_class_removal:
         return original_acc["test_retain"], acc["test_retain"], acc["test_forget"]
     return original_acc["test"], acc["test"], acc["train_forget"]
@@ -88,8 +96,8 @@ def metrics_record(*, method: str, data_name: str, model_name: str, seed: int, a
     rec["acc"] = {k: round(float(v), 6) for k, v in acc.items()}
     if original_acc is not None:
         rec["original_acc"] = {k: round(float(original_acc[k]), 6) for k in ("test", "test_retain") if k in original_acc}
-        if scenario is not None:
-            rec["aus"] = round(scenario_aus(acc, original_acc, scenario), 6)
+        if scenario is not None:  # no test split (user data): no AUS
+            rec["aus"] = round(scenario_aus(acc, original_acc, scenario), 6) if "test" in acc else None
     rec["time_s"] = None if time_s is None else round(float(time_s), 3)
     rec["epochs"] = epochs
     rec.update(extra)

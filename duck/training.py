@@ -124,6 +124,35 @@ def make_scheduler(spec: Any, optimizer: torch.optim.Optimizer) -> Any:
     return instantiate(dict(spec), _partial_=True)(optimizer)
 
 
+class NonFiniteGuard(L.Callback):
+    """Stop a run the moment its loss (or any logged metric) becomes NaN or infinite, with a
+    :class:`DuckInputError` naming ``setting`` (the learning rate to lower): a diverged model must never be
+    written or reported (issue 24 item 5). :func:`check_finite_weights` checks the weights at the end."""
+
+    def __init__(self, what: str, setting: str) -> None:
+        self.what, self.setting = what, setting
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        values = {"loss": outputs.get("loss") if isinstance(outputs, Mapping) else outputs}
+        values.update(trainer.callback_metrics)
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise DuckInputError(
+                    f"{self.what} diverged: {name} became {float(value.detach().float().flatten()[0])} at epoch "
+                    f"{trainer.current_epoch}, step {trainer.global_step}; nothing was written. Lower {self.setting} "
+                    "(or check the data for NaN/inf values)")
+
+
+def check_finite_weights(model: torch.nn.Module, what: str, setting: str) -> None:
+    """Refuse a model whose parameters or buffers hold NaN/inf (a diverged run), naming ``setting``."""
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise DuckInputError(f"{what} diverged: {name} holds {bad} NaN/inf values; nothing was written. Lower "
+                                 f"{setting} (or check the data for NaN/inf values)")
+
+
 class ClassifierModule(L.LightningModule):
     """Cross-entropy training of a :class:`Classifier` (batches are ``(x, y, idx)``)."""
 
@@ -194,8 +223,11 @@ def train_classifier(model: Classifier, dataset: Any, recipe: Recipe, *, indices
     loader = make_loader(dataset, recipe.batch_size, shuffle=True, seed=seed, indices=indices,
                          drop_last=n > recipe.batch_size)
     module = ClassifierModule(model, recipe.optimizer, recipe.scheduler, augment, recipe.label_smoothing)
+    guard = NonFiniteGuard("training", "recipe.optimizer.lr")
     trainer = build_trainer(trainer_cfg, max_epochs=epochs or recipe.epochs, enable_progress_bar=progress,
-                            callbacks=callbacks or [])
+                            callbacks=[*(callbacks or []), guard])
     t0 = time.perf_counter()
     trainer.fit(module, loader)
-    return model, time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    check_finite_weights(model, "training", "recipe.optimizer.lr")
+    return model, seconds

@@ -216,7 +216,7 @@ def test_duck_audit_refuses_a_checkpoint_made_for_another_forget_set(run_cli, sy
 def test_digits_audit_separates_original_from_oracle(digits, tmp_path: Path) -> None:
     """The correctness target on real data (minutes on 2 CPU cores): with the digits recipe and 16 shadows,
     the original is attackable (AUC CI above 0.5) and the retrained oracle is within 2 SE of chance."""
-    from duck.bench.audit import load_recipe
+    from benchmarks.audit import load_recipe
 
     rec = load_recipe("digits")
 

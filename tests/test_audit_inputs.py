@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from attacks.audit import AuditSettings
+from attacks.audit import lira_verdict as verdict
 from attacks.svm_mia import svm_mia
-from duck.cli.audit import check_recorded_recipes, resolve_role
 from duck.errors import DuckInputError
+from duck.pipeline.audit import check_recorded_recipes, resolve_role
 from duck.privacy.shareable import check_shareable_cfg
 from duck.report.plots import auc_ci_png
-from duck.report.report import verdict
 
 
 @pytest.mark.parametrize("option, match", [

@@ -125,15 +125,16 @@ CASES = [(m, "class_removal") for m in sorted(PAPER_METHODS)] + \
 
 @pytest.mark.parametrize(("name", "kind"), CASES)
 def test_method_runs_changes_the_model_and_writes_valid_metrics(name, kind, synthetic, synthetic_model, tmp_path):
-    from duck.cli.unlearn import run_unlearning
     from duck.io import atomic_save_json
+    from duck.pipeline.job import Job
+    from duck.pipeline.stages import unlearn_model
 
     cfg = compose(f"method={name}", f"scenario={kind}")
     sc = scenario_of(synthetic, kind)
     original_acc = split_accuracies(synthetic_model, synthetic, sc)
     model = copy.deepcopy(synthetic_model)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    metrics, result = run_unlearning(cfg, model, synthetic, sc, original_acc)
+    metrics, result = unlearn_model(Job.from_cfg(cfg, "run", data=synthetic, scenario=sc), model, original_acc)
     after = result.model.state_dict()
     if name == "ssd" and kind == "homogeneous_removal":
         # SSD dampens only parameters specialised to the forget set; a random 10 % may select none (then
@@ -155,7 +156,7 @@ def test_duck_unlearn_cli_runs_a_baseline(run_cli, synthetic_ckpt):
     code, out, err, run_dir = run_cli("unlearn", f"ckpt={synthetic_ckpt}", *SYNTH_ARGS, "method=neggrad",
                                       "scenario.forget_classes=[1]")
     assert code == 0, err
-    assert {"unlearned.ckpt", "metrics.json"} <= written_files(run_dir)
+    assert {"unlearned.safetensors", "metrics.json", "forget_ids.txt"} <= written_files(run_dir)
     rec = json.loads((run_dir / "metrics.json").read_text())
     assert rec["method"] == "neggrad" and rec["reached_target"] in (True, False)
 
@@ -192,3 +193,55 @@ def test_tolerance_may_be_negative_but_not_nan():
     assert resolve_method_cfg({"tolerance": -1.0}, "digits", "class_removal")["tolerance"] == -1.0
     with pytest.raises(DuckInputError, match="method.tolerance must be a finite number, got nan"):
         resolve_method_cfg({"tolerance": float("nan")}, "digits", "class_removal")
+
+
+class _UserNet(torch.nn.Module):
+    """A user's plain module (no timm interface): conv, average pooling, a linear head named ``out``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 6, 3, padding=1)
+        self.out = torch.nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize("generic", [False, True])
+def test_erm_ktp_transfer_loss_on_timm_style_and_generic_models(generic, synthetic, synthetic_model):
+    """timm-style models: MSE to the teacher's gated feature map + MSE to its pooled embedding (unchanged); a
+    generic module has no feature map (``Classifier.feature_map`` is None): MSE to the teacher's gated pooled
+    embedding (gating commutes with average pooling). Both through ``Classifier`` methods, no timm attribute."""
+    import torch.nn.functional as F
+
+    from baselines.common import frozen_copy
+    from duck.models import create_model, wrap_model
+
+    if generic:
+        def build():
+            return wrap_model(_UserNet(), example=torch.zeros(2, 1, 8, 8))
+    else:
+        def build():
+            return create_model("smallcnn", 4, 1, 8, width=8)
+    torch.manual_seed(0)
+    teacher, student = frozen_copy(build()), build().eval()
+    sc = scenario_of(synthetic, "class_removal")
+    data = UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(synthetic_model, synthetic, sc))
+    u = create_unlearner("erm_ktp", student, data, {}, seed=0)
+    u.references["teacher"] = teacher
+    u.keep = torch.arange(student.embed_dim) % 3 != 0  # (D,) prohibit every third channel
+    x = torch.randn(5, 1, 8, 8)
+    gate = u.keep.float()
+    if generic:
+        assert student.feature_map(x) is None
+        expected = F.mse_loss(student.embed(x), teacher.embed(x) * gate)
+    else:
+        fmap_t = teacher.net.forward_features(x) * gate.view(1, -1, 1, 1)
+        fmap_s = student.net.forward_features(x)
+        expected = F.mse_loss(fmap_s, fmap_t) + F.mse_loss(student.net.forward_head(fmap_s, pre_logits=True),
+                                                           teacher.net.forward_head(fmap_t, pre_logits=True))
+    loss = u.transfer_loss(x)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    assert student.classifier().weight.grad is None  # the loss is on the backbone's features only
+    assert next(student.net.parameters()).grad.abs().sum() > 0

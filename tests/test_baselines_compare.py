@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from duck.bench.compare import csv_text, markdown, protocol_runs, summarise
+from benchmarks.compare import csv_text, markdown, protocol_runs, summarise
 from duck.errors import DuckInputError
 
 
@@ -58,7 +58,7 @@ def test_summary_is_the_mean_and_sample_std_over_runs():
 
 
 def test_quick_compare_end_to_end_reuses_the_cache(tmp_path):
-    from duck.bench.compare import run
+    from benchmarks.compare import run
 
     cfg = bench_cfg(data="synthetic", model="smallcnn", quick=True, methods=["neggrad", "boundary_shrink"],
                     cache_dir=str(tmp_path / "cache"), out_dir=str(tmp_path / "out1"), progress=False,
@@ -124,7 +124,7 @@ def test_quick_compare_end_to_end_reuses_the_cache(tmp_path):
     (["+method.lambda_fgtt=3"], r"has no hyperparameter\(s\) \['lambda_fgtt'\]"),
 ])
 def test_bad_overrides_are_refused_before_any_work(tmp_path, overrides, match):
-    from duck.bench.compare import run
+    from benchmarks.compare import run
 
     cfg = bench_cfg(data="synthetic", model="smallcnn", quick=True, methods=["duck"], progress=False,
                     cache_dir=str(tmp_path / "cache"), out_dir=str(tmp_path / "out"), overrides=overrides)
@@ -145,7 +145,7 @@ def test_forget_set_exactly_at_the_target_counts_as_met():
     decimals: 132/135 == 440/450 used to count as missed."""
     from types import SimpleNamespace
 
-    from duck.bench.compare import run_record
+    from benchmarks.compare import run_record
 
     scenario = SimpleNamespace(kind="homogeneous_removal", forget_target_rule="original_test", is_class_removal=False)
     original_acc = {"test": float(np.float32(440 / 450)), "test_retain": 0.98}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from duck.bench import duck as bench
+from benchmarks import duck as bench
 
 
 def _rec(method: str, scenario: str, run: str, **kw: float) -> dict:

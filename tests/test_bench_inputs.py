@@ -5,8 +5,8 @@ import importlib
 import pytest
 from omegaconf import OmegaConf
 
-from duck.cli._app import conf_dir
 from duck.errors import DuckInputError
+from duck.pipeline.config import conf_dir
 
 CASES = [
     ("kmeans", "n_deletions=-5", "bench.n_deletions"), ("kmeans", "n_deletions=abc", "bench.n_deletions"),
@@ -56,7 +56,7 @@ def _cfg(suite: str, overrides: str):
 
 @pytest.mark.parametrize("suite, overrides, key", CASES)
 def test_bad_setting_fails_before_work(suite, overrides, key):
-    module = importlib.import_module(f"duck.bench.{suite}")
+    module = importlib.import_module(f"benchmarks.{suite}")
     with pytest.raises(DuckInputError, match=key.replace(".", r"\.").replace("[", r"\[")):
         module.run(_cfg(suite, overrides))
 
@@ -67,11 +67,11 @@ def test_directory_that_is_a_file(suite, tmp_path):
     path.write_text("x")
     key = "cache_dir" if suite == "audit" else "out_dir"
     with pytest.raises(DuckInputError, match=f"bench.{key}"):
-        importlib.import_module(f"duck.bench.{suite}").run(_cfg(suite, f"{key}={path}"))
+        importlib.import_module(f"benchmarks.{suite}").run(_cfg(suite, f"{key}={path}"))
 
 
 def test_audit_bench_knows_the_shape_of_every_registered_data_set():
-    from duck.bench.audit import _DATA_SHAPES
+    from benchmarks.audit import _DATA_SHAPES
     from duck.data.registry import list_datasets
 
     assert sorted(_DATA_SHAPES) == list_datasets()

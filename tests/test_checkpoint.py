@@ -12,14 +12,16 @@ from duck.checkpoint import (
     build_manifest,
     check_forget_set,
     check_manifest,
+    checkpoint_key_rule,
     load_checkpoint,
     load_into,
     save_checkpoint,
+    to_checkpoint_keys,
 )
 from duck.data.scenarios import build_scenario
 from duck.errors import DuckInputError
 from duck.io import atomic_write
-from duck.models import create_model
+from duck.models import create_model, wrap_model
 
 
 @pytest.fixture
@@ -89,7 +91,8 @@ def test_missing_truncated_and_malicious_files(tmp_path, model):
 def test_architecture_and_class_count_mismatch(tmp_path, model):
     path = save_checkpoint(tmp_path / "m.ckpt", model.state_dict(), {})
     sd, _ = load_checkpoint(path)
-    with pytest.raises(DuckInputError, match=r"fc.weight has shape \(4, 32\), expected \(10, 32\)"):
+    with pytest.raises(DuckInputError, match=r"fc.weight has shape \(4, 32\), expected \(10, 32\); the checkpoint's "
+                                             r"head has 4 outputs \(classes\), the model 10"):
         load_into(create_model("smallcnn", 10, 1, 8, width=8), sd, path)
     with pytest.raises(DuckInputError, match="another architecture"):
         load_into(create_model("resnet18", 4, 1, 8), sd, path)
@@ -103,6 +106,68 @@ def test_architecture_and_class_count_mismatch(tmp_path, model):
         check_manifest(man, {"model": "smallcnn", "num_classes": 10, "dataset": "synthetic"}, path)
     with pytest.raises(DuckInputError, match=r"dataset='synthetic' \(requested 'digits'\)"):
         check_manifest(man, {"dataset": "digits"}, path)
+
+
+class FlatNet(torch.nn.Module):
+    """A user's plain model whose head takes the flattened feature map: its width depends on the image size."""
+
+    def __init__(self, img_size: int) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 2, 3, padding=1)
+        self.out = torch.nn.Linear(2 * img_size * img_size, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.conv(x).flatten(1))
+
+
+def _flat(img_size: int):
+    return wrap_model(FlatNet(img_size), example=torch.zeros(2, 3, img_size, img_size))
+
+
+@pytest.mark.parametrize("saved,requested,match", [
+    (lambda: create_model("smallcnn", 4, 1, 8, width=8), lambda: create_model("smallcnn", 4, 3, 8, width=8),
+     r"features.0.0.weight has shape \(8, 1, 3, 3\), expected \(8, 3, 3, 3\); the checkpoint's first convolution "
+     r"takes 1-channel images, the model's 3: set data.in_chans=1"),
+    (lambda: create_model("resnet18", 4, 3, 32), lambda: create_model("resnet18", 4, 3, 32, cifar_stem=False),
+     r"conv1.weight has shape \(64, 3, 3, 3\), expected \(64, 3, 7, 7\); its first convolution has a 3x3 kernel, "
+     r"the model's 7x7: set model.cifar_stem=true"),
+    (lambda: create_model("resnet18", 4, 3, 224), lambda: create_model("resnet18", 4, 3, 32),
+     r"its first convolution has a 7x7 kernel, the model's 3x3: set model.cifar_stem=false"),
+    (lambda: _flat(8), lambda: _flat(16),
+     r"out.weight has shape \(4, 128\), expected \(4, 512\); net.out.weight takes 128 input features, the model's "
+     r"512: a flattened feature size depends on the image size \(data.img_size\)"),
+    (lambda: create_model("smallcnn", 4, 1, 8, width=8), lambda: create_model("smallcnn", 4, 1, 8, width=16),
+     r"expected \(16, 1, 3, 3\); another model width or model.\* option\?"),
+])
+def test_shape_mismatch_names_the_setting_that_fixes_it(tmp_path, saved, requested, match):
+    """"wrong class count or architecture width?" named no setting; now the one that fits the checkpoint."""
+    with pytest.raises(DuckInputError, match=r"does not fit the requested model: .*" + match):
+        load_into(requested(), saved().state_dict(), tmp_path / "m.pt")
+
+
+def test_key_rule_writes_back_the_input_checkpoints_own_names(tmp_path, model):
+    """load_into says how the file's names map onto the model's; to_checkpoint_keys inverts it, so the unlearned
+    weights go out under the names the user's file had (plain, Lightning, DDP, ours)."""
+    plain = model.plain_state_dict()
+    assert list(plain) == list(model.net.state_dict())
+    files = {("", "net."): plain, ("model.", ""): {f"model.{k}": v for k, v in model.state_dict().items()},
+             ("module.", "net."): {f"module.{k}": v for k, v in plain.items()}, ("", ""): model.state_dict()}
+    for rule, sd in files.items():
+        fresh = create_model("smallcnn", 4, 1, 8, width=8)
+        assert checkpoint_key_rule(sd, fresh) == rule
+        assert load_into(fresh, sd, tmp_path / "m.pt") == rule
+        back = to_checkpoint_keys(fresh.state_dict(), rule)
+        assert list(back) == list(sd) and all(torch.equal(back[k], sd[k]) for k in sd)
+    assert checkpoint_key_rule({"fc.weight": torch.zeros(1)}, model) is None
+    # a user's torchvision model: its own state dict in, the same names out
+    import torchvision
+
+    user = torchvision.models.resnet18(num_classes=4)
+    wrapped = wrap_model(torchvision.models.resnet18(num_classes=4), example=torch.zeros(2, 3, 32, 32))
+    rule = load_into(wrapped, user.state_dict(), tmp_path / "user.pth")
+    assert rule == ("", "net.") and list(to_checkpoint_keys(wrapped.state_dict(), rule)) == list(user.state_dict())
+    with pytest.raises(DuckInputError, match="does not start with 'net.'"):
+        to_checkpoint_keys({"fc.weight": torch.zeros(1)}, rule)
 
 
 def _safetensors_with_manifest(path, sd, manifest_text):

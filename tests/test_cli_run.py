@@ -47,7 +47,8 @@ def test_duck_unlearn_audit_true(run_cli, synthetic_ckpt):
                                       "recipe.epochs=2")
     assert code == 0, err
     files = written_files(run_dir)
-    assert {"unlearned.ckpt", "metrics.json", "audit.json", "original/audit.json", "report.html"} <= files
+    assert {"unlearned.safetensors", "metrics.json", "forget_ids.txt", "audit.json", "original/audit.json",
+            "report.html"} <= files
     a = json.loads((run_dir / "audit.json").read_text())
     assert a["target"] == "unlearned" and "original" in a.get("reference", {})
 
@@ -157,17 +158,19 @@ def test_cache_key_covers_training_settings_and_data_content(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from duck.bench.compare import compose_run, hydra_ready
-    from duck.cli.run import cache_key
-    from duck.cli.setup import build_data
+    from duck.pipeline.cache import cache_key
+    from duck.pipeline.config import compose
+    from duck.pipeline.job import Job
 
-    with hydra_ready():
-        base = compose_run(["data=synthetic", "trainer=cpu"])
-        clip = compose_run(["data=synthetic", "trainer=cpu", "+trainer.gradient_clip_val=0.5"])
-        acc = compose_run(["data=synthetic", "trainer=cpu", "+trainer.accumulate_grad_batches=4"])
-        quiet = compose_run(["data=synthetic", "trainer=cpu", "+trainer.enable_progress_bar=false"])
-    assert len({cache_key(c, None) for c in (base, clip, acc)}) == 3
-    assert cache_key(quiet, None) == cache_key(base, None)
+    def key(*overrides: str) -> str:
+        return cache_key(Job.from_cfg(compose("train", list(overrides)), "train"), retrain=False)
+
+    base = key("data=synthetic", "trainer=cpu")
+    clip = key("data=synthetic", "trainer=cpu", "+trainer.gradient_clip_val=0.5")
+    acc = key("data=synthetic", "trainer=cpu", "+trainer.accumulate_grad_batches=4")
+    quiet = key("data=synthetic", "trainer=cpu", "trainer.deterministic=false")  # placement: not in the key
+    assert len({base, clip, acc}) == 3
+    assert quiet == base
     # an image folder whose class folders were swapped by renaming: same config, same labels, other content
     for split in ("train", "test"):
         for c, value in enumerate((0, 120, 250)):
@@ -175,15 +178,14 @@ def test_cache_key_covers_training_settings_and_data_content(tmp_path):
             d.mkdir(parents=True)
             for i in range(3):
                 Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8)).save(d / f"{i}.png")
-    with hydra_ready():
-        cfg = compose_run(["data=imagefolder", f"data.root={tmp_path / 'imf'}", "data.img_size=8", "trainer=cpu"])
-    before = cache_key(cfg, None, build_data(cfg))
+    args = ("data=imagefolder", f"data.root={tmp_path / 'imf'}", "data.img_size=8", "trainer=cpu")
+    before = key(*args)
     for split in ("train", "test"):
         root = tmp_path / "imf" / split
         os.rename(root / "c0", root / "tmp")
         os.rename(root / "c2", root / "c0")
         os.rename(root / "tmp", root / "c2")
-    assert cache_key(cfg, None, build_data(cfg)) != before
+    assert key(*args) != before
 
 
 def test_a_one_sample_deletion_request_is_audited_or_refused_before_any_work(run_cli, tmp_path):

@@ -8,8 +8,8 @@ import re
 import pytest
 from conftest import SYNTH_ARGS
 
-from duck.cli._app import conf_dir
 from duck.cli._sweep import job_overrides
+from duck.pipeline.config import conf_dir
 
 
 @pytest.mark.parametrize("args,match", [

@@ -100,7 +100,7 @@ def test_multirun_sweep_over_seeds(run_cli, tmp_path):
 def test_experiment_configs_compose():
     from hydra import compose, initialize_config_dir
 
-    from duck.cli._app import conf_dir
+    from duck.pipeline.config import conf_dir
 
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         for name in ("digits_cr", "digits_hr", "fmnist_cr", "fmnist_hr", "cifar10_cr"):
@@ -128,7 +128,8 @@ def test_ddp_on_two_cpu_processes(tmp_path):
 def test_group_choice_check_leaves_sweep_functions_to_hydra():
     """``method=choice(duck,scrub)`` / ``glob(...)`` are Hydra sweep syntax (they were reported as unknown
     names); comma lists may have spaces; an unknown name in a list is still refused in one line."""
-    from duck.cli._app import check_group_choices, conf_dir
+    from duck.cli._app import check_group_choices
+    from duck.pipeline.config import conf_dir
 
     check_group_choices(["method=choice(duck,scrub)", "method=glob(s*)", "method=duck, scrub", "data=digits"],
                         conf_dir())

@@ -195,7 +195,7 @@ def test_duck_unlearn_cli_every_scenario(run_cli, synthetic_ckpt, tmp_path, scen
     args = [a.replace("IDS", str(ids)) for a in scenario_args]
     code, out, err, run_dir = run_cli("unlearn", *SYNTH_ARGS, f"ckpt={synthetic_ckpt}", *args)
     assert code == 0, err
-    assert written_files(run_dir) == {"unlearned.ckpt", "metrics.json"}
+    assert written_files(run_dir) == {"unlearned.safetensors", "metrics.json", "forget_ids.txt"}
     m = json.loads((run_dir / "metrics.json").read_text())
     assert m["method"] == "duck" and m["time_s"] > 0 and m["epochs"] >= 2 and 0 <= m["acc"]["train_forget"] <= 1
     assert "aus" in m and m["original_acc"]["test"] > 0.5
@@ -245,7 +245,7 @@ def test_relative_input_paths_survive_hydra_job_chdir(run_cli, synthetic_ckpt, t
     code, _, err, run_dir = run_cli("unlearn", *SYNTH_ARGS, "ckpt=m.ckpt", "scenario=custom",
                                     "scenario.forget_ids=ids.txt", "hydra.job.chdir=true")
     assert code == 0, err
-    assert written_files(run_dir) == {"unlearned.ckpt", "metrics.json"} and os.getcwd() == str(launch)
+    assert written_files(run_dir) == {"unlearned.safetensors", "metrics.json", "forget_ids.txt"} and os.getcwd() == str(launch)
 
 
 def test_required_settings_are_named(run_cli, tmp_path):

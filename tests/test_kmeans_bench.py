@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from duck.bench import kmeans as bench
+from benchmarks import kmeans as bench
 from duck.errors import DuckInputError
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from duck.bench import lsh as bench
+from benchmarks import lsh as bench
 from duck.errors import DuckInputError
 
 

@@ -37,3 +37,23 @@ def test_split_accuracies_match_a_direct_count(synthetic, synthetic_model):
     assert rec["aus"] == pytest.approx(1.0 / (1.0 + acc["test_forget"]), abs=1e-5)
     assert set(rec["acc"]) == {"test", "train_retain", "train_forget", "test_retain", "test_forget"}
     assert isinstance(torch.tensor(rec["aus"]).item(), float)
+
+
+def test_split_accuracies_without_a_test_split(synthetic, synthetic_model):
+    """User data without a test set (DatasetSplits.test is None): training-set splits only, no AUS."""
+    import dataclasses
+
+    from duck.errors import DuckInputError
+    from duck.metrics import aus_inputs
+
+    data = dataclasses.replace(synthetic, test=None)
+    full = split_accuracies(synthetic_model, synthetic, None)
+    assert split_accuracies(synthetic_model, data, None) == {"train": full["train"]}
+    sc = build_scenario("class_removal", data.train.labels, None, 4, forget_classes=[1])
+    acc = split_accuracies(synthetic_model, data, sc)
+    assert set(acc) == {"train_retain", "train_forget"}
+    assert acc == {k: v for k, v in split_accuracies(synthetic_model, synthetic, sc).items() if k in acc}
+    with pytest.raises(DuckInputError, match="AUS needs test-set accuracies and this data set has no test split"):
+        aus_inputs(acc, acc, sc)
+    rec = metrics_record(method="x", data_name="user", model_name="m", seed=0, acc=acc, original_acc=acc, scenario=sc)
+    assert rec["aus"] is None and set(rec["acc"]) == {"train_retain", "train_forget"}

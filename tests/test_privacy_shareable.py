@@ -200,8 +200,8 @@ def test_report_section_draws_independent_noise_per_model_even_when_seeded(synth
     every model used to get the same draw, so the difference of two released counts was exact (noise-free)."""
     import torch
 
-    from duck.cli.audit import shareable_section
     from duck.data.scenarios import build_scenario
+    from duck.pipeline.audit import shareable_section
 
     scenario = build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, synthetic.num_classes,
                               forget_classes=[1])

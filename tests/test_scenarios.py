@@ -154,7 +154,10 @@ def test_forget_classes_scalar_zero_and_strings():
     zero = build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=[0])
     assert zero.forget_classes == [0] and zero.forget_idx.tolist() == list(range(20))
     assert build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=0).forget_classes == [0]
-    with pytest.raises(DuckInputError, match="forget_classes='abc' must be a list of integer class ids"):
+    with pytest.raises(DuckInputError, match="forget_classes=2.5 must be a list of class ids or names"):
+        build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=2.5)
+    with pytest.raises(DuckInputError, match="forget class 'abc' is not an integer class id and this data set has no "
+                                             "class names"):
         build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes="abc")
     with pytest.raises(DuckInputError, match="forget class 'a' is not an integer"):
         build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=["a"])
@@ -191,3 +194,59 @@ def test_class_removal_needs_test_samples_on_both_sides():
         build_scenario("class_removal", Y_TRAIN, y_test, 5, forget_classes=[1])
     with pytest.raises(DuckInputError, match="no sample of the retained classes"):
         build_scenario("class_removal", Y_TRAIN, Y_TEST[Y_TEST == 1], 5, forget_classes=[1])
+
+
+NAMES = ["ant", "bee", "cat", "dog", "eel"]
+
+
+def test_forget_classes_by_name_or_id():
+    by_name = build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=["dog", 0], class_names=NAMES)
+    by_id = build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=[3, 0], class_names=NAMES)
+    assert by_name.forget_classes == by_id.forget_classes == [0, 3] and by_name.forget_hash == by_id.forget_hash
+    assert by_name.forget_class_names == ["ant", "dog"] and by_name.summary()["forget_class_names"] == ["ant", "dog"]
+    assert build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes="cat",  # a scalar, as Hydra gives it
+                          class_names=NAMES).forget_classes == [2]
+    assert "forget_class_names" not in build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=[1]).summary()
+    # digit-string names (digits' "0".."9") resolve as names, which there equal the ids
+    assert build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=["3"],
+                          class_names=[str(c) for c in range(5)]).forget_classes == [3]
+    # a folder named "3" that is class 1: the name wins over the digits
+    assert build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=["3"],
+                          class_names=["1", "3", "5", "7", "9"]).forget_classes == [1]
+    with pytest.raises(DuckInputError, match=r"duplicated forget classes in \['dog', 3\]"):
+        build_scenario("class_removal", Y_TRAIN, Y_TEST, 5, forget_classes=["dog", 3], class_names=NAMES)
+
+
+def test_target_class_by_name():
+    sc = build_scenario("targeted", Y_TRAIN, Y_TEST, 5, forget_ids=[1, 2], target_class="bee", class_names=NAMES)
+    assert sc.target_class == 1 and sc.target_class_name == "bee"
+    assert sc.summary()["target_class"] == 1 and sc.summary()["target_class_name"] == "bee"
+    with pytest.raises(DuckInputError, match=r"labelled with the target class 0"):
+        build_scenario("targeted", Y_TRAIN, Y_TEST, 5, forget_ids=[1, 2], target_class="ant", class_names=NAMES)
+    with pytest.raises(DuckInputError, match=r"target class 'eel' \(id 4\) has no training sample; choose a class"):
+        build_scenario("targeted", Y_TRAIN[Y_TRAIN < 4], Y_TEST, 5, forget_ids=[1, 2], target_class="eel",
+                       class_names=NAMES)
+
+
+@pytest.mark.parametrize("names,given,match", [
+    (NAMES, "yak", r"forget class 'yak' is not a class name of this data set; give one of 'ant', 'bee', 'cat', 'dog', "
+                   r"'eel' \(exact spelling\) or an integer id 0..4"),
+    (NAMES, "Dog", r"forget class 'Dog' is not a class name of this data set; did you mean 'dog'\? give one of"),
+    ([f"c{i}" for i in range(30)], "zz", r"give one of 'c0', .*'c19', \.\.\. \(exact spelling\) or an integer id 0..29"),
+    (None, "dog", r"forget class 'dog' is not an integer class id and this data set has no class names"),
+])
+def test_unknown_class_names_list_the_valid_ones(names, given, match):
+    n = 5 if names is None else len(names)
+    y = np.repeat(np.arange(n), 4)
+    with pytest.raises(DuckInputError, match=match) as err:
+        build_scenario("class_removal", y, y, n, forget_classes=[given], class_names=names)
+    assert "\n" not in str(err.value)
+    with pytest.raises(DuckInputError, match=match.replace("forget class", "target class")):
+        build_scenario("targeted", y, y, n, forget_ids=[0], target_class=given, class_names=names)
+
+
+def test_scenarios_without_a_test_split():
+    """User data without a test set: class removal has no test_forget / test_retain split."""
+    sc = build_scenario("class_removal", Y_TRAIN, None, 5, forget_classes=["bee"], class_names=NAMES)
+    assert sc.forget_idx.tolist() == list(range(20, 40)) and sc.test_forget_idx is None and sc.test_retain_idx is None
+    assert len(build_scenario("homogeneous_removal", Y_TRAIN, None, 5, fraction=0.1).forget_idx) == 10

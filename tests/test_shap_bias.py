@@ -1,4 +1,4 @@
-"""SHAP maps (duck.analysis.shap_maps) and the bias-removal experiment (duck.bench.bias, seeds/003 §IV-J)."""
+"""SHAP maps (duck.analysis.shap_maps) and the bias-removal experiment (benchmarks.bias, seeds/003 §IV-J)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
+from benchmarks.bias import BiasSpec, build_biased_sets, check_bias_spec, patch_mask
 from duck.analysis.shap_maps import region_mean, shap_values
-from duck.bench.bias import BiasSpec, build_biased_sets, check_bias_spec, patch_mask
 from duck.data.registry import build_datasets
 from duck.errors import DuckInputError
 
@@ -45,7 +45,7 @@ def test_shap_refuses_classes_the_model_does_not_output(linear_case):
 def test_wilcoxon_pairs_are_images_not_image_times_run():
     """Repetitions explain the same test images: the test pairs each image's mean over runs (45 pairs with 3
     runs of 45 images, not 135), so its p-value is not inflated by counting an image once per run."""
-    from duck.bench import bias
+    from benchmarks import bias
 
     rng = np.random.default_rng(0)
     records = [{m: {"shap_patch": (rng.normal(size=45) + i).tolist(), "source_acc": 1.0, "target_frac": 0.0,
@@ -156,7 +156,7 @@ def test_bad_spec_refused(digits, changes, match):
 
 
 def _bench_cfg(**changes):
-    from duck.cli._app import conf_dir
+    from duck.pipeline.config import conf_dir
 
     cfg = OmegaConf.load(conf_dir() / "bench" / "bias.yaml")
     for k, v in changes.items():
@@ -175,7 +175,7 @@ def _bench_cfg(**changes):
     ({"shap_background": 5000}, "bench.shap_background=5000 is more than the"),
 ])
 def test_suite_refuses_bad_input_before_work(monkeypatch, changes, match):
-    from duck.bench import bias
+    from benchmarks import bias
 
     monkeypatch.setattr(bias, "run_repetition", lambda *a, **k: pytest.fail("work started"))
     with pytest.raises(DuckInputError, match=match):
@@ -184,7 +184,7 @@ def test_suite_refuses_bad_input_before_work(monkeypatch, changes, match):
 
 def test_suite_smoke():
     """Tiny end-to-end run: original, DUCK and retrained on digits (5 epochs), SHAP on 6 images."""
-    from duck.bench import bias
+    from benchmarks import bias
 
     cfg = _bench_cfg(repetitions=1, shap_images=6, shap_background=20, shap_nsamples=20,
                      overrides=["recipe.epochs=3"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from duck.bench import spn as bench
+from benchmarks import spn as bench
 from duck.errors import DuckInputError
 
 

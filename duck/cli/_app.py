@@ -1,54 +1,29 @@
-"""Shared plumbing for the Hydra console scripts: config location and clean error exits."""
+"""Shared plumbing of the Hydra console scripts: checks of the command line before Hydra starts, the help
+text, clean error exits, and the entry point that turns a composed config into a job."""
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from duck.cli._overrides import unknown_group_choice, unknown_key_message
 from duck.errors import DuckInputError
-from duck.utils import JOB_SEED_MAX, check_bool, check_positive_int
-
-
-def conf_dir() -> Path:
-    """The Hydra config tree: ``$DUCK_CONF_DIR`` or the repository's top-level ``conf/``."""
-    env = os.environ.get("DUCK_CONF_DIR")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
-    if not path.is_dir():
-        raise SystemExit(
-            f"error: config directory {path} not found; set DUCK_CONF_DIR to the repository's conf/ folder"
-        )
-    return path
+from duck.pipeline.config import (
+    check_job_numbers,
+    check_required,
+    conf_dir,
+    configure_threads,
+    hydra_config_path,
+    hydra_output_dir,
+)
 
 
 def fail(message: str, code: int = 2) -> None:
     """Print one clear error line and exit non-zero."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
-
-
-def unknown_group_choice(args: list[str], root: Path) -> str | None:
-    """The message for the first ``group=choice`` (or ``+group=choice``) override naming a config that does not
-    exist (e.g. ``method=foo``), listing the available choices; None if there is none. Comma lists are read
-    value by value; sweep functions (``choice(...)``...) are left to the sweep check."""
-    for arg in args:
-        if "=" not in arg or arg.startswith(("~", "-")):
-            continue
-        key, value = arg.split("=", 1)
-        key = key.lstrip("+")  # +experiment=NAME, +sweep=NAME: groups added to the defaults list
-        group = root / key
-        if "." in key or not group.is_dir() or value in ("", "null"):
-            continue
-        if re.match(r"\s*[A-Za-z_]+\(", value):  # a sweep function: choice(...), glob(...), range(...)
-            continue
-        choices = sorted(p.stem for p in group.glob("*.yaml"))
-        for v in value.split(","):
-            if v.strip() not in choices:
-                return f"unknown {key} {v.strip()!r}; choose one of: {', '.join(choices)}"
-    return None
 
 
 def check_group_choices(args: list[str], root: Path) -> None:
@@ -75,11 +50,9 @@ def check_override_keys(config_name: str, args: list[str], root: Path) -> None:
         with initialize_config_dir(str(root), version_base="1.3"):
             compose(config_name, overrides=overrides)
     except ConfigCompositionException as e:
-        text = str(e)
-        found = re.match(r"Could not override '([^']+)'", text)
-        if found is not None and "not in struct" in str(e.__cause__ or text):
-            key = found.group(1)
-            fail(f"{key} is not a setting of this command; check the spelling (--cfg job prints every setting)")
+        message = unknown_key_message(e)
+        if message:
+            fail(message)
     except Exception:  # Hydra reports everything else itself, as before
         return
 
@@ -109,51 +82,6 @@ def check_output_dir(args: list[str]) -> None:
                      f"another {key} or delete those files")
 
 
-def configure_threads(threads: Any) -> None:
-    """``threads: auto`` (the default in every job config) uses one torch intra-op thread on machines with
-    at most 4 cores: small models gain little from a second thread, and on a busy 2-core machine two threads
-    per process stall each other (measured here: a digits original took 792 s with 2 threads next to other
-    jobs, 21 s with 1). An integer sets the count; ``null`` keeps torch's default."""
-    import torch
-
-    if threads is None:
-        return
-    if threads == "auto":
-        if (os.cpu_count() or 1) <= 4:
-            torch.set_num_threads(1)
-        return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise DuckInputError(f"threads={threads!r} must be auto, null or an integer >= 1")
-    torch.set_num_threads(threads)
-
-
-def check_job_numbers(cfg: Any) -> None:
-    """The top-level settings job configs share: ``seed`` in ``[0, 2^32 - 1]``, ``eval_batch_size >= 1`` (neither
-    null), and the flags ``retrain``, ``audit``, ``reuse_cached``, ``progress`` as true/false (a string like
-    ``no`` is refused, not read as true)."""
-    for key, minimum in (("seed", 0), ("eval_batch_size", 1)):
-        if key in cfg:
-            check_positive_int(cfg.get(key), key, minimum)
-    if "seed" in cfg and cfg.get("seed") > JOB_SEED_MAX:
-        raise DuckInputError(f"seed={cfg.get('seed')} must be at most {JOB_SEED_MAX} (Lightning seeds numpy, "
-                             "which takes 32-bit seeds)")
-    for key in ("retrain", "audit", "reuse_cached", "progress"):
-        if key in cfg:
-            check_bool(cfg.get(key), key)
-
-
-def check_required(cfg: Any) -> None:
-    """Refuse a run whose config still holds mandatory ``???`` values (``ckpt``, ``scenario.forget_ids``...),
-    naming every one (OmegaConf raised a traceback at the first access, or the literal ``???`` was read as a
-    file name)."""
-    from omegaconf import OmegaConf
-
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise DuckInputError(f"required setting{'s' if len(missing) > 1 else ''} {', '.join(missing)} not given; "
-                             f"pass {' '.join(f'{k}=...' for k in missing)} on the command line")
-
-
 #: settings holding paths the user typed (relative to the launch directory)
 INPUT_PATHS = ("ckpt", "original_ckpt", "retrained_ckpt", "cache_dir", "scenario.forget_ids", "data.root")
 
@@ -177,29 +105,72 @@ def resolve_input_paths(cfg: Any) -> None:
                 OmegaConf.update(cfg, key, str(launch / value), merge=False)
 
 
-def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], None]:
+def help_text(command: str, config_name: str, about: str, root: Path) -> str:
+    """``duck-COMMAND --help``: what the command does, its config groups with their choices (the default
+    marked ``*``), its own settings with their defaults and comments (the config file's top level), and where
+    to read more. Hydra's own help stays under ``--hydra-help``."""
+    from omegaconf import OmegaConf
+
+    top = root / f"{config_name}.yaml"
+    defaults = OmegaConf.to_container(OmegaConf.load(top), resolve=False).get("defaults", [])
+    chosen = {}
+    for d in defaults:
+        if isinstance(d, dict):
+            chosen.update({str(group): str(choice) for group, choice in d.items()})
+    lines = [f"{command}: {about}", "", f"usage: {command} [group=choice ...] [key=value ...]    "
+             "(-m with comma-separated values runs a sweep)", "", "config groups:"]
+    for group, choice in chosen.items():
+        folder = root / group
+        if not folder.is_dir():
+            continue
+        options = sorted(p.stem for p in folder.glob("*.yaml"))
+        shown = [f"{o}*" if o == choice else o for o in options]
+        note = "" if choice in options else "  (default: the data set's)" if "${" in choice else f"  (default: {choice})"
+        lines.append(f"  {group:<9} {' '.join(shown)}{note}")
+    lines += ["", "settings (key=value):"]
+    for raw in top.read_text().splitlines():
+        if raw.startswith("hydra:"):
+            break
+        if raw and not raw.startswith((" ", "#", "-", "defaults:")):
+            lines.append(f"  {raw}")
+    lines += ["", f"{command} --cfg job prints every setting of the composed config; group settings are "
+              "group.key=value (e.g. method.lr=1e-3). Reference: docs/commands.md (in the repository) or "
+              f"{command} --hydra-help for Hydra's own options."]
+    return "\n".join(lines)
+
+
+def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -> Callable[[], None]:
     """Build a console-script ``main`` that runs ``task(cfg)`` under Hydra.
 
     A :class:`DuckInputError` raised anywhere in ``task`` becomes one ``error: ...`` line on stderr and
-    exit status 2 (Hydra's own logs are the only thing left in the run directory).
+    exit status 2 (Hydra's own logs are the only thing left in the run directory). ``-h``/``--help`` prints
+    :func:`help_text` with ``about``.
     """
 
     def main() -> None:
         import hydra
 
-        check_group_choices(sys.argv[1:], conf_dir())
-        check_override_keys(config_name, sys.argv[1:], conf_dir())
-        check_output_dir(sys.argv[1:])
-        if any(a in ("-m", "--multirun") for a in sys.argv[1:]):
+        try:
+            root = conf_dir()
+        except DuckInputError as e:
+            fail(str(e))
+        args = sys.argv[1:]
+        if any(a in ("-h", "--help") for a in args):
+            print(help_text(Path(sys.argv[0]).name, config_name, about, root))
+            raise SystemExit(0)
+        check_group_choices(args, root)
+        check_override_keys(config_name, args, root)
+        check_output_dir(args)
+        if any(a in ("-m", "--multirun") for a in args):
             from duck.cli._sweep import check_sweep
 
             try:
-                check_sweep(config_name, sys.argv[1:], conf_dir())
+                check_sweep(config_name, args, root)
             except DuckInputError as e:
                 fail(str(e))
         from omegaconf import DictConfig
 
-        @hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
+        @hydra.main(config_path=hydra_config_path(), config_name=config_name, version_base="1.3")
         def _run(cfg: DictConfig) -> None:
             try:
                 check_required(cfg)
@@ -213,3 +184,18 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any]) -> Callable[[], No
         _run()
 
     return main
+
+
+def job_entry(command: str, about: str) -> Callable[[], None]:
+    """The console script of a pipeline job (:mod:`duck.pipeline.jobs`): compose the config, resolve it into
+    a :class:`~duck.pipeline.job.Job` (every setting checked before any work), run the job into the Hydra
+    run directory."""
+
+    def task(cfg: Any) -> Any:
+        from duck.pipeline import jobs
+        from duck.pipeline.job import Job
+
+        job = Job.from_cfg(cfg, command)
+        return getattr(jobs, command)(job, hydra_output_dir())
+
+    return hydra_entry(command, task, about)

@@ -18,7 +18,6 @@ are left to Hydra.
 from __future__ import annotations
 
 import itertools
-import re
 from pathlib import Path
 from typing import Any
 
@@ -89,15 +88,19 @@ def job_overrides(config_name: str, args: list[str], root: Path) -> list[list[st
 
 def check_job_config(cfg: Any) -> None:
     """The data-free checks of one job's composed config (module docstring)."""
-    from duck.cli._app import check_job_numbers, check_required
+    from omegaconf import OmegaConf
+
+    from duck.pipeline.config import check_job_numbers, check_required
 
     check_required(cfg)
     check_job_numbers(cfg)
     if "method" in cfg and "scenario" in cfg and cfg.method is not None:
-        from duck.cli.unlearn import method_cfg
+        from duck.pipeline.job import method_settings
         from duck.unlearn import get_unlearner_class, list_unlearners
 
-        name, _ = method_cfg(cfg)
+        name, _ = method_settings(cfg)
+        get_unlearner_class(name).check_trainer_cfg(OmegaConf.to_container(cfg.trainer, resolve=True)
+                                                    if cfg.get("trainer") is not None else None)
         kind = cfg.scenario.get("kind")
         supported = get_unlearner_class(name).supported_scenarios
         if kind is not None and kind not in supported:
@@ -134,14 +137,12 @@ def check_sweep(config_name: str, args: list[str], root: Path) -> None:
 
 
 def _missing_option(e: Exception, overrides: list[str], root: Path) -> str:
-    from duck.cli._app import unknown_group_choice
+    from duck.cli._overrides import unknown_group_choice
 
     return unknown_group_choice(overrides, root) or str(e).splitlines()[0]
 
 
 def _composition(e: Exception) -> str:
-    text = str(e)
-    found = re.match(r"Could not override '([^']+)'", text)
-    if found is not None and "not in struct" in str(e.__cause__ or text):
-        return f"{found.group(1)} is not a setting of this command; check the spelling (--cfg job prints every setting)"
-    return text.splitlines()[0]
+    from duck.cli._overrides import unknown_key_message
+
+    return unknown_key_message(e) or str(e).splitlines()[0]

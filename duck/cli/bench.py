@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duck.cli._app import conf_dir, fail, hydra_entry
+from duck.cli._app import fail, hydra_entry
 from duck.errors import DuckInputError
+from duck.pipeline.config import conf_dir
 from duck.utils import check_positive_int
 
 
@@ -21,13 +22,13 @@ def _task(cfg) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from duck.bench.common import machine_info
+    from benchmarks.common import machine_info
     from duck.io import atomic_save_json
 
     suite = cfg.bench.name
     check_known_bench_keys(cfg.bench, suite)
     check_bench_numbers(cfg.bench)
-    module = importlib.import_module(f"duck.bench.{suite}")
+    module = importlib.import_module(f"benchmarks.{suite}")  # the suites sit above the library
     t0 = time.perf_counter()
     result = module.run(cfg.bench)
     out = {

@@ -86,11 +86,12 @@ class TensorImageDataset(IndexedDataset):
 
 @dataclass
 class DatasetSplits:
-    """A data set as the rest of the framework sees it."""
+    """A data set as the rest of the framework sees it. ``test`` is ``None`` for user data without a held-out
+    split (:func:`duck.data.user.as_splits`): then only training-set accuracies exist."""
 
     name: str
     train: IndexedDataset
-    test: IndexedDataset
+    test: IndexedDataset | None
     num_classes: int
     in_chans: int
     img_size: int
@@ -100,19 +101,26 @@ class DatasetSplits:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
-        return (f"{self.name}: {len(self.train)} train / {len(self.test)} test, {self.num_classes} classes, "
+        test = f"{len(self.test)} test" if self.test is not None else "no test split"
+        return (f"{self.name}: {len(self.train)} train / {test}, {self.num_classes} classes, "
                 f"{self.in_chans}x{self.img_size}x{self.img_size}")
 
     def fingerprint(self) -> str:
         """sha256 identifying the data's content, for cache keys (trained originals and oracles, shadow
         banks): the labels of both splits and, for images held in memory, their bytes; for images read from
         files (``files``), each file's path, size, modification time and inode (a ``stat``, not a read: a
-        replaced, edited or relabelled file, or folders swapped by renaming, give another fingerprint)."""
+        replaced, edited or relabelled file, or folders swapped by renaming, give another fingerprint); anything
+        else by its labels and length only. A data set with a ``content_digest()`` method (user data,
+        :class:`duck.data.user.UserDataset`: its tensors, its transforms) adds that digest. A missing test split
+        (``None``) hashes as such."""
         import hashlib
         import os
 
         h = hashlib.sha256()
         for ds in (self.train, self.test):
+            if ds is None:
+                h.update(b"no test split\n")
+                continue
             h.update(np.ascontiguousarray(np.asarray(ds.labels, dtype=np.int64)).tobytes())
             images = getattr(ds, "images", None)
             files = getattr(ds, "files", None)
@@ -124,4 +132,6 @@ class DatasetSplits:
                     h.update(f"{os.fspath(f)}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}\n".encode())
             else:
                 h.update(str(len(ds)).encode())
+            if hasattr(ds, "content_digest"):
+                h.update(ds.content_digest().encode())
         return h.hexdigest()

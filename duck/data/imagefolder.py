@@ -1,11 +1,13 @@
 """ImageFolder layouts (``root/<split>/<class>/*.png``) and TinyImageNet (``tiny-imagenet-200``).
 
 Images are decoded lazily with PIL, resized to ``img_size`` and normalised; the sample index is the
-position in the sorted file list, so it is stable across runs and machines.
+position in the file list, sorted as torchvision's ``ImageFolder`` sorts it (hidden files skipped), so it is
+stable across runs and machines.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -110,6 +112,19 @@ def _is_image(p: Path) -> bool:
     return p.is_file() and p.suffix.lower() in IMG_EXTENSIONS
 
 
+def _class_files(folder: Path) -> list[Path]:
+    """The image files under one class folder in torchvision's ``ImageFolder`` order (``sorted(os.walk(folder,
+    followlinks=True))``, then each folder's file names sorted), so sample indices equal the positions in
+    ``torchvision.datasets.ImageFolder(split_dir).samples``. Unlike torchvision, hidden files and folders
+    (:func:`_hidden`) are skipped: on a tree holding some, the positions after them differ."""
+    walked = []
+    for root, dirs, fnames in os.walk(folder, followlinks=True):
+        dirs[:] = [d for d in dirs if not _hidden(d)]  # pruned in place: never entered
+        walked.append((root, fnames))
+    return [p for root, fnames in sorted(walked) for name in sorted(fnames)
+            if not _hidden(name) and _is_image(p := Path(root) / name)]
+
+
 def _scan_class_folders(split_dir: Path, classes: list[str] | None = None) -> tuple[list[Path], np.ndarray, list[str]]:
     if not split_dir.is_dir():
         raise DuckInputError(f"folder {split_dir} not found; expected an ImageFolder layout <root>/<split>/<class>/")
@@ -123,8 +138,7 @@ def _scan_class_folders(split_dir: Path, classes: list[str] | None = None) -> tu
     files, labels = [], []
     for c, name in enumerate(classes):
         folder = split_dir / name
-        found_here = [p for p in sorted(folder.rglob("*"))
-                      if _is_image(p) and not any(_hidden(part) for part in p.relative_to(folder).parts)]
+        found_here = _class_files(folder)
         if not found_here and classes is found:  # a training class without images: labels the model never saw
             raise DuckInputError(f"class folder {folder} holds no image files ({', '.join(IMG_EXTENSIONS)}); add "
                                  "images or remove the folder")

@@ -6,6 +6,9 @@
 - ``custom``: training-set indices read from a ``.txt`` / ``.npy`` / ``.csv`` file.
 - ``targeted``: forget ids (file or list) plus a ``target_class`` whose centroid DUCK pushes them to
   (the bias-removal experiment, seeds/003 §IV-G).
+
+Classes (``forget_classes``, ``target_class``) are given by id or by name (``scenario.forget_classes=[Trouser]``),
+names resolving through the data set's ``class_names``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class Scenario:
     test_retain_idx: np.ndarray | None = None
     target_class: int | None = None
     seed: int = 0
+    forget_class_names: list[str] | None = None  # where the data set names its classes
+    target_class_name: str | None = None
 
     @property
     def is_class_removal(self) -> bool:
@@ -57,9 +62,16 @@ class Scenario:
         return hashlib.sha256(np.ascontiguousarray(self.forget_idx, dtype=np.int64).tobytes()).hexdigest()
 
     def summary(self) -> dict[str, Any]:
-        return {"scenario": self.kind, "forget_classes": self.forget_classes, "n_forget": int(len(self.forget_idx)),
-                "n_retain": int(len(self.retain_idx)), "target_class": self.target_class, "seed": self.seed,
-                "forget_hash": self.forget_hash}
+        """The scenario as recorded in manifests and reports; ``forget_class_names`` / ``target_class_name``
+        only where the data set names its classes."""
+        out = {"scenario": self.kind, "forget_classes": self.forget_classes, "n_forget": int(len(self.forget_idx)),
+               "n_retain": int(len(self.retain_idx)), "target_class": self.target_class, "seed": self.seed,
+               "forget_hash": self.forget_hash}
+        if self.forget_class_names is not None:
+            out["forget_class_names"] = self.forget_class_names
+        if self.target_class_name is not None:
+            out["target_class_name"] = self.target_class_name
+        return out
 
 
 def _is_header(token: str) -> bool:
@@ -164,22 +176,56 @@ def validate_forget_ids(ids: np.ndarray, n_train: int) -> np.ndarray:
     return uniq
 
 
-def _check_class(c: int, num_classes: int, labels: np.ndarray, what: str) -> int:
+#: most class names an error message lists
+_NAMES_SHOWN = 20
+
+
+def class_id(name: str, class_names: list[str] | None, what: str) -> int:
+    """The id of the class called ``name`` (exact match in ``class_names``); a ``DuckInputError`` listing the
+    valid names (the first 20) when there is none. A digit string naming a class (digits' ``"3"``) resolves
+    as that name, which there is the id too."""
+    if not class_names:
+        raise DuckInputError(f"{what} {name!r} is not an integer class id and this data set has no class names; "
+                             "give the class id (an integer)")
+    if name in class_names:
+        return class_names.index(name)
+    folded = [n for n in class_names if n.casefold() == name.casefold()]
+    hint = f"did you mean {folded[0]!r}? " if len(folded) == 1 else ""
+    shown = ", ".join(repr(n) for n in class_names[:_NAMES_SHOWN]) + (", ..." if len(class_names) > _NAMES_SHOWN else "")
+    raise DuckInputError(f"{what} {name!r} is not a class name of this data set; {hint}give one of {shown} "
+                         f"(exact spelling) or an integer id 0..{len(class_names) - 1}")
+
+
+def _check_class(c: int | str, num_classes: int, labels: np.ndarray, what: str,
+                 class_names: list[str] | None = None) -> int:
+    """Class ``c`` (an id, or a name resolved by :func:`class_id`) as an id present in ``labels``."""
+    shown = f"{c!r}"
+    if isinstance(c, str):
+        c = class_id(c, class_names, what)
+        shown += f" (id {c})"
     if not isinstance(c, (int, np.integer)) or isinstance(c, bool):
-        raise DuckInputError(f"{what} {c!r} is not an integer class id")
+        raise DuckInputError(f"{what} {c!r} is not an integer class id or a class name")
     c = int(c)
-    if c < 0 or c >= num_classes or not (labels == c).any():
-        raise DuckInputError(f"{what} {c} is not a class of this data set (classes are 0..{num_classes - 1})")
-    return int(c)
+    if c < 0 or c >= num_classes:
+        raise DuckInputError(f"{what} {shown} is not a class of this data set (classes are 0..{num_classes - 1})")
+    if not (labels == c).any():
+        raise DuckInputError(f"{what} {shown} has no training sample; choose a class the training set holds")
+    return c
 
 
-def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray, num_classes: int, *,
-                   forget_classes: list[int] | None = None, fraction: float | None = None,
-                   forget_ids: str | list[int] | None = None, target_class: int | None = None,
-                   seed: int = 0, **extra: Any) -> Scenario:
+def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray | None, num_classes: int, *,
+                   forget_classes: list[int | str] | int | str | None = None, fraction: float | None = None,
+                   forget_ids: str | list[int] | None = None, target_class: int | str | None = None,
+                   seed: int = 0, class_names: list[str] | None = None, **extra: Any) -> Scenario:
     """Build and validate a scenario (arguments mirror ``conf/scenario/KIND.yaml``). A setting the kind does
-    not use (``+scenario.fraction=0.5`` with class removal, a typo) is refused: it would be ignored."""
-    train_labels, test_labels = np.asarray(train_labels), np.asarray(test_labels)
+    not use (``+scenario.fraction=0.5`` with class removal, a typo) is refused: it would be ignored.
+
+    ``forget_classes`` and ``target_class`` take class ids or names (resolved through ``class_names``, the
+    data set's; exact spelling). ``test_labels`` may be ``None`` (user data without a test split): class
+    removal then has no ``test_forget`` / ``test_retain`` split."""
+    train_labels = np.asarray(train_labels)
+    test_labels = None if test_labels is None else np.asarray(test_labels)
+    class_names = None if class_names is None else [str(c) for c in class_names]
     n = len(train_labels)
     if kind not in SCENARIOS:
         raise DuckInputError(f"unknown scenario {kind!r}; choose one of: {', '.join(SCENARIOS)}")
@@ -195,20 +241,22 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray,
     if kind == "class_removal":
         if forget_classes is None or (isinstance(forget_classes, (list, tuple)) and len(forget_classes) == 0):
             raise DuckInputError("class_removal needs scenario.forget_classes, e.g. scenario.forget_classes=[3]")
-        if isinstance(forget_classes, (int, np.integer)) and not isinstance(forget_classes, bool):
-            forget_classes = [int(forget_classes)]  # a single class id given as a scalar
+        if isinstance(forget_classes, (int, np.integer, str)) and not isinstance(forget_classes, bool):
+            forget_classes = [forget_classes]  # a single class id or name given as a scalar
         elif not isinstance(forget_classes, (list, tuple)):
-            raise DuckInputError(f"scenario.forget_classes={forget_classes!r} must be a list of integer class ids, "
+            raise DuckInputError(f"scenario.forget_classes={forget_classes!r} must be a list of class ids or names, "
                                  "e.g. scenario.forget_classes=[3]")
-        classes = sorted({_check_class(c, num_classes, train_labels, "forget class") for c in forget_classes})
+        classes = sorted({_check_class(c, num_classes, train_labels, "forget class", class_names)
+                          for c in forget_classes})
         if len(classes) != len(list(forget_classes)):
             raise DuckInputError(f"duplicated forget classes in {list(forget_classes)}")
         if len(classes) == num_classes:
             raise DuckInputError("class_removal of every class leaves nothing to retain; keep at least one class")
         forget = np.flatnonzero(np.isin(train_labels, classes))
-        test_f = np.flatnonzero(np.isin(test_labels, classes))
-        test_r = np.flatnonzero(~np.isin(test_labels, classes))
-        if test_f.size == 0 or test_r.size == 0:  # A_f or A_t (and AUS) would be NaN
+        if test_labels is not None:
+            test_f = np.flatnonzero(np.isin(test_labels, classes))
+            test_r = np.flatnonzero(~np.isin(test_labels, classes))
+        if test_labels is not None and (test_f.size == 0 or test_r.size == 0):  # A_f or A_t (and AUS) would be NaN
             side = "forgotten" if test_f.size == 0 else "retained"
             raise DuckInputError(f"the test split has no sample of the {side} classes (forget classes {classes}), so "
                                  f"the {side} classes' test accuracy is undefined; use a test split holding every "
@@ -230,7 +278,7 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray,
         if kind == "targeted":
             if target_class is None:
                 raise DuckInputError("targeted needs scenario.target_class (the class whose centroid to push to)")
-            target_class = _check_class(target_class, num_classes, train_labels, "target class")
+            target_class = _check_class(target_class, num_classes, train_labels, "target class", class_names)
             own = forget[train_labels[forget] == target_class]
             if own.size:
                 raise DuckInputError(
@@ -239,6 +287,9 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray,
                     "cannot make them forgotten; drop them from the forget set or choose another target class")
     forget = validate_forget_ids(forget, n)
     retain = np.setdiff1d(np.arange(n), forget)
+    target_class = target_class if kind == "targeted" else None
+    named = class_names is not None and len(class_names) >= num_classes
     return Scenario(kind=kind, forget_idx=forget, retain_idx=retain, forget_classes=classes,
-                    test_forget_idx=test_f, test_retain_idx=test_r,
-                    target_class=target_class if kind == "targeted" else None, seed=int(seed))
+                    test_forget_idx=test_f, test_retain_idx=test_r, target_class=target_class, seed=int(seed),
+                    forget_class_names=[class_names[c] for c in classes] if named and classes is not None else None,
+                    target_class_name=class_names[target_class] if named and target_class is not None else None)

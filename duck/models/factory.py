@@ -1,12 +1,15 @@
-"""Model factory: local small CNNs by name, otherwise any timm model (``timm.create_model``).
+"""Model factory: local small CNNs by name, ``custom`` (the user's own ``nn.Module`` class by its import path),
+otherwise any timm model (``timm.create_model``).
 
-Every model is wrapped in :class:`Classifier`, which exposes the split DUCK needs (ALGORITHMS.md §1):
-``embed(x) = forward_head(forward_features(x), pre_logits=True)`` and ``head(z) = get_classifier()(z)``.
+Every model is wrapped in :class:`~duck.models.classifier.Classifier`, which exposes the split DUCK needs
+(ALGORITHMS.md §1): ``embed(x)`` (the pooled pre-logit embedding) and ``head(z)`` (the linear head).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -16,6 +19,7 @@ import torch
 from torch import nn
 
 from duck.errors import DuckInputError
+from duck.models.classifier import Classifier, error_line, wrap_model
 from duck.models.small_cnn import SmallCNN
 from duck.utils import check_bool, check_number
 
@@ -40,52 +44,6 @@ def smallcnn(num_classes: int, in_chans: int, width: int = 32, drop_rate: float 
 def smallcnn28(num_classes: int, in_chans: int, width: int = 16, drop_rate: float = 0.0) -> nn.Module:
     """For 28x28 inputs (Fashion-MNIST): two 2x2 pools, ``4·width``-d embedding."""
     return SmallCNN(num_classes, in_chans, width=width, n_pool=2, drop_rate=drop_rate)
-
-
-class Classifier(nn.Module):
-    """A classifier with an explicit embedding/head split; ``forward(x) == head(embed(x))``."""
-
-    def __init__(self, net: nn.Module, arch: str, num_classes: int, in_chans: int, img_size: int) -> None:
-        super().__init__()
-        self.net = net
-        self.arch, self.num_classes, self.in_chans, self.img_size = arch, num_classes, in_chans, img_size
-
-    def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Pooled pre-logit embedding ``f(x)`` ``(B, D)``."""
-        return self.net.forward_head(self.net.forward_features(x), pre_logits=True)
-
-    def head(self, z: torch.Tensor) -> torch.Tensor:
-        """Linear head ``g(z)`` ``(B, num_classes)``."""
-        return self.net.get_classifier()(z)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.embed(x))
-
-    @property
-    def embed_dim(self) -> int:
-        """Width of :meth:`embed`: timm's ``head_hidden_size`` where the head has a hidden layer before the
-        classifier (mobilenetv3, vgg), else ``num_features``."""
-        return int(getattr(self.net, "head_hidden_size", None) or self.net.num_features)
-
-    def classifier_path(self) -> str:
-        """Attribute path of the linear head inside ``net`` (``"fc"``, ``"head"``, ``"head.fc"``...)."""
-        cfg = getattr(self.net, "pretrained_cfg", None) or {}
-        return cfg.get("classifier", "fc")
-
-    def set_classifier(self, module: nn.Module) -> None:
-        """Replace the linear head (used by methods that change the number of outputs, e.g. boundary expanding)."""
-        *parents, last = self.classifier_path().split(".")
-        owner = self.net
-        for p in parents:
-            owner = getattr(owner, p)
-        setattr(owner, last, module)
-        self.num_classes = int(module.out_features)
-        if hasattr(self.net, "num_classes"):
-            self.net.num_classes = self.num_classes
-
-    def spec(self) -> dict[str, Any]:
-        return {"model": self.arch, "num_classes": self.num_classes, "in_chans": self.in_chans,
-                "img_size": self.img_size}
 
 
 def list_local_models() -> list[str]:
@@ -169,14 +127,95 @@ def _timm_model(name: str, img_size: int, args: dict[str, Any], kwargs: dict[str
                          f"{settings}: {detail}; fix those model.* settings or data.img_size") from None
 
 
+CUSTOM = "custom"
+
+
+def _import_target(target: Any) -> type[nn.Module]:
+    """The ``nn.Module`` subclass at ``target`` (``"pkg.module.Class"``), imported from ``sys.path`` and the
+    current directory. Anything else (a function such as ``os.system``, a module, a constant) is refused:
+    a config names a class to build, never a function to call."""
+    if not isinstance(target, str) or not target or target == "???":
+        raise DuckInputError("model=custom needs model._target_=pkg.module.ClassName, the import path of your "
+                             "torch.nn.Module subclass")
+    module_name, _, attr = target.rpartition(".")
+    if not module_name or not all(part.isidentifier() for part in target.split(".")):
+        raise DuckInputError(f"model._target_={target!r} is not an import path pkg.module.ClassName; give the "
+                             "dotted path of your torch.nn.Module subclass")
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.append(cwd)
+    try:
+        importlib.invalidate_caches()  # a module written since the last import (tests, notebooks)
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise DuckInputError(f"model._target_={target!r}: cannot import {module_name!r} ({e}); put its package on "
+                             "PYTHONPATH (or run from the folder that holds it)") from None
+    except Exception as e:  # the user's module raised while being imported
+        raise DuckInputError(f"model._target_={target!r}: importing {module_name!r} failed ({error_line(e)}); fix "
+                             "that module") from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise DuckInputError(f"model._target_={target!r}: module {module_name!r} has no attribute {attr!r}; "
+                             "check the class name")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise DuckInputError(f"model._target_={target!r} is a {type(cls).__name__}, not a torch.nn.Module class; "
+                             "model=custom only builds nn.Module subclasses: point it at your model's class")
+    return cls
+
+
+def _custom_model(num_classes: int, in_chans: int, img_size: int, target: Any, head: str | None,
+                  kwargs: dict[str, Any]) -> Classifier:
+    """``model=custom``: instantiate the user's class with ``model.*`` options (plus the data's
+    ``num_classes``/``in_chans``/``img_size`` where its constructor takes them by name), then
+    :func:`wrap_model` it on a fixed random batch ``(2, in_chans, img_size, img_size)`` (the global RNG untouched)."""
+    cls = _import_target(target)
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        params = {}
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = [k for k, p in params.items() if p.kind in kinds]
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        unknown = [k for k in kwargs if k not in named]
+        if unknown:
+            options = [k for k in named if k not in _DATA_ARGS]
+            listing = f"its options are {_options_text(options)}" if options else "its constructor takes no options"
+            raise DuckInputError(f"model.{unknown[0]}={kwargs[unknown[0]]!r} is not a parameter of {target}; "
+                                 f"{listing} (check the spelling or remove the override)")
+    shape = {"num_classes": num_classes, "in_chans": in_chans, "img_size": img_size}
+    args = {**{k: v for k, v in shape.items() if k in named}, **kwargs}
+    try:
+        net = cls(**args)
+    except Exception as e:  # the user's constructor: any failure comes from these arguments
+        given = ", ".join(f"{k}={v!r}" for k, v in args.items())
+        raise DuckInputError(f"cannot build {target}({given}): {error_line(e)}; fix the model.* settings") from None
+    # a fixed random batch, not zeros: on zeros an op after the head (a ReLU with positive biases) can go unseen
+    example = torch.randn(2, in_chans, img_size, img_size, generator=torch.Generator().manual_seed(0))
+    clf = wrap_model(net, head=head, example=example, arch=CUSTOM, target=target)
+    if clf.num_classes != num_classes:
+        fix = (f"its constructor ignores num_classes={num_classes}" if "num_classes" in named else
+               "give its constructor a num_classes parameter (it is passed the data set's class count) or set the "
+               "model.* keyword that sets its output width")
+        raise DuckInputError(f"{target} outputs {clf.num_classes} logits but the data set has {num_classes} classes "
+                             f"(model.num_classes comes from the data); {fix}")
+    return clf
+
+
 def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int = 32, /, *, pretrained: bool = False,
                  cifar_stem: bool | str = "auto", **kwargs: Any) -> Classifier:
-    """Build ``name`` (a local small CNN or any timm model) for ``num_classes`` outputs and the input shape.
+    """Build ``name`` (a local small CNN, ``custom`` or any timm model) for ``num_classes`` outputs and the input
+    shape.
 
     ``kwargs`` are the model's own options (``model.*``): an option the model does not take is refused
     (``DuckInputError`` naming it and listing the valid ones), never ignored; so are the shape arguments,
     which come from the data set. ``cifar_stem`` (``true``, ``false`` or ``auto``) applies to ResNet-style
-    timm models only.
+    timm models only. ``custom``: ``_target_="pkg.module.Class"`` (an ``nn.Module`` subclass on the Python path)
+    built with the other ``kwargs``, and ``head`` (optional) the attribute path of its final ``nn.Linear``
+    (see :func:`~duck.models.classifier.wrap_model`).
     """
     if num_classes < 2:
         raise DuckInputError(f"num_classes={num_classes} must be at least 2")
@@ -188,6 +227,13 @@ def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int =
         key = clash[0]
         raise DuckInputError(f"model.{key}={kwargs[key]!r} cannot be set: it comes from the {_DATA_ARGS[key]}; "
                              f"remove the model.{key} override")
+    if name == CUSTOM:
+        if pretrained or cifar_stem != "auto":
+            key, value = ("pretrained", pretrained) if pretrained else ("cifar_stem", cifar_stem)
+            raise DuckInputError(f"model.{key}={value!r} does not apply to model=custom (your class builds its own "
+                                 f"weights and stem); remove the model.{key} override")
+        return _custom_model(num_classes, in_chans, img_size, kwargs.pop("_target_", None), kwargs.pop("head", None),
+                             kwargs)
     if name in _LOCAL_MODELS:
         options = model_options(name)
         unknown = [k for k in kwargs if k not in options]

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from attacks.audit import lira_verdict
 from duck.io import atomic_write_bytes, atomic_write_text
 from duck.report.document import Block, Code, Heading, Image, Markdown, Paragraph, Table, to_html, to_markdown
 from duck.report.plots import auc_ci_png, density_bars_png, roc_loglog_png
@@ -39,19 +40,6 @@ def _ordered(audits: Mapping[str, Any]) -> dict[str, Any]:
     return {n: audits[n] for n in names}
 
 
-def verdict(lira: Mapping[str, Any]) -> str:
-    if lira.get("too_few_for_verdict"):
-        return (f"inconclusive: {lira.get('n_members')} members / {lira.get('n_nonmembers')} non-members are too "
-                "few for a reliable interval (10 of each at least)")
-    if lira.get("separated_from_chance"):
-        return "attackable (CI above 0.5)"
-    if lira.get("below_chance"):
-        return "distinguishable: CI below 0.5 (forget samples less member-like than unseen data)"
-    if lira.get("within_2se_of_chance"):
-        return "at chance (within 2 SE of 0.5)"
-    return "inconclusive"
-
-
 def summary_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     keys = [k for k in SUMMARY_COLUMNS if any(k in r for r in rows)]
     keys += [k for r in rows for k in r if k not in keys and not isinstance(r[k], (dict, list))]
@@ -71,7 +59,7 @@ def lira_table(audits: Mapping[str, Mapping[str, Any]]) -> Table:
         lo, hi = lira["auc_ci"]
         rows.append([name, f"{lira['auc']:.3f}", f"[{lo:.3f}, {hi:.3f}]", f"{lira['auc_se']:.3f}",
                      *[f"{100 * lira['tpr_at_fpr'][lv]:.2f} %" for lv in levels],
-                     f"{lira['n_members']} / {lira['n_nonmembers']}", verdict(lira)])
+                     f"{lira['n_members']} / {lira['n_nonmembers']}", lira.get("verdict") or lira_verdict(lira)])
     return Table(headers, rows)
 
 

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from duck.bench.common import fmt_mean_std, markdown_table, mean_std
 from duck.errors import DuckInputError
+from duck.report.tables import fmt_mean_std, markdown_table, mean_std
 from duck.training import PLACEMENT_TRAINER_KEYS
 
 METRICS = ("A_t", "A_f", "AUS", "time_s", "lira_auc")
@@ -33,7 +33,7 @@ _AUDIT_DIR = {"original": "original", "retrain": "retrained"}  # the unlearned r
 
 #: override keys that place a job in the protocol or change nothing it reports (not part of its setup)
 COORDINATES = ("method", "seed", "scenario", "progress", "audit", "cache_dir", "reuse_cached", "threads",
-               "eval_batch_size", "trainer", "sweep")
+               "eval_batch_size", "trainer", "sweep", "min_acc_factor", "expect_acc", "expect_acc_tol", "out_format")
 
 
 def job_setup(job_dir: Path) -> tuple[str, str]:

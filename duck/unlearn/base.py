@@ -28,7 +28,7 @@ from duck.data.loaders import cycle, make_loader
 from duck.data.scenarios import SCENARIOS, Scenario
 from duck.errors import DuckInputError
 from duck.models import Classifier
-from duck.training import Recipe, build_trainer
+from duck.training import NonFiniteGuard, Recipe, build_trainer, check_finite_weights
 from duck.unlearn.config import check_positive, resolve_method_cfg
 from duck.utils import JOB_SEED_MAX, check_number, check_seed, warn_line
 
@@ -115,21 +115,36 @@ def check_unlearn_inputs(model: Any, data: Any, cfg: Any, trainer_cfg: Any, seed
             raise DuckInputError(f"the scenario's forget ids are not the samples of classes {sc.forget_classes} in "
                                  "data.train; build the scenario from these training labels")
     acc = data.original_acc
-    if not isinstance(acc, Mapping) or "test" not in acc:
+    needs_test = sc.forget_target_rule == "test_accuracy"  # the stopping target is the original's test accuracy
+    if not isinstance(acc, Mapping) or (needs_test and "test" not in acc):
         raise DuckInputError(f"original_acc must map split names to the original model's accuracies and hold "
-                             f"'test', got {acc!r}; compute it with duck.metrics.split_accuracies")
+                             f"'test' (the stopping target of {sc.kind}), got {acc!r}; compute it with "
+                             "duck.metrics.split_accuracies on data with a test split")
     for key, value in acc.items():
         check_number(value, f"original_acc[{key!r}]", 0.0, False, 1.0)  # fractions, not percentages
 
 
 @dataclass
 class UnlearnResult:
-    model: Classifier
+    """What unlearning returns: the unlearned ``model``, the unlearning wall time and epochs, whether the
+    forget target was reached, the method's history and extra ``info``. From :func:`duck.unlearn` also the
+    ``metrics.json`` record (``metrics``) and the wrapped model (``classifier``); ``model`` is then of the
+    caller's own type and :meth:`state_dict` has the caller's key names."""
+
+    model: Any  # a Classifier, or the caller's own nn.Module (duck.unlearn with a plain module)
     time_s: float
     epochs: float
     reached_target: bool | None
     history: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    classifier: Classifier | None = None
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The unlearned weights under the input model's own key names (``model.load_state_dict(...)``)."""
+        if isinstance(self.model, Classifier) and self.classifier is None:
+            return self.model.plain_state_dict()
+        return self.model.state_dict()
 
 
 class ForgetAccuracyStop(Callback):
@@ -288,8 +303,9 @@ class Unlearner(L.LightningModule):
         """Run one phase (``trainer.fit``) over ``loader`` for at most ``max_epochs`` epochs."""
         self.phase = phase
         self.model.train()  # BatchNorm in train mode while unlearning (Lightning keeps submodules' modes)
+        guard = NonFiniteGuard(f"unlearning with {self.method_name}", self.divergence_setting())
         trainer = build_trainer(self.trainer_cfg, max_epochs=int(max_epochs), enable_progress_bar=self.progress,
-                                callbacks=list(callbacks), num_sanity_val_steps=0, **trainer_overrides)
+                                callbacks=[*callbacks, guard], num_sanity_val_steps=0, **trainer_overrides)
         trainer.fit(self, loader)
         self.phase_log[phase] = {"epochs": int(trainer.current_epoch), "steps": int(trainer.global_step)}
         return trainer
@@ -310,10 +326,16 @@ class Unlearner(L.LightningModule):
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
+        check_finite_weights(self.model, f"unlearning with {self.method_name}", self.divergence_setting())
         self.model.eval()
         info.setdefault("phases", self.phase_log)
         return UnlearnResult(model=self.model, time_s=seconds, epochs=float(info.pop("epochs", 0.0)),
                              reached_target=info.pop("reached_target", None), history=self.history, info=info)
+
+    def divergence_setting(self) -> str:
+        """The setting to lower when this method diverges (named in the error)."""
+        lr = [k for k in ("lr", "low_lr", "erm_lr") if self.hp.get(k) is not None]
+        return " / ".join(f"method.{k}={self.hp[k]:g}" for k in lr) if lr else "the method's learning rate"
 
     def trainer_device(self) -> torch.device:
         acc = str(self.trainer_cfg.get("accelerator", "auto"))

@@ -29,7 +29,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from duck.bench.common import (
+from benchmarks.common import (
     boolean,
     device_rule,
     fmt_mean_std,

@@ -25,7 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from duck.bench.common import (
+from benchmarks.common import (
     boolean,
     dir_path,
     integer,
@@ -50,7 +50,7 @@ def hydra_ready() -> Iterator[None]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from duck.cli._app import conf_dir
+    from duck.pipeline.config import conf_dir
 
     if GlobalHydra.instance().is_initialized():
         yield
@@ -61,13 +61,9 @@ def hydra_ready() -> Iterator[None]:
 
 def compose_run(overrides: list[str]) -> DictConfig:
     """The ``duck-run`` config with ``overrides`` (the same composition as the command line)."""
-    from hydra import compose
-    from hydra.errors import HydraException
+    from duck.pipeline.config import compose
 
-    try:
-        return compose("run", overrides=overrides)
-    except HydraException as e:
-        raise DuckInputError(f"cannot compose the run config with {overrides}: {e}") from None
+    return compose("run", overrides)
 
 
 def protocol_runs(cfg: DictConfig, num_classes: int) -> list[dict[str, Any]]:
@@ -314,14 +310,14 @@ def check_protocol_overrides(overrides: list[str]) -> None:
 def check_method_overrides(cfg: DictConfig, base: list[str], methods: list[str], dataset: str) -> None:
     """Each method's config composed with ``bench.overrides``: its effective hyperparameters checked for every
     scenario of the protocol (before any training)."""
-    from duck.cli.unlearn import method_cfg
+    from duck.pipeline.job import method_settings
     from duck.unlearn.config import check_hyperparameters, resolve_method_cfg
 
     for m in methods:
         run_cfg = compose_run([*base, f"method={m}"])
         for kind in cfg.scenarios:
             try:
-                _, hp = method_cfg(run_cfg)  # keys the method's config file does not define are refused here
+                _, hp = method_settings(run_cfg)  # keys the method's config file does not define are refused here
                 check_hyperparameters(resolve_method_cfg(hp, dataset, str(kind)))
             except DuckInputError as e:
                 raise DuckInputError(f"bench.overrides={list(cfg.overrides)} (method {m}, {kind}): {e}") from None
@@ -329,14 +325,15 @@ def check_method_overrides(cfg: DictConfig, base: list[str], methods: list[str],
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg, RULES)
-    from duck.cli.run import train_or_reuse
-    from duck.cli.setup import build_data, build_scenario_cfg, device_of, output_dir
-    from duck.cli.unlearn import run_unlearning
     from duck.io import atomic_save_json, atomic_write_text
     from duck.metrics import metrics_record, split_accuracies
+    from duck.pipeline.cache import train_or_reuse
+    from duck.pipeline.config import hydra_output_dir
+    from duck.pipeline.job import Job
+    from duck.pipeline.stages import unlearn_model
     from duck.unlearn import get_unlearner_class
 
-    out = Path(cfg.out_dir) if cfg.get("out_dir") else output_dir()
+    out = Path(cfg.out_dir) if cfg.get("out_dir") else hydra_output_dir()
     methods = [str(m) for m in cfg.methods]
     bad = [m for m in methods if m in REFERENCE_ROWS]
     if bad:
@@ -357,9 +354,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     t_start = time.perf_counter()
     try:
         with hydra_ready():
-            cfg0 = compose_run([*base, f"seed={int(cfg.original_seed)}"])
-            data = build_data(cfg0)
-            device = device_of(cfg0)
+            job0 = Job.from_cfg(compose_run([*base, f"seed={int(cfg.original_seed)}"]), "run")
+            data, device = job0.data, job0.device
             check_method_overrides(cfg, base, methods, data.name)  # every method has a config, checked
             bad_classes = [c for c in (cfg.classes or []) if int(c) >= data.num_classes]
             if bad_classes:
@@ -383,22 +379,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 records = [r for r in records if (r["scenario"], r["run"]) != key or r["method"] not in REFERENCE_ROWS]
                 bar.update(sum(m not in unsupported[run_spec["scenario"]] for m in methods) - len(todo))
                 run_dir = out / "runs" / run_spec["scenario"] / run_spec["label"]
-                orig_cfg = compose_run([*base, *run_spec["overrides"], f"seed={int(cfg.original_seed)}"])
-                run_cfg = compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}"])
-                scenario = build_scenario_cfg(run_cfg, data)
+                run_job = Job.from_cfg(compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}"]), "run",
+                                       data=data)
+                scenario = run_job.scenario
+                orig_job = Job.from_cfg(compose_run([*base, *run_spec["overrides"], f"seed={int(cfg.original_seed)}"]),
+                                        "run", data=data, scenario=scenario)
                 bar.set_postfix_str(f"{run_spec['label']}: original + oracle")
-                original, orig_metrics, _ = train_or_reuse(orig_cfg, data, scenario, "original", run_dir)
+                original, orig_metrics, _ = train_or_reuse(orig_job, "original", run_dir)
                 # a cached original's metrics.json holds the scenario it was first trained with: recompute
                 original_acc = split_accuracies(original, data, scenario, device=device,
-                                                batch_size=int(run_cfg.eval_batch_size))
+                                                batch_size=run_job.eval_batch_size)
                 orig_rec = metrics_record(method="original", data_name=data.name, model_name=str(cfg.model),
                                           seed=int(cfg.original_seed), acc=original_acc, original_acc=original_acc,
                                           scenario=scenario, time_s=orig_metrics.get("time_s"),
                                           epochs=orig_metrics.get("epochs"))
                 target = forget_target(scenario, original_acc)
                 records.append(run_record("original", run_spec, orig_rec, scenario, original_acc, target))
-                _, retr_metrics, reused = train_or_reuse(run_cfg, data, scenario, "retrained", run_dir,
-                                                         original_acc=original_acc)
+                _, retr_metrics, reused = train_or_reuse(run_job, "retrained", run_dir, original_acc=original_acc)
                 records.append({**run_record("retrain", run_spec, retr_metrics, scenario, original_acc, target),
                                 "reused_from_cache": reused})
                 bar.update(1)
@@ -406,9 +403,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     records = [r for r in records if (r["scenario"], r["run"], r["method"]) != (*key, m)]
                     bar.set_postfix_str(f"{run_spec['label']}: {m}")
                     try:
-                        metrics, _ = run_unlearning(compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}",
-                                                                 f"method={m}"]),
-                                                    copy.deepcopy(original), data, scenario, original_acc)
+                        m_job = Job.from_cfg(compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}",
+                                                          f"method={m}"]), "run", data=data, scenario=scenario)
+                        metrics, _ = unlearn_model(m_job, copy.deepcopy(original), original_acc)
                         records.append(run_record(m, run_spec, metrics, scenario, original_acc, target))
                     except Exception as e:  # reported as a failed run in the table (and raised with fail_fast)
                         if cfg.fail_fast:

@@ -13,8 +13,8 @@ Here, on data available offline (default: the bundled 8x8 digits): ``n_biased`` 
 default) and the label ``target_class`` (truck); ``n_confounder`` images of ``target_class`` get the square and
 keep their label. Per repetition (seed ``seed + r``: patched images drawn, weights initialised, DUCK run):
 
-1. original: ``duck-run``'s training (:func:`duck.cli.train.fit_model`, the data set's recipe) on the biased set;
-2. DUCK: ``duck-run``'s unlearning (:func:`duck.cli.unlearn.run_unlearning`) with the ``targeted`` scenario:
+1. original: ``duck-run``'s training (:func:`duck.pipeline.stages.fit_model`, the data set's recipe) on the biased set;
+2. DUCK: ``duck-run``'s unlearning (:func:`duck.pipeline.stages.unlearn_model`) with the ``targeted`` scenario:
    forget set = the relabelled images, target = the source-class centroid;
 3. retrained: the same training on the corrected set (patched source images labelled ``source_class``);
 4. evaluation on the *unseen* source-class test images with the patch (accuracy as the source class, fraction
@@ -34,8 +34,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from duck.bench import compare
-from duck.bench.common import (
+from benchmarks import compare
+from benchmarks.common import (
     boolean,
     fmt_mean_std,
     integer,
@@ -222,20 +222,19 @@ def patch_shap(model: torch.nn.Module, sets: BiasedSets, spec: BiasSpec, cfg: Di
 
 def run_repetition(cfg: DictConfig, data: DatasetSplits, spec: BiasSpec, seed: int) -> dict[str, Any]:
     """Original, DUCK and retrained model for one seed; their evaluations and patch SHAP values."""
-    from duck.cli.setup import device_of
-    from duck.cli.train import fit_model
-    from duck.cli.unlearn import method_cfg, run_unlearning
     from duck.data.scenarios import build_scenario
+    from duck.pipeline.job import Job
+    from duck.pipeline.stages import fit_model, unlearn_model
 
     run_cfg = compare.compose_run(run_overrides(cfg, seed))
     sets = build_biased_sets(data, spec, seed)
     scenario = build_scenario("targeted", sets.biased.train.labels, data.test.labels, data.num_classes,
                               forget_ids=sets.biased_idx.tolist(), target_class=spec.source_class, seed=seed)
-    method_cfg(run_cfg, sets.biased, scenario)  # DUCK's targeted preset for this data set, checked
-    device = device_of(run_cfg)
-    original, orig_metrics = fit_model(run_cfg, sets.biased, scenario, retrain=False)
-    duck_metrics, result = run_unlearning(run_cfg, copy.deepcopy(original), sets.biased, scenario, orig_metrics["acc"])
-    retrained, retr_metrics = fit_model(run_cfg, sets.corrected, None, retrain=False)
+    job = Job.from_cfg(run_cfg, "run", data=sets.biased, scenario=scenario)  # DUCK's targeted preset, checked
+    device = job.device
+    original, orig_metrics = fit_model(job, retrain=False)
+    duck_metrics, result = unlearn_model(job, copy.deepcopy(original), orig_metrics["acc"])
+    retrained, retr_metrics = fit_model(job.replace(data=sets.corrected, scenario=None), retrain=False)
     models = {"original": original, "duck": result.model, "retrained": retrained}
     rec: dict[str, Any] = {"seed": seed, "biased_idx": sets.biased_idx.tolist(),
                            "confounder_idx": sets.confounder_idx.tolist(),
@@ -343,7 +342,7 @@ def spec_of(cfg: DictConfig) -> BiasSpec:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    from duck.cli.setup import build_data
+    from duck.pipeline.job import build_data
 
     validate(cfg, RULES)
     compare.check_protocol_overrides([str(o) for o in cfg.overrides])

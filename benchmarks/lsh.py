@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 from scipy.stats import norm
 from tqdm.auto import tqdm
 
-from duck.bench.common import (
+from benchmarks.common import (
     auto_or,
     boolean,
     device_rule,

@@ -30,7 +30,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from duck.bench.common import (
+from benchmarks.common import (
     device_rule,
     integer,
     list_of,

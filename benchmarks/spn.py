@@ -38,7 +38,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from duck.bench.common import (
+from benchmarks.common import (
     boolean,
     device_rule,
     fmt_mean_std,

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from attacks.audit import audit_models
 from attacks.batched import calibrate, train_batched
 from attacks.shadow import keep_matrix, shadow_seed
-from duck.bench.common import (
+from benchmarks.common import (
     boolean,
     device_rule,
     dir_path,
@@ -51,7 +51,7 @@ from duck.utils import resolve_device
 
 
 def _conf_dir() -> Path:
-    from duck.cli._app import conf_dir
+    from duck.pipeline.config import conf_dir
 
     return conf_dir()
 
@@ -113,7 +113,7 @@ def _scenario(kind: str, data: DatasetSplits, spec: dict[str, Any], seed: int) -
 
 
 def _check(name: str, lira: dict[str, Any]) -> str:
-    from duck.report.report import verdict
+    from attacks.audit import lira_verdict as verdict
 
     if name == "original":
         ok = lira["auc_ci"][0] > 0.5 and lira["tpr_at_fpr"]["0.01"] > 0.01
@@ -243,7 +243,7 @@ def throughput(cfg: DictConfig, device: torch.device) -> list[dict]:
         # control: how far training carries a rounding-sized change (one bias + 1e-7), same seed and data
         perturbed = fresh(0)
         with torch.no_grad():
-            perturbed.net.get_classifier().bias[0] += 1e-7
+            perturbed.classifier().bias[0] += 1e-7
         perturbed, _ = train_classifier(perturbed, data.train, recipe, indices=index_sets[0],
                                         augment=data.augment, seed=seeds[0], trainer_cfg=trainer_cfg)
         control = _max_diff(seq_models[0], perturbed)

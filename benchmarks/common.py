@@ -6,11 +6,12 @@ import math
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
+
+from duck.report.tables import fmt_mean_std, markdown_table, mean_std  # noqa: F401  (the suites' tables)
 
 
 def machine_info() -> dict[str, Any]:
@@ -51,25 +52,6 @@ def timed(fn: Callable[[], Any], device: torch.device | str | None = None) -> tu
     out = fn()
     sync(device)
     return out, time.perf_counter() - t0
-
-
-def mean_std(values: Sequence[float]) -> dict[str, float]:
-    """Mean and sample standard deviation (ddof=1; 0 for a single value)."""
-    a = np.asarray(values, dtype=float)
-    return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if a.size > 1 else 0.0, "n": int(a.size)}
-
-
-def fmt_mean_std(values: Sequence[float] | dict[str, float], digits: int = 3) -> str:
-    """``"0.912 (0.004)"`` as in the papers' tables."""
-    ms = values if isinstance(values, dict) else mean_std(values)
-    return f"{ms['mean']:.{digits}f} ({ms['std']:.{digits}f})"
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub-flavoured Markdown table."""
-    out = ["| " + " | ".join(map(str, headers)) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
-    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------------------- config checks

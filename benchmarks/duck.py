@@ -1,6 +1,6 @@
 """``duck-bench duck``: DUCK against the retrained oracle (seeds/003 Tables I/II protocol) on Fashion-MNIST.
 
-Runs the comparison protocol of :mod:`duck.bench.compare` with DUCK only, training every original and oracle
+Runs the comparison protocol of :mod:`benchmarks.compare` with DUCK only, training every original and oracle
 in this run (a fresh cache in the run directory), so unlearning and retraining times come from the same run.
 The protocol runs once per recipe length of the original (= oracle) recipe: DUCK's cost is its two phases,
 so the retrain/DUCK time ratio grows with the recipe's length. Reports mean (std) of A_t, A_f, AUS and wall
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from duck.bench import compare
-from duck.bench.common import boolean, fmt_mean_std, integer, list_of, markdown_table, mean_std, optional, validate
+from benchmarks import compare
+from benchmarks.common import boolean, fmt_mean_std, integer, list_of, markdown_table, mean_std, optional, validate
 
 
 def _targets(records: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
@@ -73,9 +73,9 @@ RULES = {
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg, RULES)
-    from duck.cli.setup import output_dir
+    from duck.pipeline.config import hydra_output_dir
 
-    out = output_dir()
+    out = hydra_output_dir()
     results, sections, rows = {}, [], []
     for k, epochs in enumerate(cfg.recipe_epochs):
         sub = OmegaConf.create({

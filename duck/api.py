@@ -1,0 +1,163 @@
+"""The one-call Python API: ``duck.unlearn(model, train, forget_classes=[3])`` on any classifier
+``nn.Module`` and any map-style data set, with the defaults and presets of the packaged configs.
+
+It builds the same :class:`~duck.pipeline.job.Job` as ``duck-unlearn`` (the method's config composed from the
+packaged ``conf/``, the trainer settings of ``trainer=auto``/``cpu``/``gpu``, ``threads="auto"``) and runs the
+same stages: measure the original (refused near chance), unlearn, evaluate. The caller's model is not
+modified: the method works on a copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from duck.errors import DuckInputError
+from duck.unlearn.base import UnlearnResult
+
+#: ``device=`` values and the trainer config each uses
+DEVICES = {"auto": "auto", "cpu": "cpu", "cuda": "gpu", "gpu": "gpu"}
+
+
+def _fresh_copy(net: nn.Module) -> nn.Module:
+    """A copy of ``net`` with every parameter re-initialised by its module's ``reset_parameters`` (the
+    architecture's own initialisation; parameters of modules without one keep their values)."""
+    fresh = copy.deepcopy(net)
+    for module in fresh.modules():
+        reset = getattr(module, "reset_parameters", None)
+        if callable(reset):
+            reset()
+    return fresh
+
+
+def _scenario_args(forget_classes: Any, forget_ids: Any, forget_fraction: Any) -> tuple[str, dict[str, Any]]:
+    """``(scenario kind, its settings)`` from exactly one ``forget_*`` keyword."""
+    given = {k: v for k, v in (("forget_classes", forget_classes), ("forget_ids", forget_ids),
+                               ("forget_fraction", forget_fraction)) if v is not None}
+    if len(given) != 1:
+        raise DuckInputError(f"pass exactly one of forget_classes=, forget_ids=, forget_fraction= (got "
+                             f"{', '.join(given) or 'none'}): the classes to remove (ids or names), the training "
+                             "indices to forget, or a random fraction of the training set")
+    if forget_classes is not None:
+        classes = [forget_classes] if isinstance(forget_classes, (int, str, np.integer)) else list(forget_classes)
+        return "class_removal", {"forget_classes": classes}
+    if forget_ids is not None:
+        if isinstance(forget_ids, torch.Tensor):
+            forget_ids = forget_ids.tolist()
+        ids = forget_ids if isinstance(forget_ids, str) else np.asarray(forget_ids).tolist()
+        return "custom", {"forget_ids": ids}
+    return "homogeneous_removal", {"fraction": forget_fraction}
+
+
+def _compose(method: str, device: str, hparams: dict[str, Any], recipe: str | None) -> Any:
+    """The ``unlearn`` config with ``method=NAME``, the device's trainer and, where given, ``recipe=NAME``;
+    ``hparams`` override the method's top-level settings (unknown names are refused by the Job)."""
+    from omegaconf import OmegaConf, open_dict
+
+    from duck.pipeline.config import compose, conf_dir
+
+    if not isinstance(method, str) or not (conf_dir() / "method" / f"{method}.yaml").is_file():
+        from duck.unlearn import list_unlearners
+
+        raise DuckInputError(f"unknown method {method!r}; choose one of: {', '.join(list_unlearners())}")
+    if device not in DEVICES:
+        raise DuckInputError(f"device={device!r}; choose one of {', '.join(DEVICES)}")
+    overrides = [f"method={method}", f"trainer={DEVICES[device]}", "audit=false"]
+    if recipe is not None:
+        if not isinstance(recipe, str) or not (conf_dir() / "recipe" / f"{recipe}.yaml").is_file():
+            raise DuckInputError(f"recipe={recipe!r} is not a packaged recipe; choose one of: "
+                                 + ", ".join(sorted(p.stem for p in (conf_dir() / "recipe").glob("*.yaml"))))
+        overrides.append(f"recipe={recipe}")
+    cfg = compose("unlearn", overrides)
+    with open_dict(cfg):
+        for key, value in hparams.items():
+            OmegaConf.update(cfg, f"method.{key}", value, force_add=True)
+    return cfg
+
+
+def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str] | int | str | None = None,
+            forget_ids: Sequence[int] | np.ndarray | torch.Tensor | str | None = None,
+            forget_fraction: float | None = None, method: str = "duck", test: Any = None, head: str | None = None,
+            seed: int = 0, device: str = "auto", threads: int | str | None = "auto", progress: bool = False,
+            recipe: str | None = None, expect_acc: float | None = None, min_acc_factor: float = 1.5,
+            normalization: Any = None, **hparams: Any) -> UnlearnResult:
+    """Unlearn a forget set from ``model`` and return the unlearned copy with its metrics.
+
+    ``model``: any classifier ``nn.Module`` (a timm model, a torchvision model, your own); the embedding/head
+    split that DUCK and several baselines need is found automatically or named with ``head=`` (the attribute
+    path of the final ``nn.Linear``, e.g. ``"fc"``). ``train`` / ``test``: map-style data sets yielding
+    ``(x, y)`` (the index is the position), e.g. ``torchvision.datasets.ImageFolder`` with your transforms;
+    ``test`` enables the test accuracies and AUS. Exactly one of ``forget_classes`` (ids or names from
+    ``train.classes``), ``forget_ids`` (training indices, or a .txt/.npy/.csv file) or ``forget_fraction``.
+    ``method``: a registered method (``duck.unlearn.list_unlearners()``), its hyperparameters as keywords
+    (``lambda_fgt=2.0``; defaults and presets from the packaged ``conf/method/NAME.yaml``). ``recipe``: the
+    training recipe name, needed only by ``method="retrain"``. ``normalization=(mean, std)``: the per-channel
+    normalisation your transform applies (read from a ``transforms.Normalize`` when there is one); only
+    ``boundary_shrink`` needs it, for its attack step in pixel units. ``threads="auto"`` uses one torch thread on
+    machines with at most 4 cores, as the command line does.
+
+    The original is measured first and refused (:class:`duck.DuckInputError`) when its accuracy is below
+    ``min_acc_factor / num_classes`` or, with ``expect_acc``, off by more than 0.02 from it. Returns an
+    :class:`~duck.unlearn.UnlearnResult`: ``.model`` (the unlearned copy, of the input's own type),
+    ``.metrics`` (the ``metrics.json`` record: ``acc``, ``aus``, ``time_s``, ``reached_target``, ...) and
+    ``.state_dict()`` (the input model's own key names)."""
+    from duck.data.scenarios import build_scenario
+    from duck.data.user import as_splits
+    from duck.models import Classifier, wrap_model
+    from duck.pipeline.config import configure_threads
+    from duck.pipeline.job import Job, Trust, method_settings, resolve_accelerator
+    from duck.pipeline.stages import check_original, evaluate, unlearn_model
+    from duck.training import Recipe
+    from duck.unlearn.config import resolve_method_cfg
+    from duck.utils import check_number, check_seed
+
+    if not isinstance(model, nn.Module):
+        raise DuckInputError(f"model must be a torch.nn.Module classifier, got {type(model).__name__}")
+    configure_threads(threads)
+    seed = check_seed(seed, "seed")
+    kind, scenario_kw = _scenario_args(forget_classes, forget_ids, forget_fraction)
+    data = as_splits(train, test, normalization=normalization)
+    cfg = _compose(method, device, hparams, recipe)
+    torch_device = resolve_accelerator(str(cfg.trainer.accelerator))
+    example = next(iter(torch.utils.data.DataLoader(data.train, batch_size=2)))[0]
+    user_module = not isinstance(model, Classifier)
+    classifier = (copy.deepcopy(model) if not user_module
+                  else wrap_model(copy.deepcopy(model), head=head, example=example, num_classes=data.num_classes))
+    split_head = getattr(classifier, "head_path", None) or head
+    if classifier.num_classes != data.num_classes:
+        raise DuckInputError(f"the model outputs {classifier.num_classes} classes but the data set has "
+                             f"{data.num_classes}; pass the data set the model was trained on")
+    scenario = build_scenario(kind, data.train.labels, None if data.test is None else data.test.labels,
+                              data.num_classes, class_names=data.class_names or None, seed=seed, **scenario_kw)
+    if data.test is None and scenario.forget_target_rule == "test_accuracy":
+        raise DuckInputError(f"{'forget_fraction' if kind == 'homogeneous_removal' else 'forget_ids'}= needs test=: "
+                             "the forget set should end as accurate as unseen data, the original's test accuracy")
+    name, method_cfg = method_settings(cfg)
+
+    def factory() -> Classifier:
+        net = classifier.net if user_module else classifier
+        fresh = _fresh_copy(net)
+        return wrap_model(fresh, head=split_head, example=example) if user_module else fresh
+
+    from omegaconf import OmegaConf
+
+    job = Job(command="unlearn", data=data, scenario=scenario, model_name=classifier.arch, model_factory=factory,
+              device=torch_device, trainer_cfg=OmegaConf.to_container(cfg.trainer, resolve=True),
+              recipe=Recipe.from_cfg(OmegaConf.to_container(cfg.recipe, resolve=True)) if recipe else None,
+              method=name, method_cfg=method_cfg, hparams=resolve_method_cfg(method_cfg, data.name, scenario.kind),
+              trust=Trust(check_number(min_acc_factor, "min_acc_factor", 0.0, False),
+                          None if expect_acc is None else check_number(expect_acc, "expect_acc", 0.0, False, 1.0)),
+              seed=seed, progress=bool(progress), config=OmegaConf.to_container(cfg, resolve=True))
+    classifier.to(torch_device)
+    original_acc = evaluate(job, classifier)
+    check_original(job, original_acc)
+    metrics, result = unlearn_model(job, classifier, original_acc)
+    unlearned = result.model
+    return UnlearnResult(model=unlearned.net if user_module else unlearned, time_s=result.time_s,
+                         epochs=result.epochs, reached_target=result.reached_target, history=result.history,
+                         info=result.info, metrics=metrics, classifier=unlearned)

@@ -1,0 +1,197 @@
+"""The audit stage: LiRA + SVM MIA of a job's models with one shadow bank (ALGORITHMS.md §4), the DP
+"shareable statistics" (``report.shareable``), the feature-space analysis (``report.analysis``: cluster
+density and t-SNE, seeds/003 §IV-I) and the report (``report.html``, ``report.md``, ``plots/*.png``).
+Shared by duck-run, duck-unlearn (``audit=true``) and duck-audit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from attacks.audit import REFERENCE_NAMES, audit_models
+from duck.errors import DuckInputError
+from duck.io import atomic_save_json
+from duck.metrics import aus_inputs, scenario_aus
+from duck.pipeline.job import Job, feature_samples
+
+__all__ = ["REFERENCE_NAMES", "audit_and_report", "audit_lines"]
+from duck.privacy.shareable import check_shareable_cfg
+from duck.report import write_report
+from duck.utils import warn_line
+
+MANIFEST_ROLES = {"original": "original", "retrain": "retrained", "retrained": "retrained"}
+
+
+def resolve_role(role: str, manifest: dict[str, Any] | None) -> str:
+    """The audited checkpoint's name: ``role`` as given, or from its manifest's ``method``."""
+    if role != "auto":
+        if not isinstance(role, str) or not role.strip() or role == "shadow":
+            raise DuckInputError(f"role={role!r} must name the audited model (original, unlearned, retrained, or "
+                                 "any other non-empty name; not shadow), or be auto")
+        return role
+    method = (manifest or {}).get("method")
+    if method == "shadow":
+        raise DuckInputError("this checkpoint is a shadow model of a LiRA bank; audit a target model instead")
+    if method is None:
+        return "target"
+    return MANIFEST_ROLES.get(str(method), "unlearned")
+
+
+def check_recorded_recipes(manifests: dict[str, dict[str, Any] | None], requested: Any) -> None:
+    """Warn when a checkpoint that records its own training (an original or a retrained oracle: duck-train,
+    duck-run) was trained with another recipe than ``recipe=...``, which trains the shadows. An unlearned
+    checkpoint's manifest holds the unlearning job's recipe setting, not the one its original was trained
+    with, so it says nothing here (it warned for the right recipe before)."""
+    for name, manifest in manifests.items():
+        if (manifest or {}).get("method") not in ("original", "retrain"):
+            continue
+        recorded = (manifest.get("config") or {}).get("recipe")
+        if isinstance(recorded, dict) and recorded != requested:
+            warn_line(f"the {name} checkpoint was trained with another recipe than recipe=... (epochs "
+                      f"{recorded.get('epochs')} vs {requested.get('epochs')}); the shadows are trained with the "
+                      "configured recipe, which should be the one the target models were trained with")
+
+
+def accuracy_rows(job: Job, models: dict[str, Any], methods: dict[str, str]
+                  ) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
+    """Accuracy/AUS records of the audited models (AUS needs the original: given, or the target itself), and
+    their accuracies."""
+    from duck.pipeline.stages import evaluate
+
+    accs = {n: evaluate(job, m) for n, m in models.items()}
+    original_acc = accs.get("original")
+    rows = []
+    for name, acc in accs.items():
+        _, a_t, a_f = aus_inputs(acc, acc, job.scenario)
+        rows.append({"model": name, "method": methods.get(name), "A_t": a_t, "A_f": a_f,
+                     "AUS": scenario_aus(acc, original_acc, job.scenario) if original_acc else None,
+                     "train_forget": acc.get("train_forget")})
+    return rows, accs
+
+
+def feature_space_section(options: dict[str, Any], models: dict[str, Any], data: Any, scenario: Any,
+                          device: Any) -> tuple[dict[str, Any], bytes | None]:
+    """The feature-space analysis of seeds/003 §IV-I on the training split (forget + retain samples):
+    ``(feature_space dict for audit.json and the report, t-SNE panels PNG or None)``. Cluster density (Eq. 9)
+    of every retain class and of the forget set in each model, with the PCA dimension chosen on the original
+    model (:func:`duck.analysis.density.model_densities`); a t-SNE map per model on a stratified subsample."""
+
+    from duck.analysis.density import group_labels, model_densities
+    from duck.analysis.tsne import tsne_panels
+    from duck.report.plots import tsne_panels_png
+    from duck.unlearn.duck import embed_samples
+
+    idx, is_forget = feature_samples(scenario)
+    embeddings, labels = {}, None
+    for name, model in models.items():
+        z, y, _ = embed_samples(model, data.train, idx, device=device)
+        embeddings[name], labels = z.cpu().double(), y.cpu().numpy()
+    dens = options["density"]
+    feature_space = model_densities(embeddings, group_labels(labels, is_forget), n_components=dens["n_components"],
+                                    variance=dens["variance"], coverage=dens["coverage"])
+    tsne = options["tsne"]
+    if not tsne["enabled"]:
+        return feature_space, None
+    panels = tsne_panels(embeddings, labels, is_forget, max_points=tsne["max_points"],
+                         perplexity=tsne["perplexity"], seed=tsne["seed"])
+    feature_space["tsne"] = {"n_points": int(len(panels.index)), "perplexity": tsne["perplexity"],
+                             "seed": tsne["seed"], "skipped": panels.skipped}
+    if not panels.coords:
+        return feature_space, None
+    return feature_space, tsne_panels_png(panels.coords, panels.labels, panels.is_forget)
+
+
+def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: Any, scenario: Any,
+                      device: Any) -> tuple[str, dict[str, Any]]:
+    """DP outlier statistics of the forget samples in each model's embedding space (issue 8 item 5):
+    ``(markdown section, {model: released dict})``. The budget ``(eps, delta)`` is split over the models."""
+    import numpy as np
+
+    from duck.privacy.mechanisms import make_generator
+    from duck.privacy.shareable import shareable_outlier_statistics
+    from duck.unlearn.duck import embed_samples
+
+    cfg_share = check_shareable_cfg(cfg_share)
+    # one generator for all the models' releases: sequential composition needs independent noise per release
+    # (re-seeding per model gave every model the same draw, so differences between their counts were exact)
+    gen = make_generator(cfg_share.get("seed"))
+    n = len(models)
+    retain = np.asarray(scenario.retain_idx)
+    cap = int(cfg_share["max_retain"])
+    if len(retain) > cap:
+        retain = np.sort(np.random.default_rng(0).choice(retain, cap, replace=False))
+    released = {}
+    for name, model in models.items():
+        z_f = embed_samples(model, data.train, scenario.forget_idx, device=device)[0].cpu()
+        z_r = embed_samples(model, data.train, retain, device=device)[0].cpu()
+        released[name] = shareable_outlier_statistics(
+            z_f, z_r, eps=float(cfg_share["eps"]) / n, delta=float(cfg_share["delta"]) / n, k=int(cfg_share["k"]),
+            r=float(cfg_share["r"]), n_components=int(cfg_share["n_components"]), h=int(cfg_share["h"]),
+            seed=gen, device="cpu", prefix="report.shareable.")
+    rows = []
+    for name, rel in released.items():
+        c = rel["count"]
+        rows.append(f"| {name} | {c['value']:.1f} | {c['sigma']:.2f} | {', '.join(rel['top_subspaces']['names'])} "
+                    f"| {c['eps'] + rel['top_subspaces'].get('eps', 0.0):.3g} |")
+    first = next(iter(released.values()))
+    md = ("Differentially private statistics about the forget samples, safe to share with a third party "
+          f"(total budget ε = {float(cfg_share['eps']):g}, δ = {float(cfg_share['delta']):g}, split over {n} models). "
+          f"A forget sample counts as an outlier when fewer than k = {cfg_share['k']} of {len(retain)} retain samples "
+          f"lie within r = {cfg_share['r']} retain standard deviations of it in the top {cfg_share['n_components']} "
+          "principal components of the retain embeddings. Protected: the forget samples; not protected: "
+          f"{first['privacy']['not_protected']}.\n\n"
+          "| model | DP outlier count | noise σ | top-h subspaces (DP) | ε spent |\n|---|---|---|---|---|\n"
+          + "\n".join(rows) + f"\n\n{len(scenario.forget_idx)} forget samples in all.")
+    return md, released
+
+
+def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_rows: list[dict[str, Any]],
+                     run_times: dict[str, float], title: str,
+                     out_dirs: dict[str, Path]) -> tuple[dict[str, Any], dict[str, Path]]:
+    """LiRA + SVM MIA of ``models`` with one shadow bank, the DP "shareable statistics", the feature-space
+    analysis, and the report in ``out``; each model's ``audit.json`` goes to ``out_dirs[name]``."""
+    if job.audit is None:
+        raise DuckInputError("this job has no audit settings (attack=..., report=...)")
+    data, scenario, device, opts = job.data, job.scenario, job.device, job.audit
+    extra = []
+    released: dict[str, Any] = {}
+    if opts.shareable["enabled"]:  # before the bank and before any file: data-dependent bounds fail here
+        md, released = shareable_section(opts.shareable, models, data, scenario, device)
+        extra.append(("Shareable statistics (differential privacy)", md))
+    feature_space, tsne_png, feature_s = None, None, 0.0
+    if opts.analysis["enabled"]:  # before the bank too
+        t0 = time.perf_counter()
+        feature_space, tsne_png = feature_space_section(opts.analysis, models, data, scenario, device)
+        feature_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    audits = audit_models(opts.attack, data, scenario, models, recipe=job.recipe, model_factory=job.model_factory,
+                          augment=data.augment, cache_dir=job.cache_dir, device=device, seed=job.seed,
+                          trainer_cfg=job.trainer_cfg, out_dirs=out_dirs, progress=job.progress)
+    bank = next(iter(audits.values()))["bank"]
+    times = {**run_times, "shadow bank training": bank["train_s"], "shadow inference": bank["phi_s"],
+             "audit (all models)": time.perf_counter() - t0}
+    if feature_space is not None:
+        times["feature space (density, t-SNE)"] = feature_s
+    for name in audits:
+        if name in released:
+            audits[name]["shareable"] = released[name]
+        if feature_space is not None:
+            audits[name]["feature_space"] = feature_space  # every model's file holds the comparison
+        if name in released or feature_space is not None:
+            atomic_save_json(Path(out_dirs[name]) / "audit.json", audits[name])
+    paths = write_report(out, summary_rows=summary_rows, audits=audits, config=job.config, scenario=scenario,
+                         run_times=times, title=title, extra_sections=extra, feature_space=feature_space,
+                         tsne_png=tsne_png)
+    return audits, paths
+
+
+def audit_lines(audits: dict[str, Any]) -> str:
+    """One line per audited model: LiRA AUC with its confidence interval and TPR at 1 % FPR."""
+    lines = []
+    for name, a in audits.items():
+        lira = a["lira"]
+        lo, hi = lira["auc_ci"]
+        lines.append(f"  LiRA {name:>10}: AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}], "
+                     f"TPR@1% FPR {lira['tpr_at_fpr'].get('0.01', float('nan')):.3f}")
+    return "\n".join(lines)

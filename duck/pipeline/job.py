@@ -1,0 +1,266 @@
+"""The job as one object: every setting of a run read and checked once (scikit-learn's habit: validate at the
+boundary, then the stages trust their inputs).
+
+:meth:`Job.from_cfg` turns a composed Hydra config into a :class:`Job`: the data set, the scenario, the model
+builder, the method and its hyperparameters, the training recipe, the device and trainer settings, the audit
+and report settings, the trust checks of the original. The stages (:mod:`duck.pipeline.stages`,
+:mod:`duck.pipeline.cache`, :mod:`duck.pipeline.audit`) and the jobs (:mod:`duck.pipeline.jobs`) receive the
+Job and never read the config again; :func:`duck.unlearn` builds a Job without any config file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from attacks.audit import AuditSettings, check_audit_data
+from attacks.shadow import check_cache_dir
+from duck.analysis.options import check_analysis_cfg, check_analysis_data
+from duck.data.augment import check_augment
+from duck.data.base import DatasetSplits
+from duck.data.registry import build_datasets
+from duck.data.scenarios import Scenario, build_scenario
+from duck.errors import DuckInputError
+from duck.models import Classifier, create_model
+from duck.pipeline.config import conf_dir, container, resolve_progress
+from duck.privacy.shareable import check_shareable_cfg
+from duck.training import Recipe, check_trainer_settings
+from duck.unlearn import get_unlearner_class
+from duck.unlearn.config import check_known_keys, resolve_method_cfg
+from duck.utils import check_number
+
+#: job commands and what each needs
+COMMANDS = ("train", "unlearn", "audit", "run")
+SCENARIO_KINDS = "scenario=class_removal|homogeneous_removal|custom|targeted"
+
+
+@dataclass
+class Trust:
+    """When an original model is too broken to unlearn or audit (issue 24 item 5): its test accuracy must be
+    at least ``min_acc_factor / num_classes`` (1.5x chance by default) and, with ``expect_acc`` (the accuracy
+    the user measured in their own pipeline), within ``expect_acc_tol`` of it."""
+
+    min_acc_factor: float = 1.5
+    expect_acc: float | None = None
+    expect_acc_tol: float = 0.02
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> Trust:
+        factor = check_number(cfg.get("min_acc_factor", 1.5), "min_acc_factor", 0.0, False)
+        expect = cfg.get("expect_acc", None)
+        if expect is not None:
+            expect = check_number(expect, "expect_acc", 0.0, False, 1.0)
+        tol = check_number(cfg.get("expect_acc_tol", 0.02), "expect_acc_tol", 0.0, False, 1.0)
+        return cls(factor, expect, tol)
+
+
+@dataclass
+class AuditOptions:
+    """The audit and report settings: LiRA + SVM MIA (``attack.*``), the DP shareable statistics
+    (``report.shareable.*``) and the feature-space analysis (``report.analysis.*``)."""
+
+    attack: AuditSettings
+    shareable: dict[str, Any]
+    analysis: dict[str, Any]
+
+
+@dataclass
+class Job:
+    """Everything a run needs, resolved once (see the module docstring)."""
+
+    command: str
+    data: DatasetSplits
+    scenario: Scenario | None
+    model_name: str
+    model_factory: Callable[[], Classifier]  # a freshly initialised model of the job's architecture
+    device: torch.device
+    trainer_cfg: dict[str, Any] = field(default_factory=dict)
+    recipe: Recipe | None = None
+    method: str | None = None
+    method_cfg: dict[str, Any] | None = None  # the method's config (presets resolved by the unlearner)
+    hparams: dict[str, Any] | None = None  # its effective hyperparameters for this data set and scenario
+    audit: AuditOptions | None = None
+    trust: Trust = field(default_factory=Trust)
+    seed: int = 0
+    eval_batch_size: int = 1024
+    progress: bool = False
+    cache_dir: Path | None = None
+    reuse_cached: bool = True
+    config: dict[str, Any] = field(default_factory=dict)  # the resolved config, recorded in manifests
+    inputs: dict[str, Any] = field(default_factory=dict)  # ckpt, original_ckpt, retrained_ckpt, role
+    data_cfg: dict[str, Any] = field(default_factory=dict)  # cfg.data (the split settings manifests record)
+    model_cfg: dict[str, Any] = field(default_factory=dict)  # cfg.model (cache keys)
+    recipe_cfg: dict[str, Any] = field(default_factory=dict)  # cfg.recipe (cache keys)
+
+    def replace(self, **changes: Any) -> Job:
+        """A copy with some fields changed (a benchmark's variant of the data, the scenario or the seed)."""
+        return dataclasses.replace(self, **changes)
+
+    def build_model(self) -> Classifier:
+        return self.model_factory()
+
+    def expected_spec(self) -> dict[str, Any]:
+        """What a checkpoint's manifest must agree with: the model, the data set and its shape, and the requested
+        ``data`` config (whose train/test split settings :func:`duck.checkpoint.check_manifest` compares)."""
+        d = self.data
+        return {"model": self.model_name, "num_classes": d.num_classes, "in_chans": d.in_chans,
+                "img_size": d.img_size, "dataset": d.name, "data": self.data_cfg}
+
+    # ------------------------------------------------------------------------------------------ from a config
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig, command: str, *, data: DatasetSplits | None = None,
+                 scenario: Scenario | None = None) -> Job:
+        """Resolve and check every setting of ``cfg`` for ``command`` (one of :data:`COMMANDS`) before any work.
+
+        ``data`` / ``scenario`` reuse objects built already (benchmarks build the data once for many jobs)."""
+        if command not in COMMANDS:
+            raise ValueError(f"unknown command {command!r}")
+        attack_settings = None
+        if command == "audit" or cfg.get("audit"):  # options checked before the data are loaded
+            attack_settings, share, analysis = check_report_options(cfg)
+        if data is None:
+            data = build_data(cfg)
+        if scenario is None:
+            scenario = build_scenario_cfg(cfg, data)
+        if scenario is None and command != "train":
+            raise DuckInputError(f"duck-{command} needs a scenario"
+                                 + (" (it defines the members)" if command == "audit" else "") + f": {SCENARIO_KINDS}")
+        if command == "train" and cfg.get("retrain") and scenario is None:
+            raise DuckInputError("retrain=true needs a scenario (e.g. scenario=class_removal) to define the retain set")
+        model_name, model_kw = model_settings(cfg)
+        job = cls(command=command, data=data, scenario=scenario, model_name=model_name,
+                  model_factory=lambda: create_model(model_name, data.num_classes, data.in_chans, data.img_size,
+                                                     **model_kw),
+                  device=device_of(cfg), trainer_cfg=container(cfg.trainer) or {},
+                  trust=Trust.from_cfg(cfg), seed=int(cfg.get("seed", 0)),
+                  eval_batch_size=int(cfg.get("eval_batch_size", 1024)),
+                  progress=resolve_progress(cfg.get("progress", "auto")),
+                  reuse_cached=bool(cfg.get("reuse_cached", True)), config=container(cfg),
+                  inputs={k: cfg.get(k) for k in ("ckpt", "original_ckpt", "retrained_ckpt", "role") if k in cfg},
+                  data_cfg=container(cfg.data), model_cfg=container(cfg.model),
+                  recipe_cfg=container(cfg.recipe) if cfg.get("recipe") is not None else {})
+        if cfg.get("method") is not None and command in ("unlearn", "run"):
+            job.method, job.method_cfg = method_settings(cfg)
+            job.hparams = resolve_method_cfg(job.method_cfg, data.name, scenario.kind)
+            get_unlearner_class(job.method).check_trainer_cfg(job.trainer_cfg)
+        if cfg.get("recipe") is not None:
+            job.recipe = Recipe.from_cfg(job.recipe_cfg)
+        check_trainer_settings(job.trainer_cfg)
+        if cfg.get("cache_dir") is not None:
+            job.cache_dir = check_cache_dir(cfg.cache_dir)
+        if attack_settings is not None:
+            job.audit = AuditOptions(attack_settings, share, analysis)
+            check_audit_against_data(job)
+        return job
+
+
+# ----------------------------------------------------------------------------------------------- the pieces
+def build_data(cfg: DictConfig) -> DatasetSplits:
+    kw = container(cfg.data)
+    data = build_datasets(kw.pop("name"), **kw)
+    check_augment(data.augment)
+    return data
+
+
+def build_scenario_cfg(cfg: DictConfig, data: DatasetSplits) -> Scenario | None:
+    """The scenario of ``cfg.scenario`` on ``data`` (None for ``scenario=none``); class names resolve through
+    the data set's ``class_names``."""
+    sc = container(cfg.scenario)
+    kind = sc.pop("kind")
+    if kind in (None, "none"):
+        return None
+    sc.setdefault("seed", int(cfg.get("seed", 0)))
+    return build_scenario(kind, data.train.labels, None if data.test is None else data.test.labels,
+                          data.num_classes, class_names=data.class_names or None, **sc)
+
+
+def model_settings(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
+    """``(model name, its options)`` from ``cfg.model``."""
+    kw = container(cfg.model)
+    return kw.pop("name"), kw
+
+
+def method_settings(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
+    """``(method name, its config)``; hyperparameters the method's config file does not define
+    (``+method.lambda_fgtt=3``) are refused."""
+    m = container(cfg.method)
+    name = m.pop("name")
+    get_unlearner_class(name)  # unknown names first
+    defaults = conf_dir() / "method" / f"{name}.yaml"
+    if defaults.is_file():
+        check_known_keys(m, OmegaConf.to_container(OmegaConf.load(defaults)), name)
+    return name, m
+
+
+def device_of(cfg: DictConfig) -> torch.device:
+    """The job's device from ``trainer.accelerator`` (auto: CUDA when available)."""
+    return resolve_accelerator(str(cfg.trainer.get("accelerator", "auto")))
+
+
+def resolve_accelerator(acc: str) -> torch.device:
+    if acc in ("gpu", "cuda") or (acc == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise DuckInputError(f"trainer.accelerator={acc} but CUDA is not available; use trainer=cpu or trainer=auto")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def check_report_options(cfg: DictConfig) -> tuple[AuditSettings, dict[str, Any], dict[str, Any]]:
+    """The data-free audit options (``attack.*``, ``report.shareable.*``, ``report.analysis.*``, the cache
+    directory): ``(attack settings, shareable settings, analysis settings)``."""
+    settings = AuditSettings.from_cfg(container(cfg.attack))
+    report_cfg = container(cfg.report) if cfg.get("report") is not None else {}
+    share = check_shareable_cfg(report_cfg.get("shareable"))
+    analysis = check_analysis_cfg(report_cfg.get("analysis"))
+    check_cache_dir(cfg.cache_dir)
+    return settings, share, analysis
+
+
+def feature_samples(scenario: Scenario) -> tuple[np.ndarray, np.ndarray]:
+    """The training samples the feature-space analysis embeds (forget + retain, ascending) and which are
+    forget samples: ``(idx (N,), is_forget (N,))``."""
+    idx = np.sort(np.concatenate([scenario.forget_idx, scenario.retain_idx]))
+    return idx, np.isin(idx, scenario.forget_idx)
+
+
+def feature_group_sizes(data: DatasetSplits, scenario: Scenario) -> dict[str, int]:
+    """Training samples per feature-space group: each retain class (its retain samples) and ``forget``."""
+    from duck.analysis.density import group_labels
+
+    idx, is_forget = feature_samples(scenario)
+    groups, counts = np.unique(group_labels(data.train.labels[idx], is_forget).astype(str), return_counts=True)
+    return dict(zip(groups.tolist(), counts.tolist(), strict=True))
+
+
+def check_audit_against_data(job: Job) -> None:
+    """The audit bounds that depend on the data and the scenario, before any work: the SVM MIA's sample
+    counts and the class-removal test samples; ``n_components`` against the embedding dimension and the
+    samples, ``k`` against the retain samples, the feature-space groups and t-SNE's perplexity (on a freshly
+    built model)."""
+    opts, data, scenario = job.audit, job.data, job.scenario
+    if data.test is None:
+        raise DuckInputError("the audit needs a test set (its non-members); pass test= / a data set with a test split")
+    check_audit_data(opts.attack, len(data.test), scenario)
+    share, analysis = opts.shareable, opts.analysis
+    if not (share["enabled"] or analysis["enabled"]):
+        return
+    from duck.unlearn.duck import embed_samples
+
+    with torch.no_grad():
+        dim = int(embed_samples(job.build_model(), data.train, np.array([0]), device=torch.device("cpu"))[0].shape[1])
+    check_analysis_data(analysis, feature_group_sizes(data, scenario), dim)
+    if share["enabled"]:
+        n_retain = min(len(scenario.retain_idx), share["max_retain"])
+        if share["n_components"] > min(dim, n_retain - 1):
+            raise DuckInputError(f"report.shareable.n_components={share['n_components']} exceeds min(embedding "
+                                 f"dim {dim}, n_retain - 1 = {n_retain - 1}); lower it")
+        if share["k"] > n_retain:
+            raise DuckInputError(f"report.shareable.k={share['k']} exceeds the number of retain samples "
+                                 f"({n_retain}); lower it")

@@ -1,0 +1,173 @@
+"""The four jobs of the command line, as library functions on a resolved :class:`~duck.pipeline.job.Job`:
+``train`` (duck-train), ``unlearn`` (duck-unlearn), ``audit`` (duck-audit) and ``run`` (duck-run: original →
+unlearn → retrained oracle → audit → report). Each writes its files into ``out`` and prints one line per
+stage; the console scripts in :mod:`duck.cli` only compose the config and call them."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.utilities import rank_zero_only
+
+from duck.checkpoint import save_checkpoint
+from duck.errors import DuckInputError
+from duck.io import atomic_save_json, atomic_write_text
+from duck.metrics import metrics_record
+from duck.pipeline.audit import (
+    REFERENCE_NAMES,
+    accuracy_rows,
+    audit_and_report,
+    audit_lines,
+    check_recorded_recipes,
+    resolve_role,
+)
+from duck.pipeline.cache import train_or_reuse
+from duck.pipeline.job import Job
+from duck.pipeline.models import load_model, unlearned_path, write_unlearned
+from duck.pipeline.stages import (
+    check_original,
+    evaluate,
+    fit_model,
+    format_metrics_line,
+    manifest_of,
+    save_model,
+    summary_table,
+    unlearn_model,
+    write_forget_ids,
+)
+from duck.utils import warn_line
+
+
+def train(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """duck-train: the original (or with ``retrain=true`` the oracle on the retain set) → ``model.ckpt``,
+    ``metrics.json``. A model at chance is refused before anything is written."""
+    retrain = bool(job.config.get("retrain"))
+    model, metrics = fit_model(job, retrain)
+    if rank_zero_only.rank != 0:  # DDP: only the first process writes
+        return metrics, {"model": model}
+    try:  # a model trained here at chance is written (the user asked for it) but said loudly
+        check_original(job, metrics["acc"], "the trained model")
+    except DuckInputError as e:
+        warn_line(f"{e}; duck-unlearn / duck-audit will refuse this checkpoint")
+    save_model(out, "model.ckpt", model, metrics, job)
+    if job.scenario is not None:
+        write_forget_ids(out / "forget_ids.txt", job.scenario)
+    print(f"{metrics['method']} {job.model_name} on {job.data.describe()}: "
+          + ", ".join(f"{k}={v:.4f}" for k, v in metrics["acc"].items()) + f" ({metrics['time_s']:.1f} s)")
+    print(f"wrote {out / 'model.ckpt'} and {out / 'metrics.json'}")
+    return metrics, {"model": model}
+
+
+def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """duck-unlearn: checkpoint in, unlearned checkpoint out (the input's own format and key names), its
+    ``metrics.json`` and ``forget_ids.txt``; with the audit, ``audit.json`` and the report too."""
+    model, manifest, rule = load_model(job, job.inputs["ckpt"])
+    model.to(job.device)
+    original_acc = evaluate(job, model)
+    check_original(job, original_acc)
+    reference = copy.deepcopy(model) if job.audit is not None else None  # the unlearner modifies its model
+    metrics, result = unlearn_model(job, model, original_acc)
+    path = unlearned_path(out, job)
+    write_unlearned(path, result.model, rule, manifest_of(job, result.model, metrics["method"],
+                                                          source_checkpoint=str(job.inputs["ckpt"])))
+    atomic_save_json(out / "metrics.json", metrics)
+    write_forget_ids(out / "forget_ids.txt", job.scenario)
+    print(format_metrics_line(metrics))
+    print(f"wrote {path}, {out / 'metrics.json'} and {out / 'forget_ids.txt'}")
+    extra: dict[str, Any] = {}
+    if job.audit is not None:
+        orig_rec = metrics_record(method="original", data_name=job.data.name, model_name=job.model_name,
+                                  seed=job.seed, acc=original_acc, original_acc=original_acc, scenario=job.scenario)
+        _, rows = summary_table([("original", orig_rec), (f"unlearned ({metrics['method']})", metrics)], job.scenario)
+        audits, paths = audit_and_report(
+            job, {"original": reference, "unlearned": result.model}, out, summary_rows=rows,
+            run_times={"unlearning": metrics["time_s"]}, title=f"duck-unlearn: {metrics['method']} on {job.data.name}",
+            out_dirs={"original": out / "original", "unlearned": out})
+        print(audit_lines(audits))
+        print(f"wrote {out / 'audit.json'}\nreport: {paths['html']}")
+        extra = {"audits": audits, "report": paths}
+    return metrics, {"model": result.model, "result": result, "unlearned_path": path, **extra}
+
+
+def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """duck-audit: LiRA (+ SVM MIA) of one checkpoint with the cached shadow bank, the optional references
+    (``original_ckpt``, ``retrained_ckpt``) audited with the same bank; ``audit.json``, the report."""
+    ckpt = job.inputs["ckpt"]
+    # a checkpoint unlearned or retrained for another forget set is refused: its audit would test the
+    # wrong members
+    target, manifest, _ = load_model(job, ckpt, check_forget=True)
+    role = resolve_role(str(job.inputs.get("role", "auto")), manifest)
+    models, methods = {role: target}, {role: (manifest or {}).get("method") or "?"}
+    manifests = {role: manifest}
+    for ref in REFERENCE_NAMES:
+        path = job.inputs.get(f"{ref}_ckpt")
+        if path:
+            if ref == role:
+                raise DuckInputError(f"{ref}_ckpt given, but the audited checkpoint is the {ref} itself; drop one")
+            if not Path(str(path)).expanduser().is_file():  # load_checkpoint's message would say "ckpt="
+                raise DuckInputError(f"{ref}_ckpt={path} not found; pass {ref}_ckpt=PATH to an existing checkpoint")
+            models[ref], ref_manifest, _ = load_model(job, path, check_forget=True)
+            methods[ref] = (ref_manifest or {}).get("method") or ref
+            manifests[ref] = ref_manifest
+    check_recorded_recipes(manifests, job.recipe_cfg)
+    rows, accs = accuracy_rows(job, models, methods)
+    first = "original" if "original" in accs else role
+    check_original(job, accs[first], f"the {first} model")
+    out_dirs = {name: out if name == role else out / name for name in models}
+    audits, paths = audit_and_report(job, models, out, summary_rows=rows, run_times={},
+                                     title=f"duck-audit: {Path(str(ckpt)).name} ({role})", out_dirs=out_dirs)
+    write_forget_ids(out / "forget_ids.txt", job.scenario)
+    lira = audits[role]["lira"]
+    lo, hi = lira["auc_ci"]
+    print(f"LiRA {lira['variant']} on {role}: AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}], "
+          + ", ".join(f"TPR@{float(k):.1%} FPR {v:.3f}" for k, v in lira["tpr_at_fpr"].items()))
+    print(f"wrote {out / 'audit.json'}\nreport: {paths['html']}")
+    return audits[role], {"audits": audits, "paths": paths, "out": out}
+
+
+def run(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """duck-run, the main job: original (trained or reused from the cache) → unlearn → retrained oracle →
+    evaluate all three → ``metrics.json`` for each and a summary table (``summary.md``, ``summary.json``) →
+    the audit of all three with one shadow bank and the report."""
+    scenario, name = job.scenario, job.method
+    stages = 4 if job.audit is not None else 3
+    print(f"[1/{stages}] original {job.model_name} on {job.data.describe()}")
+    original, orig_metrics, reused = train_or_reuse(job, "original", out, check=lambda acc: check_original(job, acc))
+    print(f"      {'reused from cache' if reused else 'trained'}: test accuracy {orig_metrics['acc']['test']:.4f}")
+    original_acc = orig_metrics["acc"]
+    reference = copy.deepcopy(original) if job.audit is not None else None  # unlearners modify their model in place
+    print(f"[2/{stages}] unlearning with {name}: {scenario.kind}, {len(scenario.forget_idx)} forget samples")
+    metrics, result = unlearn_model(job, original, original_acc)
+    save_checkpoint(out / "unlearned" / "unlearned.ckpt", result.model.state_dict(),
+                    manifest_of(job, result.model, name))
+    atomic_save_json(out / "unlearned" / "metrics.json", metrics)
+    write_forget_ids(out / "forget_ids.txt", scenario)
+    print(f"      done in {metrics['time_s']:.2f} s ({metrics['epochs']} epochs)")
+    print(f"[3/{stages}] retrained oracle on the retain set")
+    retrained, retr_metrics, reused = train_or_reuse(job, "retrained", out, original_acc=original_acc)
+    print(f"      {'reused from cache' if reused else 'trained'} ({retr_metrics['time_s']:.1f} s)")
+    table, records = summary_table([("original", orig_metrics), (f"unlearned ({name})", metrics),
+                                    ("retrained", retr_metrics)], scenario)
+    header = (f"# duck-run: {name} on {job.data.name} / {job.model_name}, {scenario.kind}"
+              + (f" of classes {scenario.forget_classes}" if scenario.forget_classes else "")
+              + f", {len(scenario.forget_idx)} forget samples, seed {job.seed}\n\n")
+    atomic_write_text(out / "summary.md", header + table + "\n")
+    atomic_save_json(out / "summary.json", {"scenario": scenario.summary(), "rows": records})
+    print("\n" + header + table)
+    extra: dict[str, Any] = {}
+    if job.audit is not None:
+        print(f"[4/{stages}] membership-inference audit of the three models ({job.audit.attack.n_shadow} shadows, "
+              "trained once per setup and cached)")
+        models = {"original": reference, "unlearned": result.model, "retrained": retrained}
+        audits, paths = audit_and_report(
+            job, models, out, summary_rows=records,
+            run_times={"original training": orig_metrics["time_s"], "unlearning": metrics["time_s"],
+                       "retraining": retr_metrics["time_s"]},
+            title=header.strip("# \n"), out_dirs={n: out / n for n in models})
+        print(audit_lines(audits))
+        print(f"report: {paths['html']}")
+        extra = {"audits": audits, "report": paths}
+    print(f"results in {out}")
+    return metrics, {"original": orig_metrics, "unlearned": metrics, "retrained": retr_metrics, "out": out, **extra}

@@ -1,0 +1,136 @@
+"""The stages of a job, each on a resolved :class:`~duck.pipeline.job.Job`: train a model, evaluate it, refuse
+an untrustworthy original, unlearn, and the records and files they produce (metrics.json records, manifests,
+``forget_ids.txt``, the summary table)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+
+from duck.checkpoint import build_manifest, save_checkpoint
+from duck.data.scenarios import Scenario
+from duck.errors import DuckInputError
+from duck.io import atomic_save_json, atomic_write_text
+from duck.metrics import aus_inputs, metrics_record, split_accuracies
+from duck.models import Classifier
+from duck.pipeline.job import Job
+from duck.report.tables import markdown_table
+from duck.training import train_classifier
+from duck.unlearn import UnlearnData, UnlearnResult, create_unlearner
+
+
+def evaluate(job: Job, model: Classifier) -> dict[str, float]:
+    """Split accuracies of ``model`` for the job's scenario (:func:`duck.metrics.split_accuracies`)."""
+    return split_accuracies(model, job.data, job.scenario, device=job.device, batch_size=job.eval_batch_size)
+
+
+def fit_model(job: Job, retrain: bool, original_acc: dict[str, float] | None = None
+              ) -> tuple[Classifier, dict[str, Any]]:
+    """Train the original (``retrain=False``) or the oracle on the retain set, and evaluate it.
+
+    Returns ``(model on the job's device, metrics record)``."""
+    if job.recipe is None:
+        raise DuckInputError("this job has no training recipe; pass recipe=NAME")
+    L.seed_everything(job.seed, workers=True, verbose=False)  # the initial weights depend on the seed too
+    model = job.build_model()
+    scenario = job.scenario
+    indices = scenario.retain_idx if retrain else None
+    model, seconds = train_classifier(model, job.data.train, job.recipe, indices=indices, augment=job.data.augment,
+                                      seed=job.seed, trainer_cfg=job.trainer_cfg, progress=job.progress)
+    model.to(job.device)
+    acc = evaluate(job, model)
+    if original_acc is None and scenario is not None and not retrain:
+        original_acc = acc  # the original is its own reference
+    metrics = metrics_record(method="retrain" if retrain else "original", data_name=job.data.name,
+                             model_name=job.model_name, seed=job.seed, acc=acc, original_acc=original_acc,
+                             scenario=scenario, time_s=seconds, epochs=job.recipe.epochs)
+    return model, metrics
+
+
+def manifest_of(job: Job, model: Classifier, method: str, **extra: Any) -> dict[str, Any]:
+    """The manifest of a checkpoint the job writes (model spec, data set, method, scenario, config, seed)."""
+    return build_manifest(model.spec(), job.data.name, method=method,
+                          scenario=job.scenario.summary() if job.scenario else None, config=job.config,
+                          seed=job.seed, **extra)
+
+
+def save_model(directory: Path, name: str, model: Classifier, metrics: dict[str, Any], job: Job) -> Path:
+    """Write ``directory/name`` (checkpoint with manifest) and ``directory/metrics.json`` atomically."""
+    path = save_checkpoint(directory / name, model.state_dict(), manifest_of(job, model, metrics["method"]))
+    atomic_save_json(directory / "metrics.json", metrics)
+    return path
+
+
+def check_original(job: Job, acc: dict[str, float], what: str = "the original") -> None:
+    """Refuse a model that cannot be trusted as the starting point (issue 24 item 5): test accuracy (the
+    training accuracy where the job has no test set) below ``min_acc_factor / num_classes``, or off by more
+    than ``expect_acc_tol`` from ``expect_acc``. The message names the likely causes and the settings."""
+    split = "test" if "test" in acc else "train_retain" if "train_retain" in acc else "train"
+    value = float(acc[split])
+    trust, k = job.trust, job.data.num_classes
+    causes = ("the data's normalisation (data.mean / data.std), its size or channels (data.img_size, "
+              "data.in_chans), the model settings (model.cifar_stem, the model or checkpoint itself)")
+    if trust.expect_acc is not None and abs(value - trust.expect_acc) > trust.expect_acc_tol:
+        raise DuckInputError(
+            f"{what} measures {split} accuracy {value:.4f} here but expect_acc={trust.expect_acc:g} "
+            f"(tolerance expect_acc_tol={trust.expect_acc_tol:g}): the data or the model is not prepared as in "
+            f"your pipeline; check {causes}")
+    threshold = trust.min_acc_factor / k
+    if value < threshold:
+        raise DuckInputError(
+            f"{what} is near chance: {split} accuracy {value:.4f} < min_acc_factor/num_classes = "
+            f"{trust.min_acc_factor:g}/{k} = {threshold:.4f}; unlearning or auditing it would mean nothing. Likely "
+            f"causes: {causes}; if it was trained here, the recipe (recipe.epochs, recipe.optimizer.lr). "
+            "Pass expect_acc=<its accuracy in your pipeline> to check a known value, or min_acc_factor=0 to skip")
+
+
+def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float]) -> tuple[dict[str, Any], UnlearnResult]:
+    """Unlearn ``model`` (in place) with the job's method and evaluate it: ``(metrics record, UnlearnResult)``."""
+    udata = UnlearnData(train=job.data.train, scenario=job.scenario, num_classes=job.data.num_classes,
+                        dataset_name=job.data.name, original_acc=original_acc, augment=job.data.augment,
+                        recipe=job.recipe, model_factory=job.model_factory)
+    unlearner = create_unlearner(job.method, model, udata, job.method_cfg, seed=job.seed,
+                                 trainer_cfg=job.trainer_cfg, progress=job.progress)
+    result = unlearner.unlearn()
+    result.model.to(job.device)
+    acc = evaluate(job, result.model)
+    metrics = metrics_record(method=job.method, data_name=job.data.name, model_name=job.model_name, seed=job.seed,
+                             acc=acc, original_acc=original_acc, scenario=job.scenario, time_s=result.time_s,
+                             epochs=round(result.epochs, 4), reached_target=result.reached_target,
+                             forget_target=unlearner.forget_target(float(unlearner.hp.get("tolerance", 0.01))))
+    return metrics, result
+
+
+def write_forget_ids(path: Path, scenario: Scenario) -> Path:
+    """``forget_ids.txt``: the resolved training-set indices of the forget set, one per line (ascending), the
+    file format ``scenario=custom scenario.forget_ids=...`` reads back."""
+    ids = np.asarray(scenario.forget_idx, dtype=np.int64)
+    header = f"# {scenario.kind}: {len(ids)} training-set indices (the data set's sample order; duck-data index lists it)\n"
+    return atomic_write_text(path, header + "".join(f"{i}\n" for i in ids.tolist()))
+
+
+def summary_table(rows: list[tuple[str, dict[str, Any]]], scenario: Scenario) -> tuple[str, list[dict[str, Any]]]:
+    """Markdown table of A_t, A_f, AUS, time for the original, the unlearned and the retrained model."""
+    cr = scenario.is_class_removal
+    out, records = [], []
+    for label, m in rows:
+        a_or, a_t, a_f = aus_inputs(m["acc"], m.get("original_acc") or m["acc"], scenario)
+        rec = {"model": label, "method": m["method"], "A_t": a_t, "A_f": a_f, "AUS": m.get("aus"),
+               "train_forget": m["acc"].get("train_forget"), "time_s": m["time_s"], "epochs": m["epochs"]}
+        records.append(rec)
+        out.append([label, f"{a_t:.4f}", f"{a_f:.4f}", "" if m.get("aus") is None else f"{m['aus']:.4f}",
+                    f"{m['acc'].get('train_forget', float('nan')):.4f}",
+                    "" if m["time_s"] is None else f"{m['time_s']:.2f}", "" if m["epochs"] is None else m["epochs"]])
+    a_t_name = "A_t (test, retained classes)" if cr else "A_t (test)"
+    a_f_name = "A_f (test, forgotten classes)" if cr else "A_f (forget set)"
+    return markdown_table(["model", a_t_name, a_f_name, "AUS", "train-forget acc", "time (s)", "epochs"], out), records
+
+
+def format_metrics_line(m: dict[str, Any]) -> str:
+    accs = ", ".join(f"{k}={v:.4f}" for k, v in m["acc"].items())
+    aus = m.get("aus")
+    return (f"{m['method']} ({m['scenario']}): {accs}" + ("" if aus is None else f", AUS={aus:.4f}")
+            + f", {m['time_s']:.2f} s")

@@ -1,0 +1,122 @@
+"""Install anywhere (issue 24 item 1): the wheel built with ``python -m build`` carries the configs and runs
+the commands and the Python API from outside the repository, in a scratch environment that reuses the
+already installed torch (and the other dependencies) instead of downloading them."""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], Path]:
+    """``(scratch venv bin/, environment, a work directory outside the repository)``."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    dist = tmp / "dist"
+    built = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(REPO)],
+                 cwd=tmp, env=dict(os.environ))
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    wheels = list(dist.glob("duck_unlearn-*.whl"))
+    assert len(wheels) == 1
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    assert "duck/conf/run.yaml" in names and "duck/conf/method/duck.yaml" in names and "benchmarks/compare.py" in names
+    venv = tmp / "venv"
+    base_python = getattr(sys, "_base_executable", sys.executable)
+    created = _run([base_python, "-m", "venv", str(venv)], cwd=tmp, env=dict(os.environ))
+    assert created.returncode == 0, created.stderr
+    # reuse the installed dependencies (torch is several GB): their site-packages on the scratch venv's path.
+    # Only the folder is added: its .pth files (the editable install of this checkout) are not processed.
+    scratch_site = next((venv / "lib").glob("python3*/site-packages"))
+    (scratch_site / "_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DUCK_CONF_DIR")}
+    env["DUCK_CACHE_DIR"] = str(tmp / "cache")
+    installed = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--quiet", str(wheels[0])],
+                     cwd=tmp, env=env)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    work = tmp / "elsewhere"
+    work.mkdir()
+    return venv / "bin", env, work
+
+
+def test_wheel_imports_its_own_copy_and_finds_the_packaged_configs(wheel_env):
+    bin_dir, env, work = wheel_env
+    probe = _run([str(bin_dir / "python"), "-c", "import duck, duck.pipeline.config as c; print(duck.__file__); "
+                  "print(c.conf_dir())"], cwd=work, env=env)
+    assert probe.returncode == 0, probe.stderr
+    module_file, conf = probe.stdout.split()
+    assert str(REPO) not in module_file and "site-packages" in module_file  # not the checkout
+    assert conf.endswith("duck/conf") and str(REPO) not in conf
+
+
+def test_wheel_runs_the_commands_from_another_directory(wheel_env):
+    bin_dir, env, work = wheel_env
+    fast = ["recipe.epochs=2", "progress=false"]
+    run = _run([str(bin_dir / "duck-run"), "audit=false", *fast, f"hydra.run.dir={work / 'run'}"], cwd=work, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (work / "run" / "summary.json").is_file() and (work / "run" / "forget_ids.txt").is_file()
+    train = _run([str(bin_dir / "duck-train"), *fast, f"hydra.run.dir={work / 'train'}"], cwd=work, env=env)
+    assert train.returncode == 0, train.stderr[-3000:]
+    ckpt = work / "train" / "model.ckpt"
+    unl = _run([str(bin_dir / "duck-unlearn"), f"ckpt={ckpt}", *fast, f"hydra.run.dir={work / 'unlearn'}"],
+               cwd=work, env=env)
+    assert unl.returncode == 0, unl.stderr[-3000:]
+    assert json.loads((work / "unlearn" / "metrics.json").read_text())["method"] == "duck"
+    audit = _run([str(bin_dir / "duck-audit"), f"ckpt={work / 'unlearn' / 'unlearned.safetensors'}", *fast,
+                  "attack.n_shadow=4", "attack.svm_mia.enabled=false", "report.analysis.enabled=false",
+                  "report.shareable.enabled=false", f"hydra.run.dir={work / 'audit'}"], cwd=work, env=env)
+    assert audit.returncode == 0, audit.stderr[-3000:]
+    assert (work / "audit" / "audit.json").is_file() and (work / "audit" / "report.html").is_file()
+    helped = _run([str(bin_dir / "duck-run"), "--help"], cwd=work, env=env)
+    assert helped.returncode == 0 and helped.stdout.startswith("duck-run: the main job")
+
+
+def test_wheel_python_api_on_a_plain_module(wheel_env):
+    bin_dir, env, work = wheel_env
+    script = textwrap.dedent("""
+        import torch
+        from torch import nn
+        from torch.utils.data import TensorDataset
+        import duck
+
+        torch.manual_seed(0)
+        x = torch.randn(300, 2, 8, 8)
+        y = torch.arange(300) % 3
+        x[torch.arange(300), 0, 0, y] += 4.0  # a learnable signal
+        train, test = TensorDataset(x[:240], y[:240]), TensorDataset(x[240:], y[240:])
+
+        class TinyCNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Conv2d(2, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+                                          nn.Flatten())
+                self.out = nn.Linear(32, 3)
+            def forward(self, x):
+                return self.out(self.body(x))
+
+        model = TinyCNN()
+        opt = torch.optim.Adam(model.parameters(), 1e-2)
+        for _ in range(60):
+            opt.zero_grad(); nn.functional.cross_entropy(model(x[:240]), y[:240]).backward(); opt.step()
+        result = duck.unlearn(model, train, test=test, forget_classes=[1], max_epochs=2)
+        fresh = TinyCNN()
+        fresh.load_state_dict(result.state_dict())
+        print(result.metrics["method"], result.metrics["acc"]["test_forget"], type(result.model).__name__)
+    """)
+    out = _run([str(bin_dir / "python"), "-c", script], cwd=work, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    method, _, cls = out.stdout.split()
+    assert method == "duck" and cls == "TinyCNN"
