@@ -84,8 +84,9 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
             forget_ids: Sequence[int] | np.ndarray | torch.Tensor | str | None = None,
             forget_fraction: float | None = None, method: str = "duck", test: Any = None, head: str | None = None,
             seed: int = 0, device: str = "auto", threads: int | str | None = "auto", progress: bool = False,
-            recipe: str | None = None, expect_acc: float | None = None, min_acc_factor: float = 1.5,
-            normalization: Any = None, **hparams: Any) -> UnlearnResult:
+            recipe: str | None = None, expect_acc: float | None = None, expect_acc_tol: float = 0.02,
+            min_acc_factor: float = 1.5,
+            normalization: Any = None, input_check: bool = True, **hparams: Any) -> UnlearnResult:
     """Unlearn a forget set from ``model`` and return the unlearned copy with its metrics.
 
     ``model``: any classifier ``nn.Module`` (a timm model, a torchvision model, your own); the embedding/head
@@ -102,7 +103,9 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
     machines with at most 4 cores, as the command line does.
 
     The original is measured first and refused (:class:`duck.DuckInputError`) when its accuracy is below
-    ``min_acc_factor / num_classes`` or, with ``expect_acc``, off by more than 0.02 from it. Returns an
+    ``min_acc_factor / num_classes`` or, with ``expect_acc``, off by more than ``expect_acc_tol`` from it, and when its first
+    BatchNorm layer shows that the data are prepared differently from its training data (another
+    normalisation, scale or channels; ``input_check=False`` skips that). Returns an
     :class:`~duck.unlearn.UnlearnResult`: ``.model`` (the unlearned copy, of the input's own type),
     ``.metrics`` (the ``metrics.json`` record: ``acc``, ``aus``, ``time_s``, ``reached_target``, ...) and
     ``.state_dict()`` (the input model's own key names)."""
@@ -111,10 +114,10 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
     from duck.models import Classifier, wrap_model
     from duck.pipeline.config import configure_threads
     from duck.pipeline.job import Job, Trust, method_settings, resolve_accelerator
-    from duck.pipeline.stages import check_original, evaluate, unlearn_model
+    from duck.pipeline.stages import check_inputs, check_original, evaluate, unlearn_model
     from duck.training import Recipe
     from duck.unlearn.config import resolve_method_cfg
-    from duck.utils import check_number, check_seed
+    from duck.utils import check_bool, check_number, check_seed
 
     if not isinstance(model, nn.Module):
         raise DuckInputError(f"model must be a torch.nn.Module classifier, got {type(model).__name__}")
@@ -151,9 +154,12 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
               recipe=Recipe.from_cfg(OmegaConf.to_container(cfg.recipe, resolve=True)) if recipe else None,
               method=name, method_cfg=method_cfg, hparams=resolve_method_cfg(method_cfg, data.name, scenario.kind),
               trust=Trust(check_number(min_acc_factor, "min_acc_factor", 0.0, False),
-                          None if expect_acc is None else check_number(expect_acc, "expect_acc", 0.0, False, 1.0)),
-              seed=seed, progress=bool(progress), config=OmegaConf.to_container(cfg, resolve=True))
+                          None if expect_acc is None else check_number(expect_acc, "expect_acc", 0.0, False, 1.0),
+                          check_number(expect_acc_tol, "expect_acc_tol", 0.0, False, 1.0)),
+              input_check=check_bool(input_check, "input_check"), seed=seed, progress=bool(progress),
+              config=OmegaConf.to_container(cfg, resolve=True))
     classifier.to(torch_device)
+    check_inputs(job, classifier)
     original_acc = evaluate(job, classifier)
     check_original(job, original_acc)
     metrics, result = unlearn_model(job, classifier, original_acc)

@@ -25,7 +25,7 @@ from duck.io import atomic_write, atomic_write_bytes
 
 FORMAT = "duck-unlearn/1"
 # manifest fields a job compares with what it was asked to build
-CHECKED_FIELDS = ("model", "num_classes", "in_chans", "img_size", "dataset")
+CHECKED_FIELDS = ("model", "target", "num_classes", "in_chans", "img_size", "dataset")  # target: model=custom's class
 # ``data.*`` settings that decide which samples form the training and the test split (conf/data/*.yaml,
 # duck/data/*.py), compared with the config recorded in the manifest: a model evaluated on another split would
 # have trained on "test" samples. digits: the stratified split (test_fraction, split_seed); synthetic: the
@@ -186,11 +186,26 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
         else:
             what = "an empty dict" if isinstance(obj, Mapping) and not obj else f"top-level type {type(obj).__name__}"
             raise DuckInputError(f"checkpoint {path} holds no state dict ({what}); save model.state_dict()")
+    if manifest is None:
+        manifest = _sidecar_manifest(path)
     if manifest is not None and not isinstance(manifest, Mapping):
         raise DuckInputError(f"checkpoint {path} is corrupt: its manifest is a {type(manifest).__name__}, not a "
                              "JSON object; re-create it (or save the bare state dict, which has no manifest)")
     _check_tensors(path, sd)
     return dict(sd), None if manifest is None else dict(manifest)
+
+
+def _sidecar_manifest(path: Path) -> Any:
+    """The manifest written beside a plain state dict (``unlearned.pt`` -> ``unlearned.manifest.json``, by
+    ``duck-unlearn out_format=pt``), or None where there is none."""
+    side = path.with_suffix(".manifest.json")
+    if not side.is_file():
+        return None
+    try:
+        return json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DuckInputError(f"manifest {side} beside checkpoint {path} is not readable JSON ({_load_detail(e)}); "
+                             "re-create it or delete it") from None
 
 
 def _override(value: Any) -> str:

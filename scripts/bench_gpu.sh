@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU figures for README "Performance", in one go on a CUDA machine (used on the lent H100 through the
+# GPU figures for docs/results.md, in one go on a CUDA machine (used on the lent H100 through the
 # device tool; any CUDA machine with the project's dependencies works the same).
 #
 #   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit kmeans lsh spn duck

@@ -288,8 +288,11 @@ def _bad_unlearn_inputs(synthetic, model):
          r"not the samples of classes \[1\]"),
         ("percent accuracies", dict(data=dataclasses.replace(data, original_acc={"test": 95.0})),
          r"original_acc\['test'\] must be a finite number >= 0.0 and <= 1.0, got 95"),
-        ("no test accuracy", dict(data=dataclasses.replace(data, original_acc={"test_retain": 0.9})),
-         "must map split names.*hold 'test'"),
+        # homogeneous removal stops at the original's test accuracy (class removal at 0: no test needed)
+        ("no test accuracy", dict(data=dataclasses.replace(
+            data, scenario=build_scenario("homogeneous_removal", labels, synthetic.test.labels, 4, fraction=0.1),
+            original_acc={"test_retain": 0.9})), "must map split names.*hold 'test' \\(the stopping target of "
+                                                 "homogeneous_removal\\)"),
         ("class count", dict(data=dataclasses.replace(data, num_classes=3)),
          "the model has 4 classes but data.num_classes=3"),
         ("unknown augmentation", dict(data=dataclasses.replace(data, augment=["rotate"])),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -26,8 +27,14 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) ->
 def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], Path]:
     """``(scratch venv bin/, environment, a work directory outside the repository)``."""
     tmp = tmp_path_factory.mktemp("wheel")
-    dist = tmp / "dist"
-    built = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(REPO)],
+    dist, source = tmp / "dist", tmp / "source"
+    # a copy of the sources: setuptools builds in the source tree (build/, *.egg-info) and the checkout stays clean
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("duck", "attacks", "baselines", "benchmarks", "conf"):
+        shutil.copytree(REPO / name, source / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    built = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(source)],
                  cwd=tmp, env=dict(os.environ))
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     wheels = list(dist.glob("duck_unlearn-*.whl"))
@@ -114,9 +121,32 @@ def test_wheel_python_api_on_a_plain_module(wheel_env):
         result = duck.unlearn(model, train, test=test, forget_classes=[1], max_epochs=2)
         fresh = TinyCNN()
         fresh.load_state_dict(result.state_dict())
-        print(result.metrics["method"], result.metrics["acc"]["test_forget"], type(result.model).__name__)
+
+        # a model trained on a torchvision ImageFolder of PNG files with the user's own transforms
+        import pathlib, torchvision
+        from PIL import Image
+        from torchvision import transforms
+        root = pathlib.Path("pngs")
+        for i in range(300):
+            folder = root / ("train" if i < 240 else "test") / f"class_{int(y[i])}"
+            folder.mkdir(parents=True, exist_ok=True)
+            pixels = ((x[i, 0] * 0.1 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8)
+            Image.fromarray(pixels.numpy()).save(folder / f"{i:03d}.png")
+        tf = transforms.Compose([transforms.Grayscale(), transforms.ToTensor(), transforms.Normalize([0.5], [0.1])])
+        folder_train = torchvision.datasets.ImageFolder(str(root / "train"), transform=tf)
+        folder_test = torchvision.datasets.ImageFolder(str(root / "test"), transform=tf)
+        xs = torch.stack([folder_train[i][0] for i in range(len(folder_train))])
+        ys = torch.tensor(folder_train.targets)
+        grey = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+                             nn.Linear(32, 3))
+        opt = torch.optim.Adam(grey.parameters(), 1e-2)
+        for _ in range(60):
+            opt.zero_grad(); nn.functional.cross_entropy(grey(xs), ys).backward(); opt.step()
+        folder_result = duck.unlearn(grey, folder_train, test=folder_test, forget_classes=["class_2"],
+                                     max_epochs=2)
+        print(result.metrics["method"], folder_result.metrics["forget_classes"], type(result.model).__name__)
     """)
     out = _run([str(bin_dir / "python"), "-c", script], cwd=work, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    method, _, cls = out.stdout.split()
-    assert method == "duck" and cls == "TinyCNN"
+    method, forgotten, cls = out.stdout.split()
+    assert method == "duck" and forgotten == "[2]" and cls == "TinyCNN"

@@ -100,8 +100,9 @@ def _parse_int_token(token: str, where: str) -> int:
 
 
 def read_forget_ids(path: str | Path) -> np.ndarray:
-    """Read integer ids from ``.txt`` (whitespace/comma separated), ``.csv`` (first column; a first row
-    holding a non-numeric word is a header) or ``.npy`` (a 1-D integer array, loaded without pickle)."""
+    """Read integer ids from ``.txt`` (whitespace/comma separated; lines starting with ``#`` are comments, as in
+    the ``forget_ids.txt`` every job writes), ``.csv`` (first column; a first row holding a non-numeric word
+    is a header) or ``.npy`` (a 1-D integer array, loaded without pickle)."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise DuckInputError(f"forget-id file {p} not found; pass scenario.forget_ids=PATH to a .txt/.npy/.csv file")
@@ -129,7 +130,7 @@ def read_forget_ids(path: str | Path) -> np.ndarray:
             raise DuckInputError(f"{where} has an empty first cell on line(s) {empty[:5]}; the first column must "
                                  "hold one integer id per row")
     else:
-        rows = [line for line in text.splitlines() if line.strip()]
+        rows = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     tokens = " ".join(rows).replace(",", " ").split()
     return np.array([_parse_int_token(t, where) for t in tokens], dtype=np.int64)
 

@@ -34,7 +34,7 @@ from duck.privacy.shareable import check_shareable_cfg
 from duck.training import Recipe, check_trainer_settings
 from duck.unlearn import get_unlearner_class
 from duck.unlearn.config import check_known_keys, resolve_method_cfg
-from duck.utils import check_number
+from duck.utils import check_bool, check_number
 
 #: job commands and what each needs
 COMMANDS = ("train", "unlearn", "audit", "run")
@@ -88,6 +88,7 @@ class Job:
     hparams: dict[str, Any] | None = None  # its effective hyperparameters for this data set and scenario
     audit: AuditOptions | None = None
     trust: Trust = field(default_factory=Trust)
+    input_check: bool = True  # refuse data prepared differently from the original's training (stages.check_inputs)
     seed: int = 0
     eval_batch_size: int = 1024
     progress: bool = False
@@ -110,8 +111,11 @@ class Job:
         """What a checkpoint's manifest must agree with: the model, the data set and its shape, and the requested
         ``data`` config (whose train/test split settings :func:`duck.checkpoint.check_manifest` compares)."""
         d = self.data
-        return {"model": self.model_name, "num_classes": d.num_classes, "in_chans": d.in_chans,
+        spec = {"model": self.model_name, "num_classes": d.num_classes, "in_chans": d.in_chans,
                 "img_size": d.img_size, "dataset": d.name, "data": self.data_cfg}
+        if self.model_cfg.get("_target_"):  # model=custom: the class too
+            spec["target"] = self.model_cfg["_target_"]
+        return spec
 
     # ------------------------------------------------------------------------------------------ from a config
     @classmethod
@@ -139,7 +143,8 @@ class Job:
                   model_factory=lambda: create_model(model_name, data.num_classes, data.in_chans, data.img_size,
                                                      **model_kw),
                   device=device_of(cfg), trainer_cfg=container(cfg.trainer) or {},
-                  trust=Trust.from_cfg(cfg), seed=int(cfg.get("seed", 0)),
+                  trust=Trust.from_cfg(cfg), input_check=check_bool(cfg.get("input_check", True), "input_check"),
+                  seed=int(cfg.get("seed", 0)),
                   eval_batch_size=int(cfg.get("eval_batch_size", 1024)),
                   progress=resolve_progress(cfg.get("progress", "auto")),
                   reuse_cached=bool(cfg.get("reuse_cached", True)), config=container(cfg),

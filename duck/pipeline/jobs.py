@@ -27,6 +27,7 @@ from duck.pipeline.cache import train_or_reuse
 from duck.pipeline.job import Job
 from duck.pipeline.models import load_model, unlearned_path, write_unlearned
 from duck.pipeline.stages import (
+    check_inputs,
     check_original,
     evaluate,
     fit_model,
@@ -65,6 +66,7 @@ def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     ``metrics.json`` and ``forget_ids.txt``; with the audit, ``audit.json`` and the report too."""
     model, manifest, rule = load_model(job, job.inputs["ckpt"])
     model.to(job.device)
+    check_inputs(job, model)
     original_acc = evaluate(job, model)
     check_original(job, original_acc)
     reference = copy.deepcopy(model) if job.audit is not None else None  # the unlearner modifies its model
@@ -112,8 +114,9 @@ def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             methods[ref] = (ref_manifest or {}).get("method") or ref
             manifests[ref] = ref_manifest
     check_recorded_recipes(manifests, job.recipe_cfg)
+    first = "original" if "original" in models else role
+    check_inputs(job, models[first], f"the {first} model")
     rows, accs = accuracy_rows(job, models, methods)
-    first = "original" if "original" in accs else role
     check_original(job, accs[first], f"the {first} model")
     out_dirs = {name: out if name == role else out / name for name in models}
     audits, paths = audit_and_report(job, models, out, summary_rows=rows, run_times={},

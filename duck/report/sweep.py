@@ -33,7 +33,8 @@ _AUDIT_DIR = {"original": "original", "retrain": "retrained"}  # the unlearned r
 
 #: override keys that place a job in the protocol or change nothing it reports (not part of its setup)
 COORDINATES = ("method", "seed", "scenario", "progress", "audit", "cache_dir", "reuse_cached", "threads",
-               "eval_batch_size", "trainer", "sweep", "min_acc_factor", "expect_acc", "expect_acc_tol", "out_format")
+               "eval_batch_size", "trainer", "sweep", "min_acc_factor", "expect_acc", "expect_acc_tol", "out_format",
+               "input_check")
 
 
 def job_setup(job_dir: Path) -> tuple[str, str]:
