@@ -1,0 +1,263 @@
+"""Per-example forgetting measures against models retrained without the forget set (ALGORITHMS.md §10):
+the ε-based forgetting quality of the NeurIPS 2023 Machine Unlearning Challenge, KLOM, and U-LiRA.
+
+All three take the per-example statistic φ of §4 (the margin ``z_y − logsumexp_{y'≠y} z_{y'}``, eval mode) of
+several models on the same examples: arrays ``(models, examples)``.
+
+**(a) ε-based forgetting quality** (Triantafillou et al. 2024, "Are we making progress in unlearning?",
+google-deepmind/unlearning_evaluation ``metric.py`` and ``main.py``). Per forget example x the unlearned and the
+retrained models' φ(x) are two samples; each decision rule "is this φ from the positive set?" (single
+thresholds on a grid of 100 per unit over the pooled range; double thresholds: an interval as wide as the
+smaller of the two ranges, slid over a ±2 buffer, 100 steps per unit) has an FPR and an FNR over the models;
+its ε is ``max(log(1 − δ − FPR) − log FNR, log(1 − δ − FNR) − log FPR)`` clipped at 0 (δ = 1e-5), ∞ for a
+perfect rule, skipped when exactly one of FPR, FNR is 0; ``ε(x)`` is the largest over the rules, clipped to
+``[0, 50]``, and 50 outright when the smaller range is below 1 % of the larger (a collapsed distribution).
+Each ε(x) earns the points of its bucket (width 0.5 from 0: 1, 1/2, 1/4, ... while the bucket ends at most at
+``⌈ln(N − 1)⌉``, N the number of unlearned models; 0 beyond); the **forgetting quality** F is the mean
+points over the forget set and the **final score** ``F × (RA_U / RA_R) × (TA_U / TA_R)`` with the mean retain
+and test accuracies of the unlearned and the retrained models.
+*Where this differs from the reference*: nothing in the result: the rates are computed from sorted samples
+(``searchsorted``: the same counts as the reference's comparisons of every model with every threshold, in
+O(T log N) instead of O(T N)), as float32 fractions exactly like the reference's ``torch.mean`` of float32
+indicators, on CPU or GPU inputs alike (the reference is CUDA-only); ``tests/test_forgetting.py`` checks ε
+against the reference's own outputs on hand-made samples.
+
+**(b) KLOM** (Georgiev et al. 2024, RoyRin/data-unlearning-bench ``unlearning_bench/eval.py``,
+``compute_binned_KL_div`` / ``kl_from_margins``): per example, φ clipped to [−100, 100], 20 equal bins over the
+pooled range of both samples (``np.digitize``, so a value equal to the pooled maximum falls outside the last
+bin and is not counted, as in the reference), probabilities, the reference sample's empty bins floored at 1e-5
+where the other has mass, ``scipy.stats.entropy`` (natural log, both renormalised). ``KLOM(x) = KL(P_U ‖ P_R)``
+as the paper defines it and ``kl_from_margins(all_unlearned_margins, all_oracle_margins)`` computes it; note
+that the benchmark's ``run.py::load_klom`` calls ``kl_from_margins(oracle_margins, margins)``, i.e. stores
+``KL(P_R ‖ P_U)``: compare published files with care.
+
+**(c) U-LiRA** (Hayes et al. 2024, "Inexact unlearning needs more careful evaluations to avoid a false sense of
+privacy"): per forget example, Gaussians fitted to the unlearned models' φ (μ_U, σ_U) and the retrained
+models' (μ_R, σ_R); a model's score on x is ``log N(φ; μ_U, σ_U) − log N(φ; μ_R, σ_R)`` (high: looks
+unlearned rather than never trained on). :func:`ulira_loo` scores shadow pairs leaving one out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from duck.errors import DuckInputError
+
+DELTA = 1e-5
+EPSILON_CAP = 50.0
+THRESHOLDS_PER_UNIT = 100
+DOUBLE_THRESHOLD_BUFFER = 2.0
+COLLAPSED_RATIO = 0.01
+
+
+def _as_samples(values: np.ndarray | Sequence[float], name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    if arr.size < 2 or not np.isfinite(arr).all():
+        raise DuckInputError(f"{name} needs at least 2 finite values (one per model), got {arr.size}")
+    return arr
+
+
+def _rates(pos_sorted: np.ndarray, neg_sorted: np.ndarray, lo: np.ndarray | None, hi: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(tpr, fnr, fpr, tnr)`` (float32, as the reference's means of float32 indicators) of the rules
+    "positive if lo <= φ <= hi" (``lo`` None: "positive if φ >= hi"), for sorted positive / negative samples."""
+    def inside(sorted_vals: np.ndarray) -> np.ndarray:
+        if lo is None:
+            return sorted_vals.size - np.searchsorted(sorted_vals, hi, side="left")  # count(φ >= hi)
+        return np.clip(np.searchsorted(sorted_vals, hi, side="right") - np.searchsorted(sorted_vals, lo, side="left"),
+                       0, None)  # count(lo <= φ <= hi)
+
+    n_pos, n_neg = np.float32(pos_sorted.size), np.float32(neg_sorted.size)
+    pos_in, neg_in = inside(pos_sorted).astype(np.float32), inside(neg_sorted).astype(np.float32)
+    return pos_in / n_pos, (n_pos - pos_in) / n_pos, neg_in / n_neg, (n_neg - neg_in) / n_neg
+
+
+def _double_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                          np.ndarray]:
+    """The reference's double-threshold family: the peakier sample is the positive one; intervals as wide as
+    its range, right ends on a grid over ``[min + width − 2, max + 2]``, each with 400 left ends within ±2."""
+    pos_diff, neg_diff = float(pos.max() - pos.min()), float(neg.max() - neg.min())
+    width = neg_diff if pos_diff > neg_diff else pos_diff
+    if pos_diff >= neg_diff:
+        pos, neg = neg, pos
+    buffer = DOUBLE_THRESHOLD_BUFFER
+    lo_right, hi_right = pos.min() + width - buffer, pos.max() + buffer
+    right = np.linspace(lo_right, hi_right, num=int(np.ceil((hi_right - lo_right) * THRESHOLDS_PER_UNIT)))
+    n_left = int(np.ceil(2 * buffer * THRESHOLDS_PER_UNIT))
+    left = np.concatenate([np.linspace(tr - width - buffer, tr - width + buffer, num=n_left) for tr in right]) \
+        if right.size else np.empty(0)
+    return _rates(np.sort(pos), np.sort(neg), left, np.repeat(right, n_left))
+
+
+def _single_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                          np.ndarray]:
+    """The reference's single-threshold family: "positive if φ >= t", t on a grid over the pooled range."""
+    both = np.concatenate([pos, neg])
+    lo, hi = float(both.min()), float(both.max())
+    thresholds = np.linspace(lo, hi, int(math.ceil((hi - lo) * THRESHOLDS_PER_UNIT)))
+    return _rates(np.sort(pos), np.sort(neg), None, thresholds)
+
+
+def example_epsilon(pos: np.ndarray | Sequence[float], neg: np.ndarray | Sequence[float], delta: float = DELTA) -> float:
+    """ε of one example from the positive and the negative set's φ (the reference's ``_get_epsilons`` for one
+    column): see the module docstring."""
+    pos, neg = _as_samples(pos, "pos"), _as_samples(neg, "neg")
+    pos_diff, neg_diff = pos.max() - pos.min(), neg.max() - neg.min()
+    largest, smallest = max(pos_diff, neg_diff), min(pos_diff, neg_diff)
+    if largest > 0 and smallest / largest < COLLAPSED_RATIO:
+        return EPSILON_CAP
+    rules = [_double_threshold_rules(pos, neg), _single_threshold_rules(pos, neg)]
+    tpr, fnr, fpr, tnr = (np.concatenate([r[i] for r in rules]) for i in range(4))
+    eps = np.zeros(tpr.shape, dtype=np.float32)
+    perfect = (fpr + fnr == 0) & (tpr + tnr == 2)
+    eps[perfect] = np.inf
+    one_zero = (eps == 0) & (fpr * fnr == 0)
+    eps[one_zero] = np.nan
+    rest = eps == 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        candidates = np.stack([np.log(np.float32(1 - delta) - fpr[rest]) - np.log(fnr[rest]),
+                               np.log(np.float32(1 - delta) - fnr[rest]) - np.log(fpr[rest])])
+        eps[rest] = np.clip(np.nanmax(candidates, axis=0), 0, None) if rest.any() else eps[rest]
+    kept = eps[~np.isnan(eps)]
+    if kept.size == 0:
+        raise DuckInputError("no decision rule gave an ε for this example (the samples admit no threshold); "
+                             "check the φ values")
+    return float(np.clip(np.max(kept), 0.0, EPSILON_CAP))
+
+
+def epsilons(unlearned: np.ndarray, retrained: np.ndarray, delta: float = DELTA) -> np.ndarray:
+    """ε(x) for every example: ``unlearned`` / ``retrained`` are φ ``(models, examples)``; per example the set
+    with the larger median is the positive one (the retrained set only when its median is strictly larger, as
+    in the reference)."""
+    u, r = _check_pair(unlearned, retrained)
+    retrain_positive = np.median(r, axis=0) > np.median(u, axis=0)
+    pos = np.where(retrain_positive, r, u)
+    neg = np.where(retrain_positive, u, r)
+    return np.array([example_epsilon(pos[:, i], neg[:, i], delta) for i in range(u.shape[1])])
+
+
+def epsilon_points(eps: np.ndarray, n_models: int) -> np.ndarray:
+    """Points per ε: buckets of width 0.5 from 0 worth 1, 1/2, 1/4, ... while a bucket ends at most at
+    ``⌈ln(n_models − 1)⌉``; an ε beyond the last bucket earns 0."""
+    if n_models < 2:
+        raise DuckInputError(f"the ε score needs at least 2 unlearned models, got {n_models}")
+    max_epsilon = math.ceil(math.log(n_models - 1))
+    n_buckets = int(max_epsilon / 0.5)
+    eps = np.asarray(eps, dtype=np.float64)
+    bucket = np.floor(eps / 0.5)
+    return np.where(bucket < n_buckets, 0.5 ** np.clip(bucket, 0, None), 0.0)
+
+
+def forgetting_quality(unlearned: np.ndarray, retrained: np.ndarray, delta: float = DELTA) -> float:
+    """F: the mean points of the forget examples' ε (the reference's ``compute_forget_score_from_confs``)."""
+    u, _ = _check_pair(unlearned, retrained)
+    return float(epsilon_points(epsilons(unlearned, retrained, delta), u.shape[0]).mean())
+
+
+def final_score(quality: float, retain_acc_u: Sequence[float], retain_acc_r: Sequence[float],
+                test_acc_u: Sequence[float], test_acc_r: Sequence[float]) -> float:
+    """The challenge's final score ``F × (RA_U / RA_R) × (TA_U / TA_R)`` (``main.py``), accuracies averaged
+    over the unlearned and the retrained models."""
+    ra_r, ta_r = float(np.mean(retain_acc_r)), float(np.mean(test_acc_r))
+    if ra_r <= 0 or ta_r <= 0:
+        raise DuckInputError("the retrained models' mean retain and test accuracies must be > 0 for the final score")
+    return float(quality * (np.mean(retain_acc_u) / ra_r) * (np.mean(test_acc_u) / ta_r))
+
+
+def _check_pair(unlearned: np.ndarray, retrained: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    u, r = np.asarray(unlearned, dtype=np.float64), np.asarray(retrained, dtype=np.float64)
+    if u.ndim != 2 or r.ndim != 2 or u.shape[1] != r.shape[1]:
+        raise DuckInputError(f"φ arrays must be (models, examples) over the same examples, got {u.shape} and "
+                             f"{r.shape}")
+    if u.shape[0] < 2 or r.shape[0] < 2:
+        raise DuckInputError(f"need at least 2 unlearned and 2 retrained models, got {u.shape[0]} and {r.shape[0]}")
+    if not (np.isfinite(u).all() and np.isfinite(r).all()):
+        raise DuckInputError("φ arrays hold NaN or inf values")
+    return u, r
+
+
+# ------------------------------------------------------------------------------------------------- KLOM
+KLOM_BINS = 20
+KLOM_EPS = 1e-5
+KLOM_CLIP = 100.0
+
+
+def binned_kl(p: np.ndarray, q: np.ndarray, bins: int = KLOM_BINS, eps: float = KLOM_EPS,
+              clip: float = KLOM_CLIP) -> float:
+    """``KL(P ‖ Q)`` of two samples by binning (the reference's ``compute_binned_KL_div``)."""
+    from scipy import stats
+
+    p = np.clip(np.asarray(p, dtype=np.float64), -clip, clip)
+    q = np.clip(np.asarray(q, dtype=np.float64), -clip, clip)
+    start, end = min(p.min(), q.min()), max(p.max(), q.max())
+    if start >= end:
+        end = start + 1
+    edges = np.linspace(start, end, bins + 1)
+    p_counts = np.bincount(np.digitize(p, edges), minlength=bins + 2)[1:bins + 1]
+    q_counts = np.bincount(np.digitize(q, edges), minlength=bins + 2)[1:bins + 1]
+    p_prob = p_counts / p_counts.sum() if p_counts.sum() > 0 else np.zeros(bins)
+    q_prob = q_counts / q_counts.sum() if q_counts.sum() > 0 else np.zeros(bins)
+    q_safe = np.where(p_prob > 0, np.maximum(q_prob, eps), q_prob)
+    return float(stats.entropy(pk=p_prob, qk=q_safe))
+
+
+def klom(unlearned: np.ndarray, retrained: np.ndarray) -> np.ndarray:
+    """KLOM per example: ``KL(P_U ‖ P_R)`` of the φ of the unlearned and the retrained models ``(models,
+    examples)`` (the same number of models on both sides, as the reference asserts)."""
+    u, r = _check_pair(unlearned, retrained)
+    if u.shape != r.shape:
+        raise DuckInputError(f"KLOM compares as many unlearned as retrained models, got {u.shape[0]} and {r.shape[0]}")
+    return np.array([binned_kl(u[:, i], r[:, i]) for i in range(u.shape[1])])
+
+
+def summarize(values: np.ndarray) -> dict[str, float]:
+    """Median and 95th percentile (KLOM per split)."""
+    v = np.asarray(values, dtype=np.float64)
+    return {"median": float(np.median(v)), "p95": float(np.percentile(v, 95)), "n": int(v.size)}
+
+
+# ----------------------------------------------------------------------------------------------- U-LiRA
+MIN_STD = 1e-6
+
+
+@dataclass
+class GaussianFit:
+    """Per-example Gaussians of the unlearned (``u``) and the retrained (``r``) models' φ."""
+
+    mu_u: np.ndarray
+    sd_u: np.ndarray
+    mu_r: np.ndarray
+    sd_r: np.ndarray
+
+    def score(self, phi: np.ndarray) -> np.ndarray:
+        """``log N(φ; μ_U, σ_U) − log N(φ; μ_R, σ_R)`` elementwise (φ ``(..., examples)``)."""
+        from scipy.stats import norm
+
+        return norm.logpdf(phi, self.mu_u, self.sd_u) - norm.logpdf(phi, self.mu_r, self.sd_r)
+
+
+def fit_gaussians(unlearned: np.ndarray, retrained: np.ndarray, mask_u: np.ndarray | None = None,
+                  mask_r: np.ndarray | None = None, fixed_variance: bool = False) -> GaussianFit:
+    """Per-example mean and standard deviation of the unlearned and the retrained φ ``(models, examples)``,
+    over the models where ``mask`` is true (an example forgotten by shadow k only counts where it was IN k);
+    ``fixed_variance``: one pooled σ per side for all examples."""
+    def moments(x: np.ndarray, m: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        m = np.ones_like(x, dtype=bool) if m is None else m
+        n = m.sum(axis=0)
+        if (n < 2).any():
+            raise DuckInputError("U-LiRA needs every example to be forgotten by at least 2 unlearned and absent "
+                                 "from at least 2 retrained models; use more shadow pairs")
+        mu = np.where(m, x, 0).sum(axis=0) / n
+        var = np.where(m, (x - mu) ** 2, 0).sum(axis=0) / (n - 1)
+        sd = np.sqrt(var)
+        if fixed_variance:
+            sd = np.full_like(sd, np.sqrt(np.mean(var)))
+        return mu, np.maximum(sd, MIN_STD)
+
+    mu_u, sd_u = moments(np.asarray(unlearned, dtype=np.float64), mask_u)
+    mu_r, sd_r = moments(np.asarray(retrained, dtype=np.float64), mask_r)
+    return GaussianFit(mu_u, sd_u, mu_r, sd_r)
