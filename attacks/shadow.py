@@ -228,7 +228,15 @@ class ShadowBank:
     ``model_factory()`` returns a freshly initialised model of the target's architecture (it is called
     after ``torch.manual_seed(shadow_seed(seed, k))``); ``recipe`` is the target's training recipe;
     ``trainer_cfg`` is passed to :func:`duck.training.train_classifier` in sequential mode.
+
+    Subclasses (:class:`attacks.retrain_bank.RetrainBank`) change what each model trains on and its seed
+    (:meth:`expected_keep`, :meth:`model_seed`), the spec (:meth:`extra_spec`) and where the bank lives
+    (:attr:`folder`, :attr:`label`); caching, locking, resuming and inference are shared.
     """
+
+    folder = "shadow_banks"  # under the cache directory
+    label = "shadow bank"  # in messages
+    role = "shadow"  # the manifest's method
 
     def __init__(self, cache_dir: str | Path, data: DatasetSplits, model_factory: Callable[[], Classifier],
                  recipe: Recipe, *, n_shadow: int = 16, seed: int = 0, pool: str = "train",
@@ -248,13 +256,26 @@ class ShadowBank:
         self.dataset = data.train if pool == "train" else PoolDataset(data.train, data.test)
         self.n_pool = len(self.dataset)
         self.threads = resolve_threads(threads)
-        self.spec = bank_spec(data, model_factory(), recipe, n_shadow=self.n_shadow, seed=self.seed,
-                              pool=pool, augment=self.augment, trainer_cfg=self.trainer_cfg)
+        self.spec = {**bank_spec(data, model_factory(), recipe, n_shadow=self.n_shadow, seed=self.seed,
+                                 pool=pool, augment=self.augment, trainer_cfg=self.trainer_cfg), **self.extra_spec()}
         self.key = _spec_key(self.spec)
-        self.dir = check_cache_dir(cache_dir) / "shadow_banks" / self.key
+        self.dir = check_cache_dir(cache_dir) / self.folder / self.key
         self._keep: np.ndarray | None = None
         #: what this object trained (``train()`` calls, including retraining damaged shadows while loading)
         self.job: dict[str, Any] = {"trained": [], "seconds": 0.0, "mode": None, "mode_info": {}}
+
+    # -- what each model trains on ------------------------------------------------------------------------
+    def extra_spec(self) -> dict[str, Any]:
+        """Keys a subclass adds to the bank's spec (and so to its key)."""
+        return {}
+
+    def expected_keep(self) -> np.ndarray:
+        """``(E, N_pool)`` bool: the examples each model trains on (LiRA's keep matrix)."""
+        return keep_matrix(self.n_shadow, self.n_pool, self.seed)
+
+    def model_seed(self, k: int) -> int:
+        """Seed of model ``k`` (initialisation, data order, augmentation)."""
+        return shadow_seed(self.seed, k)
 
     # -- layout ---------------------------------------------------------------------------------------
     def shadow_path(self, k: int) -> Path:
@@ -272,14 +293,14 @@ class ShadowBank:
             return  # the right kind (a symlink to one is fine), or nothing there
         real_dir = path.is_dir() and not path.is_symlink()
         what = ("a directory" if real_dir else "not a regular file") if want == "file" else "not a directory"
-        warn_line(f"shadow bank {self.dir}: {path.name} is {what}; removing it and rebuilding what it held")
+        warn_line(f"{self.label} {self.dir}: {path.name} is {what}; removing it and rebuilding what it held")
         try:
             if real_dir:
                 shutil.rmtree(path)
             else:
                 path.unlink()
         except OSError as e:
-            raise DuckInputError(f"shadow bank {self.dir}: cannot remove {path} ({e.strerror or e}); delete it "
+            raise DuckInputError(f"{self.label} {self.dir}: cannot remove {path} ({e.strerror or e}); delete it "
                                  "by hand or point DUCK_CACHE_DIR / cache_dir= at another folder") from None
 
     def _check_layout(self) -> None:
@@ -326,14 +347,14 @@ class ShadowBank:
             except (*CORRUPT_ERRORS, UnicodeDecodeError) as e:
                 problem = _first_line(e)
             if problem:
-                warn_line(f"shadow bank {self.dir} has a corrupt meta.json ({problem}); rebuilding the bank")
+                warn_line(f"{self.label} {self.dir} has a corrupt meta.json ({problem}); rebuilding the bank")
                 shutil.rmtree(self.dir, ignore_errors=True)
                 if path.exists():
-                    raise DuckInputError(f"shadow bank {self.dir} cannot be removed; delete it by hand")
+                    raise DuckInputError(f"{self.label} {self.dir} cannot be removed; delete it by hand")
                 self._keep = None
                 return self._meta()
             if meta["spec"] != self.spec:  # hashes to this key (see _meta_problem): a real key collision
-                raise DuckInputError(f"shadow bank {self.dir} was written for another setup whose description "
+                raise DuckInputError(f"{self.label} {self.dir} was written for another setup whose description "
                                      "hashes to the same key; delete the directory to rebuild it")
             return meta
         meta = {"spec": self.spec, "key": self.key, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -347,7 +368,7 @@ class ShadowBank:
         if self._keep is None:
             path = self.dir / "keep.npy"
             self._meta()
-            expected = keep_matrix(self.n_shadow, self.n_pool, self.seed)  # deterministic in (E, N, seed)
+            expected = self.expected_keep()  # deterministic in the spec
             self._clear(path, "file")
             keep = None
             if path.is_file():
@@ -359,7 +380,7 @@ class ShadowBank:
                 except CORRUPT_ERRORS as e:
                     problem = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
                 if problem:
-                    warn_line(f"shadow bank {self.dir}: corrupt keep.npy ({problem}); rewriting it")
+                    warn_line(f"{self.label} {self.dir}: corrupt keep.npy ({problem}); rewriting it")
                     keep = None
             if keep is None:
                 keep = expected
@@ -378,7 +399,7 @@ class ShadowBank:
 
     # -- training -------------------------------------------------------------------------------------
     def _fresh(self, k: int) -> Classifier:
-        torch.manual_seed(shadow_seed(self.seed, k))
+        torch.manual_seed(self.model_seed(k))
         return self.model_factory()
 
     def resolve_mode(self) -> tuple[str, dict[str, Any]]:
@@ -402,14 +423,14 @@ class ShadowBank:
         return mode, {"reason": reason, **cal}
 
     def _save(self, k: int, model: Classifier) -> None:
-        manifest = build_manifest(model.spec(), self.data.name, method="shadow",
-                                  seed=shadow_seed(self.seed, k),
+        manifest = build_manifest(model.spec(), self.data.name, method=self.role,
+                                  seed=self.model_seed(k),
                                   shadow_id=k, bank_key=self.key, n_in=int(self.keep[k].sum()))
         save_checkpoint(self.shadow_path(k), model.state_dict(), manifest)
 
     def _train_chunk(self, chunk: Sequence[int], mode: str) -> None:
         index_sets = [np.flatnonzero(self.keep[k]) for k in chunk]
-        seeds = [shadow_seed(self.seed, k) for k in chunk]
+        seeds = [self.model_seed(k) for k in chunk]
         if mode == "batched":
             fresh = [self._fresh(k) for k in chunk]
             models = train_batched(fresh, self.dataset, self.recipe, index_sets, seeds,
@@ -437,7 +458,7 @@ class ShadowBank:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                warn_line(f"shadow bank {self.dir} is being trained by another job; waiting for it")
+                warn_line(f"{self.label} {self.dir} is being trained by another job; waiting for it")
                 fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
@@ -463,7 +484,7 @@ class ShadowBank:
         with intra_op_threads(self.threads):
             mode, info = self.resolve_mode()
             chunk = self.chunk_size if mode == "batched" else 1
-            bar = tqdm(total=len(todo), desc=f"shadow bank {self.key[:8]} ({mode})",
+            bar = tqdm(total=len(todo), desc=f"{self.label} {self.key[:8]} ({mode})",
                        disable=not self.progress)
             for start in range(0, len(todo), chunk):
                 part = todo[start: start + chunk]
@@ -490,7 +511,7 @@ class ShadowBank:
         if not isinstance(manifest, Mapping):
             raise DuckInputError(f"checkpoint {self.shadow_path(k)} has no manifest naming its shadow")
         got = (manifest.get("shadow_id"), manifest.get("bank_key"), manifest.get("seed"))
-        if got != (k, self.key, shadow_seed(self.seed, k)):
+        if got != (k, self.key, self.model_seed(k)):
             raise DuckInputError(f"checkpoint {self.shadow_path(k)} holds shadow {str(got[0])[:20]} of bank "
                                  f"{str(got[1])[:40]}, not shadow {k} of bank {self.key}")
         model = self.model_factory()
@@ -510,7 +531,7 @@ class ShadowBank:
             if cached is not None:
                 return cached[0], cached[1], True
         if self.missing():
-            raise DuckInputError(f"shadow bank {self.dir} is incomplete ({len(self.missing())} shadows "
+            raise DuckInputError(f"{self.label} {self.dir} is incomplete ({len(self.missing())} shadows "
                                  "missing); train it first (ShadowBank.train)")
         from tqdm.auto import tqdm
 
@@ -543,7 +564,7 @@ class ShadowBank:
                 if not np.isfinite(arrays[k]).all():
                     raise ValueError(f"{k} holds {int((~np.isfinite(arrays[k])).sum())} NaN or inf values")
         except CORRUPT_ERRORS as e:
-            warn_line(f"shadow bank {self.dir}: corrupt {path.name} ({_first_line(e)}); recomputing it")
+            warn_line(f"{self.label} {self.dir}: corrupt {path.name} ({_first_line(e)}); recomputing it")
             return None
         return arrays["phi_train"], arrays["phi_test"]
 
@@ -553,7 +574,7 @@ class ShadowBank:
         try:
             return self.load_shadow(k)
         except DuckInputError as e:
-            warn_line(f"shadow bank {self.dir}: corrupt {self.shadow_path(k).name} "
+            warn_line(f"{self.label} {self.dir}: corrupt {self.shadow_path(k).name} "
                       f"({_first_line(e, 160)}); training it again")
         self.shadow_path(k).unlink(missing_ok=True)
         self.train()

@@ -209,3 +209,11 @@ def test_every_method_through_the_api(name, kind, rgb_data):
     assert all(torch.isfinite(v).all() for v in r.state_dict().values() if v.is_floating_point())
     out = r.model.eval()(test.tensors[0][:3])
     assert out.shape == (3, 4) and np.isfinite(r.metrics["acc"]["test_retain"])
+
+
+def test_the_none_control_returns_the_original_unchanged(user_setup):
+    model, train, test, _ = user_setup
+    r = duck.unlearn(model, train, test=test, forget_classes=[1], method="none")
+    assert all(torch.equal(a, b) for a, b in zip(r.state_dict().values(), model.state_dict().values(), strict=True))
+    assert r.metrics["reached_target"] is False and r.metrics["epochs"] == 0.0
+    assert r.metrics["acc"]["test_forget"] > 0.9  # nothing forgotten

@@ -39,6 +39,7 @@ def _load_plugins() -> None:
         return
     _PLUGINS_LOADED = True
     import duck.unlearn.duck  # noqa: F401  (registers "duck")
+    import duck.unlearn.none  # noqa: F401  (registers "none", the negative control)
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()

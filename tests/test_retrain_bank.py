@@ -1,0 +1,98 @@
+"""The retrain bank of the forgetting audit (ALGORITHMS.md §10): R models on the retain set, cached under a key
+that holds the forget set, resumable, seeds of their own, trained only on the retain set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_attacks_shadow import CPU, factory, recipe
+
+from attacks.retrain_bank import RetrainBank, retrain_seed
+from attacks.shadow import ShadowBank, shadow_seed
+from duck.data.registry import build_datasets
+from duck.data.scenarios import build_scenario
+from duck.errors import DuckInputError
+
+
+@pytest.fixture(scope="module")
+def data():
+    return build_datasets("synthetic", n_train=160, n_test=40)
+
+
+def scenario(data, classes=(1,)):
+    return build_scenario("class_removal", data.train.labels, data.test.labels, 4, forget_classes=list(classes))
+
+
+def make(data, root: Path, classes=(1,), **kw) -> RetrainBank:
+    args = dict(n_models=3, seed=0, mode="sequential", trainer_cfg=CPU)
+    args.update(kw)
+    return RetrainBank(root, data, factory(data), args.pop("recipe", recipe(epochs=1)),
+                       scenario(data, classes).retain_idx, **args)
+
+
+def test_every_model_trains_on_the_retain_set_only_with_its_own_seed(data, tmp_path, monkeypatch):
+    bank = make(data, tmp_path)
+    seen: list[tuple[list[int], int]] = []
+    import attacks.shadow as shadow_mod
+
+    real = shadow_mod.train_classifier
+
+    def spy(model, dataset, rec, *, indices, seed, **kw):
+        seen.append((sorted(int(i) for i in indices), seed))
+        return real(model, dataset, rec, indices=indices, seed=seed, **kw)
+
+    monkeypatch.setattr(shadow_mod, "train_classifier", spy)
+    assert bank.train()["trained"] == [0, 1, 2]
+    retain = sorted(scenario(data).retain_idx.tolist())
+    assert [s[0] for s in seen] == [retain] * 3
+    assert [s[1] for s in seen] == [retrain_seed(0, k) for k in range(3)]
+    assert len({s[1] for s in seen} | {shadow_seed(0, k) for k in range(3)}) == 6  # not the shadows' seeds
+    assert bank.dir.parent.name == "retrain_banks" and bank.load_shadow(2).num_classes == 4
+
+
+def test_cached_resumed_and_keyed_by_the_forget_set(data, tmp_path, monkeypatch):
+    bank = make(data, tmp_path)
+    original = ShadowBank._train_chunk
+    calls = []
+
+    def crash_after_first(self, chunk, mode):
+        if calls:
+            raise KeyboardInterrupt("simulated kill")
+        calls.append(list(chunk))
+        return original(self, chunk, mode)
+
+    monkeypatch.setattr(ShadowBank, "_train_chunk", crash_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        bank.train()
+    monkeypatch.setattr(ShadowBank, "_train_chunk", original)
+    resumed = make(data, tmp_path)
+    assert resumed.missing() == [1, 2] and resumed.train()["trained"] == [1, 2]
+    assert make(data, tmp_path).train()["trained"] == []  # a later audit of the same forget set trains nothing
+    phi_train, phi_test, reused = make(data, tmp_path).phi()
+    assert phi_train.shape == (3, 160) and phi_test.shape == (3, 40) and not reused
+    assert np.isfinite(phi_train).all() and make(data, tmp_path).phi()[2]  # reused the second time
+    # another forget set, R, seed or recipe: another bank; the trainer's placement settings: the same one
+    assert make(data, tmp_path, classes=(2,)).key != bank.key
+    assert make(data, tmp_path, n_models=4).key != bank.key
+    assert make(data, tmp_path, seed=1).key != bank.key
+    assert make(data, tmp_path, recipe=recipe(epochs=2)).key != bank.key
+    assert make(data, tmp_path, mode="batched", chunk_size=3).key == bank.key
+
+
+def test_retrained_models_never_learn_the_forgotten_class(data, tmp_path):
+    bank = make(data, tmp_path, recipe=recipe(epochs=3))
+    bank.train()
+    acc = bank.accuracies()
+    forget = scenario(data).forget_idx
+    assert acc.shape == (3, 200) and acc[:, forget].mean() == 0.0  # class 1 never seen: never predicted right
+    retain = scenario(data).retain_idx
+    assert acc[:, retain].mean() > 0.5
+
+
+def test_bad_settings_are_refused(data, tmp_path):
+    with pytest.raises(DuckInputError, match="at least 2 models"):
+        make(data, tmp_path, n_models=1)
+    with pytest.raises(DuckInputError, match="training indices"):
+        RetrainBank(tmp_path, data, factory(data), recipe(), np.array([500]), n_models=2)
