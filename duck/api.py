@@ -156,7 +156,8 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
               trust=Trust(check_number(min_acc_factor, "min_acc_factor", 0.0, False),
                           None if expect_acc is None else check_number(expect_acc, "expect_acc", 0.0, False, 1.0),
                           check_number(expect_acc_tol, "expect_acc_tol", 0.0, False, 1.0)),
-              input_check=check_bool(input_check, "input_check"), seed=seed, progress=bool(progress),
+              input_check=check_bool(input_check, "input_check"), interface="python", seed=seed,
+              progress=bool(progress),
               config=OmegaConf.to_container(cfg, resolve=True))
     classifier.to(torch_device)
     check_inputs(job, classifier)

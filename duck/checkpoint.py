@@ -401,7 +401,8 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: str | P
         best = _key_map(sd, want)
         missing = sorted(want - set(best.values()))
         unexpected = sorted(k for k in sd if best.get(k) not in want)
-        detail = "; ".join(([f"missing {_some(missing)}"] if missing else [])
+        plain = [k.removeprefix("net.") for k in missing]  # the model's own names, not the wrapper's
+        detail = "; ".join(([f"missing {_some(plain)}"] if missing else [])
                            + ([f"unexpected {_some(unexpected)}"] if unexpected else []))
         raise DuckInputError(
             f"checkpoint {path} is for another architecture: its parameter names do not match "

@@ -90,12 +90,15 @@ def metrics_record(*, method: str, data_name: str, model_name: str, seed: int, a
                            "dataset": data_name, "model": model_name, "seed": int(seed)}
     if scenario is not None:
         rec["forget_classes"] = scenario.forget_classes
+        if getattr(scenario, "forget_class_names", None):
+            rec["forget_class_names"] = scenario.forget_class_names
         rec["n_forget"] = int(len(scenario.forget_idx))
         if scenario.target_class is not None:
             rec["target_class"] = scenario.target_class
     rec["acc"] = {k: round(float(v), 6) for k, v in acc.items()}
     if original_acc is not None:
-        rec["original_acc"] = {k: round(float(original_acc[k]), 6) for k in ("test", "test_retain") if k in original_acc}
+        # every split, so that the forget accuracies before and after unlearning sit side by side
+        rec["original_acc"] = {k: round(float(v), 6) for k, v in original_acc.items()}
         if scenario is not None:  # no test split (user data): no AUS
             rec["aus"] = round(scenario_aus(acc, original_acc, scenario), 6) if "test" in acc else None
     rec["time_s"] = None if time_s is None else round(float(time_s), 3)

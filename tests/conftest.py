@@ -38,7 +38,8 @@ def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture) -> Callable[..., tupl
 
     Returns ``(exit code, stdout, stderr, run directory)``; the run directory is ``tmp_path/run`` for the
     first call of a test and ``tmp_path/run_K`` for the K-th later one (a job refuses a directory holding
-    another job's results).
+    another job's results). ``duck-unlearn`` / ``duck-audit`` calls that name no scenario setting get
+    ``scenario.forget_classes=[3]`` (those commands require the forget set to be named).
     """
     calls = [0]
 
@@ -49,6 +50,8 @@ def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture) -> Callable[..., tupl
         run_dir = tmp_path / ("run" if not calls[0] else f"run_{calls[0]}")
         calls[0] += 1
         argv = [f"duck-{command}", *args]
+        if command in ("unlearn", "audit") and not any(a.lstrip("+").startswith("scenario") for a in args):
+            argv.append("scenario.forget_classes=[3]")
         if command != "bench" or len(args) > 0:
             argv.append(f"hydra.run.dir={run_dir}")
         old = sys.argv

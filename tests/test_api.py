@@ -131,12 +131,13 @@ def test_a_near_chance_original_is_refused_before_any_unlearning(user_setup):
 
 def test_expect_acc_catches_data_prepared_differently(user_setup):
     """The user measured 0.95+ in their own pipeline; here the inputs are scaled differently (another
-    normalisation): refused before any unlearning, naming data.mean / data.std."""
+    normalisation): refused before any unlearning, naming the transforms (input_check=False: the BatchNorm check
+    would refuse it first; this tests the accuracy check on its own)."""
     model, train, test, acc = user_setup
     x, y = test.tensors
     shifted = TensorDataset((x - 1.5) / 0.25, y)
-    with pytest.raises(DuckInputError, match=r"expect_acc=.*data\.mean / data\.std"):
-        duck.unlearn(model, train, test=shifted, forget_classes=[1], expect_acc=acc)
+    with pytest.raises(DuckInputError, match=r"expect_acc=.*transforms of the data sets you pass \(Normalize"):
+        duck.unlearn(model, train, test=shifted, forget_classes=[1], expect_acc=acc, input_check=False)
     duck.unlearn(model, train, test=test, forget_classes=[1], expect_acc=acc, max_epochs=1)  # same data: accepted
 
 
@@ -217,3 +218,33 @@ def test_the_none_control_returns_the_original_unchanged(user_setup):
     assert all(torch.equal(a, b) for a, b in zip(r.state_dict().values(), model.state_dict().values(), strict=True))
     assert r.metrics["reached_target"] is False and r.metrics["epochs"] == 0.0
     assert r.metrics["acc"]["test_forget"] > 0.9  # nothing forgotten
+
+
+def test_a_test_set_normalised_otherwise_is_refused_by_the_input_check(user_setup):
+    """Train prepared right, test with another normalisation: the model's BatchNorm statistics show it on the
+    test split (the accuracy check alone would pass it: a new user's report)."""
+    model, train, test, _ = user_setup
+    x, y = test.tensors
+    with pytest.raises(DuckInputError, match=r"the test data reach the original prepared differently.*Normalize"):
+        duck.unlearn(model, train, test=TensorDataset(x * 2.0 + 0.5, y), forget_classes=[1])
+
+
+def test_train_and_test_transforms_with_different_normalize_are_refused():
+    from torchvision import transforms
+
+    from duck.data.user import as_splits
+
+    class WithTransform(torch.utils.data.Dataset):
+        def __init__(self, mean: float) -> None:
+            self.transform = transforms.Compose([transforms.Normalize([mean], [0.3])])
+            self.targets = [0, 1, 0, 1]
+
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int):
+            return self.transform(torch.zeros(1, 4, 4)), self.targets[i]
+
+    assert as_splits(WithTransform(0.2), WithTransform(0.2)).train.normalization == ((0.2,), (0.3,))
+    with pytest.raises(DuckInputError, match="normalise differently"):
+        as_splits(WithTransform(0.2), WithTransform(0.5))

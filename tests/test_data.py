@@ -162,12 +162,16 @@ def _png(path: Path, value: int, size: int = 12) -> None:
     Image.fromarray(np.full((size, size, 3), value, dtype=np.uint8)).save(path)
 
 
-def test_imagefolder_layout(tmp_path):
+def test_imagefolder_layout(tmp_path, capsys):
     for split, n in (("train", 3), ("test", 2)):
         for c, name in enumerate(["cat", "dog"]):
             for k in range(n):
                 _png(tmp_path / split / name / f"{k}.png", 40 * c + k)
+    build_datasets("imagefolder", root=str(tmp_path), img_size=12)
+    assert capsys.readouterr().err == ""  # the images' own size: nothing to say
     ds = build_datasets("imagefolder", root=str(tmp_path), img_size=8)
+    warning = capsys.readouterr().err  # resized: said, with the setting that keeps them as they are
+    assert "the images are 12x12 pixels" in warning and "set data.img_size=12" in warning
     assert ds.class_names == ["cat", "dog"] and len(ds.train) == 6 and len(ds.test) == 4
     x, y, i = ds.train[4]
     assert x.shape == (3, 8, 8) and int(y) == 1 and i == 4

@@ -213,6 +213,7 @@ def test_custom_module_is_found_in_the_current_directory(tmp_path, monkeypatch):
 @pytest.mark.parametrize("target,kw,match", [
     ("os.system", {}, r"model._target_='os.system' is a builtin_function_or_method, not a torch.nn.Module class"),
     ("USER.build_tiny", {}, r"model._target_='USER.build_tiny' is a function, not a torch.nn.Module class"),
+    ("torchvision.models.get_model", {}, r"is a function, not a torch.nn.Module class"),  # not a model builder
     ("no_such_package_xyz.models.Net", {}, r"model._target_='no_such_package_xyz.models.Net': cannot import "
                                            r"'no_such_package_xyz.models' .*put its package on PYTHONPATH"),
     ("USER.Missing", {}, r"module 'USER' has no attribute 'Missing'"),
@@ -305,3 +306,9 @@ def test_batched_training_of_generic_models_equals_sequential(small_rgb):
     for a, b in zip(separate, batched, strict=True):
         for key, value in a.state_dict().items():
             torch.testing.assert_close(b.state_dict()[key], value, rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_torchvision_model_builders_are_allowed_as_targets():
+    """torchvision's registered builders (an allowlist: torchvision.models.list_models()) build like classes."""
+    clf = create_model("custom", 7, 3, 32, _target_="torchvision.models.resnet18")
+    assert clf.num_classes == 7 and clf.head_path == "fc" and clf.spec()["target"] == "torchvision.models.resnet18"

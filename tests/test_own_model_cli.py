@@ -55,8 +55,7 @@ def user_package(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _train_outside(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 30) -> torch.nn.Module:
-    """The user's own training loop (Adam, batches of 32), outside the toolkit."""
-    torch.manual_seed(0)
+    """The user's own training loop (Adam, batches of 32), outside the toolkit (the caller seeds torch)."""
     opt = torch.optim.Adam(model.parameters(), 1e-2)
     for _ in range(epochs):
         for rows in torch.randperm(len(y)).split(32):
@@ -74,6 +73,7 @@ def trained(user_package, tmp_path_factory: pytest.TempPathFactory):
     from duck.data.registry import build_datasets
 
     data = build_datasets("synthetic", n_train=240, n_test=120)
+    torch.manual_seed(0)
     model = _train_outside(importlib.import_module(user_package).TinyCNN(num_classes=4), *data.train.tensors())
     path = tmp_path_factory.mktemp("own") / "tiny.pt"
     torch.save(model.state_dict(), path)
@@ -216,6 +216,7 @@ def image_folder_model(user_package, tmp_path_factory: pytest.TempPathFactory):
     train = torchvision.datasets.ImageFolder(str(root / "train"), transform=tf)
     xs = torch.stack([train[i][0] for i in range(len(train))])
     ys = torch.tensor(train.targets)
+    torch.manual_seed(0)
     model = _train_outside(importlib.import_module(user_package).TinyCNN(num_classes=4), xs, ys)
     ckpt = root / "tiny.pt"
     torch.save(model.state_dict(), ckpt)
@@ -267,3 +268,14 @@ def test_a_pt_output_keeps_its_manifest_for_later_jobs(run_cli, user_package, tr
     code, _, err, _ = run_cli("audit", *DATA, "model=custom", f"model._target_={user_package}.TinyCNN",
                               f"ckpt={run_dir / 'unlearned.pt'}", "scenario.forget_classes=[2]")
     assert code == 2 and "was made for another forget set" in err, err
+
+
+@pytest.mark.parametrize("command", ["unlearn", "audit"])
+def test_a_deletion_request_must_name_its_forget_set(run_cli, trained, command):
+    """duck-unlearn / duck-audit with class removal and no forget_classes used to forget class 3 silently
+    (the demo's default): now a required setting, refused before anything is written."""
+    path, _ = trained
+    code, _, err, run_dir = run_cli(command, *DATA, "model=custom", "model._target_=usermodels_cli.TinyCNN",
+                                    f"ckpt={path}", "scenario=class_removal")
+    assert code == 2 and "required setting scenario.forget_classes not given" in err, err
+    assert written_files(run_dir) == set()

@@ -232,6 +232,7 @@ def test_target_class_by_name():
     (NAMES, "yak", r"forget class 'yak' is not a class name of this data set; give one of 'ant', 'bee', 'cat', 'dog', "
                    r"'eel' \(exact spelling\) or an integer id 0..4"),
     (NAMES, "Dog", r"forget class 'Dog' is not a class name of this data set; did you mean 'dog'\? give one of"),
+    (NAMES, "dogs", r"forget class 'dogs' is not a class name of this data set; did you mean 'dog'\? give one of"),
     ([f"c{i}" for i in range(30)], "zz", r"give one of 'c0', .*'c19', \.\.\. \(exact spelling\) or an integer id 0..29"),
     (None, "dog", r"forget class 'dog' is not an integer class id and this data set has no class names"),
 ])

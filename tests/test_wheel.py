@@ -78,11 +78,13 @@ def test_wheel_runs_the_commands_from_another_directory(wheel_env):
     train = _run([str(bin_dir / "duck-train"), *fast, f"hydra.run.dir={work / 'train'}"], cwd=work, env=env)
     assert train.returncode == 0, train.stderr[-3000:]
     ckpt = work / "train" / "model.ckpt"
-    unl = _run([str(bin_dir / "duck-unlearn"), f"ckpt={ckpt}", *fast, f"hydra.run.dir={work / 'unlearn'}"],
+    unl = _run([str(bin_dir / "duck-unlearn"), f"ckpt={ckpt}", "scenario.forget_classes=[3]", *fast,
+                f"hydra.run.dir={work / 'unlearn'}"],
                cwd=work, env=env)
     assert unl.returncode == 0, unl.stderr[-3000:]
     assert json.loads((work / "unlearn" / "metrics.json").read_text())["method"] == "duck"
-    audit = _run([str(bin_dir / "duck-audit"), f"ckpt={work / 'unlearn' / 'unlearned.safetensors'}", *fast,
+    audit = _run([str(bin_dir / "duck-audit"), f"ckpt={work / 'unlearn' / 'unlearned.safetensors'}",
+                  "scenario.forget_classes=[3]", *fast,
                   "attack.n_shadow=4", "attack.svm_mia.enabled=false", "report.analysis.enabled=false",
                   "report.shareable.enabled=false", f"hydra.run.dir={work / 'audit'}"], cwd=work, env=env)
     assert audit.returncode == 0, audit.stderr[-3000:]

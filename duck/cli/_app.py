@@ -105,10 +105,34 @@ def resolve_input_paths(cfg: Any) -> None:
                 OmegaConf.update(cfg, key, str(launch / value), merge=False)
 
 
+def _top_level_settings(path: Path) -> list[str]:
+    """The top-level ``key: value  # comment`` lines of a config file, each with its comment's continuation
+    lines (indented ``#`` lines right below it), up to the ``hydra:`` block."""
+    lines: list[str] = []
+    for raw in path.read_text().splitlines():
+        if raw.startswith("hydra:"):
+            break
+        if raw and not raw.startswith((" ", "#", "-", "defaults:")):
+            lines.append(f"  {raw}")
+        elif lines and raw.lstrip().startswith("#") and raw.startswith(" ") and lines[-1].strip():
+            lines.append(f"  {raw}")
+    return lines
+
+
+def _group_keys(path: Path, width: int = 110) -> str:
+    """``key=value`` of a group option's top-level settings on one line (cut at ``width``)."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    items = [f"{k}={v}" for k, v in node.items() if k not in ("name", "defaults", "presets") and not isinstance(v, dict)]
+    text = " ".join(items)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def help_text(command: str, config_name: str, about: str, root: Path) -> str:
     """``duck-COMMAND --help``: what the command does, its config groups with their choices (the default
-    marked ``*``), its own settings with their defaults and comments (the config file's top level), and where
-    to read more. Hydra's own help stays under ``--hydra-help``."""
+    marked ``*``) and the default choice's settings, its own settings with their defaults and comments (the
+    config file's top level), and where to read more. Hydra's own help stays under ``--hydra-help``."""
     from omegaconf import OmegaConf
 
     top = root / f"{config_name}.yaml"
@@ -118,7 +142,9 @@ def help_text(command: str, config_name: str, about: str, root: Path) -> str:
         if isinstance(d, dict):
             chosen.update({str(group): str(choice) for group, choice in d.items()})
     lines = [f"{command}: {about}", "", f"usage: {command} [group=choice ...] [key=value ...]    "
-             "(-m with comma-separated values runs a sweep)", "", "config groups:"]
+             "(-m with comma-separated values runs a sweep)", "", "config groups (group=choice; * the default) and "
+             "the default choice's settings (group.key=value):"]
+    example = None
     for group, choice in chosen.items():
         folder = root / group
         if not folder.is_dir():
@@ -127,15 +153,15 @@ def help_text(command: str, config_name: str, about: str, root: Path) -> str:
         shown = [f"{o}*" if o == choice else o for o in options]
         note = "" if choice in options else "  (default: the data set's)" if "${" in choice else f"  (default: {choice})"
         lines.append(f"  {group:<9} {' '.join(shown)}{note}")
-    lines += ["", "settings (key=value):"]
-    for raw in top.read_text().splitlines():
-        if raw.startswith("hydra:"):
-            break
-        if raw and not raw.startswith((" ", "#", "-", "defaults:")):
-            lines.append(f"  {raw}")
-    lines += ["", f"{command} --cfg job prints every setting of the composed config; group settings are "
-              "group.key=value (e.g. method.lr=1e-3). Reference: docs/commands.md (in the repository) or "
-              f"{command} --hydra-help for Hydra's own options."]
+        if choice in options:
+            keys = _group_keys(folder / f"{choice}.yaml")
+            if keys:
+                lines.append(f"  {'':<9}   {keys}")
+                example = example or f"{group}.{keys.split('=', 1)[0]}=..."
+    lines += ["", "settings (key=value):", *_top_level_settings(top)]
+    lines += ["", f"{command} --cfg job prints every setting of the composed config"
+              + (f"; group settings are group.key=value (e.g. {example})" if example else "")
+              + f". Reference: docs/commands.md in the repository; {command} --hydra-help for Hydra's own options."]
     return "\n".join(lines)
 
 

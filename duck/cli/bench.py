@@ -79,11 +79,22 @@ def main() -> None:
     args = sys.argv[1:]
     suites = available_suites()
     if not args or args[0] in ("-h", "--help") or "=" in args[0] or args[0].startswith("-"):
-        print("usage: duck-bench SUITE [key=value ...]\nsuites: " + ", ".join(suites))
+        lines = ["duck-bench: run a benchmark suite, print its table and write bench.json", "",
+                 "usage: duck-bench SUITE [bench.KEY=VALUE ...]   (duck-bench SUITE --help: the suite's settings)", "",
+                 "suites:"]
+        for name in suites:
+            first = next((ln.lstrip("# ").strip() for ln in (conf_dir() / "bench" / f"{name}.yaml").read_text()
+                          .splitlines() if ln.startswith("#")), "")
+            lines.append(f"  {name:<8} {first}")
+        print("\n".join(lines))
         raise SystemExit(0 if args and args[0] in ("-h", "--help") else 2)
     suite, rest = args[0], args[1:]
     if suite not in suites:
         fail(f"unknown benchmark suite {suite!r}; choose one of: {', '.join(suites)}")
+    if any(a in ("-h", "--help") for a in rest):  # the suite's settings, with their comments
+        print(f"duck-bench {suite} [bench.KEY=VALUE ...]; its settings (conf/bench/{suite}.yaml):\n")
+        print((conf_dir() / "bench" / f"{suite}.yaml").read_text())
+        raise SystemExit(0)
     sys.argv = [sys.argv[0], f"bench={suite}", *rest]
     _hydra_main()
 

@@ -38,8 +38,8 @@ def index_task(cfg: DictConfig) -> list[Path]:
 
 
 #: what ``duck-data --help`` says the command does
-ABOUT = ("write index.csv, every sample of a data set (index, source file or position, label, class name); "
-         "usage: duck-data [index] data=NAME [split=train|test|both]")
+ABOUT = ("write index.csv, every sample of a data set (index, source file or position, label, class name), in "
+         "the order that forget ids and forget_ids.txt refer to; the command word index may be left out")
 
 index_main = hydra_entry("dataset", index_task, ABOUT)
 

@@ -191,6 +191,11 @@ def class_id(name: str, class_names: list[str] | None, what: str) -> int:
     if name in class_names:
         return class_names.index(name)
     folded = [n for n in class_names if n.casefold() == name.casefold()]
+    if len(folded) != 1:  # a misspelling: the closest name (Trousers, Trousr -> Trouser)
+        import difflib
+
+        by_fold = {n.casefold(): n for n in class_names}
+        folded = [by_fold[m] for m in difflib.get_close_matches(name.casefold(), list(by_fold), n=1, cutoff=0.75)]
     hint = f"did you mean {folded[0]!r}? " if len(folded) == 1 else ""
     shown = ", ".join(repr(n) for n in class_names[:_NAMES_SHOWN]) + (", ..." if len(class_names) > _NAMES_SHOWN else "")
     raise DuckInputError(f"{what} {name!r} is not a class name of this data set; {hint}give one of {shown} "

@@ -333,6 +333,12 @@ def as_splits(train: Dataset, test: Dataset | None = None, *, name: str = "user"
                              f"{k} classes (0..{k - 1}); give a test set of the training classes or pass "
                              "num_classes=K")
     in_chans = shape[0] if len(shape) == 3 else 1
+    norms = [ds.normalization for ds in (train_ds, test_ds) if isinstance(ds, UserDataset)]
+    if normalization is None and len(norms) == 2 and None not in norms and not np.allclose(
+            np.r_[norms[0][0], norms[0][1]], np.r_[norms[1][0], norms[1][1]]):
+        raise DuckInputError(f"the train and test data sets normalise differently (Normalize mean/std {norms[0]} vs "
+                             f"{norms[1]}): the test accuracies would mean nothing; give both the transform the "
+                             "model was trained with")
     if normalization is not None:
         norm = _check_normalization(normalization, int(in_chans))
         for ds in (train_ds, test_ds):

@@ -130,10 +130,21 @@ def _timm_model(name: str, img_size: int, args: dict[str, Any], kwargs: dict[str
 CUSTOM = "custom"
 
 
-def _import_target(target: Any) -> type[nn.Module]:
+def _torchvision_builder(obj: Any) -> bool:
+    """Is ``obj`` one of torchvision's registered model builders (``torchvision.models.resnet18``...)?"""
+    try:
+        import torchvision.models as tvm
+
+        return any(obj is tvm.get_model_builder(name) for name in tvm.list_models())
+    except (ImportError, AttributeError, ValueError):
+        return False
+
+
+def _import_target(target: Any) -> Callable[..., nn.Module]:
     """The ``nn.Module`` subclass at ``target`` (``"pkg.module.Class"``), imported from ``sys.path`` and the
-    current directory. Anything else (a function such as ``os.system``, a module, a constant) is refused:
-    a config names a class to build, never a function to call."""
+    current directory, or one of torchvision's registered model builders (``torchvision.models.resnet18``; an
+    allowlist: ``torchvision.models.list_models()``). Anything else (a function such as ``os.system``, a
+    module, a constant) is refused: a config names a model to build, never an arbitrary function to call."""
     if not isinstance(target, str) or not target or target == "???":
         raise DuckInputError("model=custom needs model._target_=pkg.module.ClassName, the import path of your "
                              "torch.nn.Module subclass")
@@ -161,9 +172,10 @@ def _import_target(target: Any) -> type[nn.Module]:
     if cls is None:
         raise DuckInputError(f"model._target_={target!r}: module {module_name!r} has no attribute {attr!r}; "
                              "check the class name")
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)) and not _torchvision_builder(cls):
         raise DuckInputError(f"model._target_={target!r} is a {type(cls).__name__}, not a torch.nn.Module class; "
-                             "model=custom only builds nn.Module subclasses: point it at your model's class")
+                             "model=custom builds nn.Module subclasses and torchvision's registered model builders "
+                             "(torchvision.models.resnet18, ...): point it at your model's class")
     return cls
 
 
@@ -187,6 +199,8 @@ def _custom_model(num_classes: int, in_chans: int, img_size: int, target: Any, h
             raise DuckInputError(f"model.{unknown[0]}={kwargs[unknown[0]]!r} is not a parameter of {target}; "
                                  f"{listing} (check the spelling or remove the override)")
     shape = {"num_classes": num_classes, "in_chans": in_chans, "img_size": img_size}
+    if _torchvision_builder(cls):
+        named = [*named, "num_classes"]  # torchvision's builders pass num_classes on to the model (**kwargs)
     args = {**{k: v for k, v in shape.items() if k in named}, **kwargs}
     try:
         net = cls(**args)

@@ -41,6 +41,17 @@ COMMANDS = ("train", "unlearn", "audit", "run")
 SCENARIO_KINDS = "scenario=class_removal|homogeneous_removal|custom|targeted"
 
 
+#: what messages name, per interface (:meth:`Job.hint`)
+HINTS = {
+    "cli": {"prep": "the normalisation (data.mean / data.std), data.in_chans and data.img_size, and the model "
+                    "settings (model.cifar_stem, or the model / checkpoint itself)",
+            "input_check": "input_check=false", "min_acc": "min_acc_factor=0"},
+    "python": {"prep": "the transforms of the data sets you pass (Normalize, Resize, Grayscale / channels: the ones "
+                       "the model was trained with, for train and test alike) and the model you pass",
+               "input_check": "input_check=False", "min_acc": "min_acc_factor=0"},
+}
+
+
 @dataclass
 class Trust:
     """When an original model is too broken to unlearn or audit (issue 24 item 5): its test accuracy must be
@@ -99,6 +110,12 @@ class Job:
     data_cfg: dict[str, Any] = field(default_factory=dict)  # cfg.data (the split settings manifests record)
     model_cfg: dict[str, Any] = field(default_factory=dict)  # cfg.model (cache keys)
     recipe_cfg: dict[str, Any] = field(default_factory=dict)  # cfg.recipe (cache keys)
+    interface: str = "cli"  # "cli" (a config) or "python" (duck.unlearn): the words of error messages
+
+    def hint(self, topic: str) -> str:
+        """The settings a message should name, in the words of the interface that built the job (the command
+        line's ``data.mean`` or Python's ``transforms.Normalize``)."""
+        return HINTS[self.interface][topic]
 
     def replace(self, **changes: Any) -> Job:
         """A copy with some fields changed (a benchmark's variant of the data, the scenario or the seed)."""

@@ -69,6 +69,7 @@ def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     check_inputs(job, model)
     original_acc = evaluate(job, model)
     check_original(job, original_acc)
+    print("original: " + ", ".join(f"{k}={v:.4f}" for k, v in original_acc.items()))
     reference = copy.deepcopy(model) if job.audit is not None else None  # the unlearner modifies its model
     metrics, result = unlearn_model(job, model, original_acc)
     path = unlearned_path(out, job)

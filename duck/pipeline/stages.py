@@ -72,8 +72,7 @@ def check_original(job: Job, acc: dict[str, float], what: str = "the original") 
     split = "test" if "test" in acc else "train_retain" if "train_retain" in acc else "train"
     value = float(acc[split])
     trust, k = job.trust, job.data.num_classes
-    causes = ("the data's normalisation (data.mean / data.std), its size or channels (data.img_size, "
-              "data.in_chans), the model settings (model.cifar_stem, the model or checkpoint itself)")
+    causes = job.hint("prep")
     if trust.expect_acc is not None and abs(value - trust.expect_acc) > trust.expect_acc_tol:
         raise DuckInputError(
             f"{what} measures {split} accuracy {value:.4f} here but expect_acc={trust.expect_acc:g} "
@@ -85,7 +84,8 @@ def check_original(job: Job, acc: dict[str, float], what: str = "the original") 
             f"{what} is near chance: {split} accuracy {value:.4f} < min_acc_factor/num_classes = "
             f"{trust.min_acc_factor:g}/{k} = {threshold:.4f}; unlearning or auditing it would mean nothing. Likely "
             f"causes: {causes}; if it was trained here, the recipe (recipe.epochs, recipe.optimizer.lr). "
-            "Pass expect_acc=<its accuracy in your pipeline> to check a known value, or min_acc_factor=0 to skip")
+            f"Pass expect_acc=<its accuracy in your pipeline> to check a known value, or {job.hint('min_acc')} to "
+            "skip")
 
 
 #: refuse when the first BatchNorm layer sees inputs whose per-channel statistics differ from its running
@@ -95,22 +95,26 @@ def check_original(job: Job, acc: dict[str, float], what: str = "the original") 
 INPUT_SHIFT_LIMIT = 0.5
 
 
-def check_inputs(job: Job, model: Classifier, what: str = "the original", n: int = 512) -> dict[str, Any] | None:
-    """Refuse data prepared differently from the model's training data (wrong normalisation, channels or scale),
-    read off the model itself: its first BatchNorm layer's running statistics are those of the inputs it was
-    trained on; the same layer's statistics on up to ``n`` training samples prepared by this job must match
-    (:data:`INPUT_SHIFT_LIMIT`). Models without BatchNorm running statistics (or whose statistics were never
-    updated) are not checked (``None``);
-    ``input_check=false`` skips it. Returns the measured statistics."""
+def _first_batchnorm(model: Classifier) -> tuple[str, Any] | None:
+    """``(name, module)`` of the model's first BatchNorm layer with running statistics that were updated."""
     import torch
 
-    if not job.input_check:
-        return None
-    bn = next((m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
-               and m.track_running_stats and m.running_var is not None), None)
-    if bn is None or (bn.num_batches_tracked is not None and int(bn.num_batches_tracked) == 0):
-        return None  # no BatchNorm statistics, or never trained (the statistics are the initial 0 / 1)
-    name = next(k for k, m in model.named_modules() if m is bn)
+    for name, m in model.named_modules():
+        if (isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+                and m.running_var is not None):
+            if m.num_batches_tracked is not None and int(m.num_batches_tracked) == 0:
+                return None  # never trained: the statistics are the initial 0 / 1
+            return name, m
+    return None
+
+
+def input_shift(model: Classifier, bn: Any, dataset: Any, device: Any, n: int = 512) -> tuple[float, float]:
+    """``(mean shift, |log variance ratio|)`` of ``bn``'s inputs on up to ``n`` samples of ``dataset`` against
+    its running statistics (per channel, averaged over channels)."""
+    import torch
+
+    from duck.metrics import predict_logits
+
     seen: dict[str, torch.Tensor] = {}
 
     def hook(_: Any, inputs: tuple[torch.Tensor, ...]) -> None:
@@ -118,25 +122,42 @@ def check_inputs(job: Job, model: Classifier, what: str = "the original", n: int
         dims = [d for d in range(x.ndim) if d != 1]
         seen["mean"], seen["var"] = x.mean(dims), x.var(dims)
 
-    from duck.metrics import predict_logits
-
-    rows = np.random.default_rng(0).permutation(len(job.data.train))[:n]
+    rows = np.sort(np.random.default_rng(0).permutation(len(dataset))[:n])
     handle = bn.register_forward_pre_hook(hook)
     try:
-        predict_logits(model, job.data.train, indices=np.sort(rows), batch_size=len(rows), device=job.device)
+        predict_logits(model, dataset, indices=rows, batch_size=len(rows), device=device)
     finally:
         handle.remove()
     scale = (bn.running_var.float() + bn.eps).sqrt()
     shift = float(((seen["mean"] - bn.running_mean.float()).abs() / scale).mean())
     log_var = float((seen["var"] / scale**2).clamp_min(1e-12).log().abs().mean())
-    stats = {"layer": name, "mean_shift": round(shift, 4), "log_var_ratio": round(log_var, 4)}
-    if max(shift, log_var) > INPUT_SHIFT_LIMIT:
-        raise DuckInputError(
-            f"the data reach {what} prepared differently from its training data: its first BatchNorm layer ({name}) "
-            f"sees per-channel means {shift:.2f} running std away from its running statistics and variances "
-            f"{math.exp(log_var):.1f}x off (limit {INPUT_SHIFT_LIMIT}); check the normalisation (data.mean / "
-            "data.std, or your transform's Normalize), data.in_chans and data.img_size, and the model settings "
-            "(model.cifar_stem); input_check=false skips this check")
+    return shift, log_var
+
+
+def check_inputs(job: Job, model: Classifier, what: str = "the original", n: int = 512) -> dict[str, Any] | None:
+    """Refuse data prepared differently from the model's training data (wrong normalisation, channels or scale),
+    read off the model itself: its first BatchNorm layer's running statistics are those of the inputs it was
+    trained on; the same layer's statistics on up to ``n`` training samples, and ``n`` test samples, prepared
+    by this job must match (:data:`INPUT_SHIFT_LIMIT`): a test set normalised differently from the training
+    set is caught too. Models without BatchNorm running statistics (or whose statistics were never updated)
+    are not checked (``None``); ``input_check=false`` skips it. Returns the measured statistics."""
+    if not job.input_check:
+        return None
+    found = _first_batchnorm(model)
+    if found is None:
+        return None
+    name, bn = found
+    stats: dict[str, Any] = {"layer": name}
+    splits = [("training", job.data.train)] + ([("test", job.data.test)] if job.data.test is not None else [])
+    for split, dataset in splits:
+        shift, log_var = input_shift(model, bn, dataset, job.device, n)
+        stats[split] = {"mean_shift": round(shift, 4), "log_var_ratio": round(log_var, 4)}
+        if max(shift, log_var) > INPUT_SHIFT_LIMIT:
+            raise DuckInputError(
+                f"the {split} data reach {what} prepared differently from its training data: its first BatchNorm "
+                f"layer ({name}) sees per-channel means {shift:.2f} running std away from its running statistics "
+                f"and variances {math.exp(log_var):.1f}x off (limit {INPUT_SHIFT_LIMIT}); check {job.hint('prep')}; "
+                f"{job.hint('input_check')} skips this check")
     return stats
 
 
@@ -153,7 +174,8 @@ def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float]) -
     metrics = metrics_record(method=job.method, data_name=job.data.name, model_name=job.model_name, seed=job.seed,
                              acc=acc, original_acc=original_acc, scenario=job.scenario, time_s=result.time_s,
                              epochs=round(result.epochs, 4), reached_target=result.reached_target,
-                             forget_target=unlearner.forget_target(float(unlearner.hp.get("tolerance", 0.01))))
+                             forget_target=unlearner.forget_target(float(unlearner.hp.get("tolerance", 0.01))),
+                             hparams=dict(unlearner.hp))  # the values used, presets resolved
     return metrics, result
 
 
@@ -185,5 +207,6 @@ def summary_table(rows: list[tuple[str, dict[str, Any]]], scenario: Scenario) ->
 def format_metrics_line(m: dict[str, Any]) -> str:
     accs = ", ".join(f"{k}={v:.4f}" for k, v in m["acc"].items())
     aus = m.get("aus")
+    hp = ", ".join(f"{k}={v}" for k, v in (m.get("hparams") or {}).items() if v is not None)
     return (f"{m['method']} ({m['scenario']}): {accs}" + ("" if aus is None else f", AUS={aus:.4f}")
-            + f", {m['time_s']:.2f} s")
+            + f", {m['time_s']:.2f} s" + (f"\n  hyperparameters: {hp}" if hp else ""))
