@@ -38,7 +38,7 @@ def _load_plugins() -> None:
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
-    import duck.unlearn.duck  # noqa: F401  (registers "duck")
+    import duck.unlearn.duck
     import duck.unlearn.none  # noqa: F401  (registers "none", the negative control)
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
