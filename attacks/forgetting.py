@@ -40,6 +40,7 @@ unlearned rather than never trained on). :func:`ulira_loo` scores shadow pairs l
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -118,7 +119,8 @@ def example_epsilon(pos: np.ndarray | Sequence[float], neg: np.ndarray | Sequenc
     one_zero = (eps == 0) & (fpr * fnr == 0)
     eps[one_zero] = np.nan
     rest = eps == 0
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: rules the reference drops too
         candidates = np.stack([np.log(np.float32(1 - delta) - fpr[rest]) - np.log(fnr[rest]),
                                np.log(np.float32(1 - delta) - fnr[rest]) - np.log(fpr[rest])])
         eps[rest] = np.clip(np.nanmax(candidates, axis=0), 0, None) if rest.any() else eps[rest]

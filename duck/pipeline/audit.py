@@ -171,6 +171,18 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
     bank = next(iter(audits.values()))["bank"]
     times = {**run_times, "shadow bank training": bank["train_s"], "shadow inference": bank["phi_s"],
              "audit (all models)": time.perf_counter() - t0}
+    forgetting = None
+    if opts.attack.forgetting["enabled"] and "unlearned" in audits and "original" in models:
+        from duck.pipeline.forgetting import forgetting_audit
+        from duck.pipeline.stages import evaluate
+
+        forgetting = forgetting_audit(job, models["original"], evaluate(job, models["original"]))
+        times["forgetting audit"] = forgetting["time_s"]
+        audits["unlearned"]["forgetting"] = forgetting
+        audits["unlearned"]["verdict"] = forgetting["verdict"]
+        audits["unlearned"]["verdict_rule"] = forgetting["rule"]
+        atomic_save_json(Path(out_dirs["unlearned"]) / "audit.json", audits["unlearned"])
+        extra.insert(0, ("Forgetting audit (against retrained models)", forgetting_markdown(forgetting)))
     if feature_space is not None:
         times["feature space (density, t-SNE)"] = feature_s
     for name in audits:
@@ -186,6 +198,31 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
     return audits, paths
 
 
+def forgetting_markdown(block: dict[str, Any]) -> str:
+    """The forgetting audit as a report section: the verdict with its rule, then F, the final score and KLOM of
+    the method and the controls."""
+    def row(name: str, s: dict[str, Any]) -> str:
+        ci = s.get("quality_ci")
+        f = f"{s['quality']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+        k = s["klom"]
+        return (f"| {name} | {f} | {s['final_score']:.3f} | {k['forget']['median']:.3f} / {k['forget']['p95']:.3f} | "
+                f"{k['retain']['median']:.3f} | {k['test']['median']:.3f} | {s['retain_acc']:.4f} | {s['test_acc']:.4f} |")
+
+    rows = [row(f"{block['method']} (N = {block['n_unlearned']})", block)]
+    rows += [row(f"control: {name}", s) for name, s in block["controls"].items()]
+    norm = block.get("quality_normalised")
+    return (f"**Verdict: {block['verdict'].replace('_', ' ')}.** {block['rule']}.\n\n"
+            f"Each row's models against R = {block['n_retrained']} models retrained on the retain set. F: the "
+            "ε-based forgetting quality (1 = indistinguishable from retraining on every forget example, with the "
+            "estimator's small-sample ceiling shown by the retrain control; 0 = distinguishable); intervals are "
+            "bootstrap over models. KLOM: KL divergence of the margins' histograms (median / 95th percentile), "
+            "0 = identical.\n\n"
+            "| models | F [95 % CI] | final score | KLOM forget (median / p95) | KLOM retain | KLOM test | retain acc "
+            "| test acc |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
+            + (f"\n\nF normalised between the none (0) and retrain (1) controls: {norm:.3f}." if norm is not None
+               else ""))
+
+
 def audit_lines(audits: dict[str, Any]) -> str:
     """One line per audited model: LiRA AUC with its confidence interval and TPR at 1 % FPR."""
     lines = []
@@ -194,4 +231,9 @@ def audit_lines(audits: dict[str, Any]) -> str:
         lo, hi = lira["auc_ci"]
         lines.append(f"  LiRA {name:>10}: AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}], "
                      f"TPR@1% FPR {lira['tpr_at_fpr'].get('0.01', float('nan')):.3f}")
+        if "forgetting" in a:
+            f = a["forgetting"]
+            ci = f.get("quality_ci")
+            lines.append(f"  forgetting audit: {f['verdict']}, F = {f['quality']:.3f}"
+                         + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f" ({f['rule']})")
     return "\n".join(lines)

@@ -179,6 +179,9 @@ class Job:
             job.cache_dir = check_cache_dir(cfg.cache_dir)
         if attack_settings is not None:
             job.audit = AuditOptions(attack_settings, share, analysis)
+            if attack_settings.forgetting["enabled"] and command == "audit":
+                raise DuckInputError("attack.forgetting.enabled=true reruns the method: use duck-run or duck-unlearn "
+                                     "audit=true (duck-audit knows no method)")
             check_audit_against_data(job)
         return job
 

@@ -1,0 +1,244 @@
+"""The forgetting audit stage (ALGORITHMS.md §10): is the method, on each forget example, distributed like
+models retrained without it?
+
+Model sets (all cached under the job's cache directory):
+- the **retrain bank**: R models on the retain set (:class:`attacks.retrain_bank.RetrainBank`; shared by every
+  method and audit of the forget set);
+- the **unlearned set**: N runs of the job's method from the same original with seeds ``seed .. seed + N − 1``
+  (run 0 is the audited model's own seed), their φ and correctness on every train and test sample
+  (``unlearned_sets/<key>/run_KKK.npz``, keyed by the original's weights, the method and its resolved
+  hyperparameters, the forget set, the data and the training-relevant trainer settings);
+- the **controls**: ``none`` (R originals, each trained on the full training set with its own seed: models that
+  saw the forget set; :class:`OriginalBank`, shared by every forget set) and ``retrain`` (N more retrains with
+  other seeds: the ceiling an indistinguishable method can reach at this N and R).
+
+Each set is scored against the retrain bank with the ε-based forgetting quality F and the final score of the
+NeurIPS 2023 challenge, and KLOM on forget, retain and test examples (:mod:`attacks.forgetting`), with
+bootstrap intervals over models. **Verdict**: the method is ``not_forgotten`` when its F interval lies below
+the retrain control's (distinguishable from retraining, whatever the original did); otherwise ``forgotten``
+only when the ``none`` control's interval lies below the retrain control's (the audit had power), else
+``inconclusive`` with the reason. U-LiRA (shadow pairs) is not implemented yet.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from attacks.forgetting import epsilon_points, epsilons, final_score, klom, summarize
+from attacks.lira import lira_phi
+from attacks.retrain_bank import RetrainBank
+from duck.errors import DuckInputError
+from duck.io import atomic_save_npz
+from duck.metrics import predict_logits
+from duck.models import Classifier
+from duck.pipeline.job import Job
+from duck.training import training_trainer_settings
+from duck.unlearn import UnlearnData, create_unlearner
+
+
+class OriginalBank(RetrainBank):
+    """R models trained on the whole training set with their own seeds: the ``none`` control (models that saw
+    every forget example); one bank per setup, whatever the forget set."""
+
+    folder = "original_banks"
+    label = "original bank"
+    role = "original_bank"
+
+    def extra_spec(self) -> dict[str, Any]:
+        return {"kind": "original"}
+
+
+def model_phi(model: Classifier, job: Job) -> dict[str, np.ndarray]:
+    """φ (identity view, eval mode) and correctness of ``model`` on every train and test sample."""
+    out = {}
+    for split, ds in (("train", job.data.train), ("test", job.data.test)):
+        logits, labels, _ = predict_logits(model, ds, batch_size=job.eval_batch_size, device=job.device)
+        out[f"phi_{split}"] = lira_phi(logits, labels).numpy()
+        out[f"correct_{split}"] = (logits.argmax(1) == labels).numpy()
+    return out
+
+
+def _weights_digest(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def unlearned_set_key(job: Job, original: Classifier) -> str:
+    """What an unlearned set depends on (the cache key of its runs)."""
+    from duck import __version__
+
+    spec = {"original": _weights_digest(original), "method": job.method, "hparams": job.hparams,
+            "forget": job.scenario.forget_hash, "data": job.data.fingerprint(),
+            "trainer": training_trainer_settings(job.trainer_cfg), "version": __version__}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float], n: int,
+                  progress: bool = False) -> dict[str, Any]:
+    """N runs of the job's method from ``original`` (seeds ``job.seed + i``): stacked φ and correctness
+    ``(N, samples)``, each run cached as soon as it is done (an interrupted set resumes)."""
+    from tqdm.auto import tqdm
+
+    folder = job.cache_dir / "unlearned_sets" / unlearned_set_key(job, original)
+    runs, trained, seconds = [], 0, []
+    for i in tqdm(range(n), desc=f"unlearning runs ({job.method})", disable=not progress):
+        path = folder / f"run_{i:03d}.npz"
+        if path.is_file():
+            try:
+                with np.load(path, allow_pickle=False) as f:
+                    runs.append({k: np.asarray(f[k]) for k in f.files})
+                seconds.append(float(runs[-1]["time_s"]))
+                continue
+            except (OSError, ValueError, KeyError, EOFError):
+                path.unlink(missing_ok=True)  # a damaged entry is recomputed
+        udata = UnlearnData(train=job.data.train, scenario=job.scenario, num_classes=job.data.num_classes,
+                            dataset_name=job.data.name, original_acc=original_acc, augment=job.data.augment,
+                            recipe=job.recipe, model_factory=job.model_factory)
+        unlearner = create_unlearner(job.method, copy.deepcopy(original), udata, job.method_cfg, seed=job.seed + i,
+                                     trainer_cfg=job.trainer_cfg, progress=False)
+        result = unlearner.unlearn()
+        arrays = model_phi(result.model.to(job.device), job)
+        arrays["time_s"] = np.array(result.time_s)
+        atomic_save_npz(path, **arrays)
+        runs.append(arrays)
+        seconds.append(result.time_s)
+        trained += 1
+    stacked = {k: np.stack([r[k] for r in runs]) for k in ("phi_train", "phi_test", "correct_train", "correct_test")}
+    return {**stacked, "dir": str(folder), "computed_now": trained, "unlearning_s": seconds}
+
+
+def bank_set(bank: RetrainBank) -> dict[str, Any]:
+    """A trained bank's φ and correctness in the layout of :func:`unlearned_set`."""
+    t0 = time.perf_counter()
+    info = bank.train()
+    phi_train, phi_test, _ = bank.phi()
+    correct = bank.accuracies()
+    n_train = phi_train.shape[1]
+    return {"phi_train": phi_train, "phi_test": phi_test, "correct_train": correct[:, :n_train],
+            "correct_test": correct[:, n_train:], "dir": str(bank.dir), "computed_now": len(info["trained"]),
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _utility(s: dict[str, Any], retain: np.ndarray, test_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-model retain accuracy (training samples of the retain set) and test accuracy (A_t's test split)."""
+    return s["correct_train"][:, retain].mean(axis=1), s["correct_test"][:, test_ids].mean(axis=1)
+
+
+def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, n_boot: int, rng: np.random.Generator,
+              klom_ids: dict[str, np.ndarray]) -> dict[str, Any]:
+    """F, the final score and KLOM of set ``s`` against the retrain bank ``ref``, with bootstrap intervals over
+    models (F and the final score)."""
+    sc = job.scenario
+    forget, retain = np.asarray(sc.forget_idx), np.asarray(sc.retain_idx)
+    test_ids = (np.asarray(sc.test_retain_idx) if sc.test_retain_idx is not None
+                else np.arange(s["phi_test"].shape[1]))
+    u_f, r_f = s["phi_train"][:, forget], ref["phi_train"][:, forget]
+    n_u = u_f.shape[0]
+    eps = epsilons(u_f, r_f)
+    quality = float(epsilon_points(eps, n_u).mean())
+    ra_u, ta_u = _utility(s, retain, test_ids)
+    ra_r, ta_r = _utility(ref, retain, test_ids)
+    out: dict[str, Any] = {
+        "quality": quality, "final_score": final_score(quality, ra_u, ra_r, ta_u, ta_r),
+        "epsilon": {"median": float(np.median(eps)), "p95": float(np.percentile(eps, 95))},
+        "retain_acc": float(ra_u.mean()), "test_acc": float(ta_u.mean()), "n_models": int(n_u)}
+    k = min(n_u, ref["phi_train"].shape[0])  # KLOM compares as many models a side (the reference asserts it)
+    out["klom"] = {
+        "forget": summarize(klom(u_f[:k], r_f[:k])),
+        "retain": summarize(klom(s["phi_train"][:k, klom_ids["retain"]], ref["phi_train"][:k, klom_ids["retain"]])),
+        "test": summarize(klom(s["phi_test"][:k, klom_ids["test"]], ref["phi_test"][:k, klom_ids["test"]]))}
+    if n_boot:
+        qs, finals = [], []
+        n_r = r_f.shape[0]
+        for _ in range(n_boot):
+            iu, ir = rng.integers(0, n_u, n_u), rng.integers(0, n_r, n_r)
+            try:
+                q = float(epsilon_points(epsilons(u_f[iu], r_f[ir]), n_u).mean())
+            except DuckInputError:  # a resample with no usable rule (all copies of one model): skip it
+                continue
+            qs.append(q)
+            finals.append(final_score(q, ra_u[iu], ra_r[ir], ta_u[iu], ta_r[ir]))
+        if qs:
+            out["quality_ci"] = [float(np.percentile(qs, 2.5)), float(np.percentile(qs, 97.5))]
+            out["final_score_ci"] = [float(np.percentile(finals, 2.5)), float(np.percentile(finals, 97.5))]
+            out["n_boot"] = len(qs)
+    return out
+
+
+def forgetting_verdict(method: dict[str, Any], controls: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """``(verdict, the rule that produced it)`` from the method's and the controls' F intervals (module
+    docstring)."""
+    def interval(s: dict[str, Any]) -> list[float]:
+        return s.get("quality_ci") or [s["quality"], s["quality"]]
+
+    def fmt(name: str, s: dict[str, Any]) -> str:
+        lo, hi = interval(s)
+        return f"F({name}) = {s['quality']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    ceiling = controls.get("retrain")
+    if ceiling is None:
+        return "inconclusive", ("the controls are off (attack.forgetting.controls=false): without the retrain "
+                                "control's ceiling and the none control's power no verdict is possible")
+    if interval(method)[1] < interval(ceiling)[0]:
+        return "not_forgotten", (f"{fmt('method', method)} lies below the retrain-vs-retrain ceiling "
+                                 f"{fmt('retrain', ceiling)}: distinguishable from retraining")
+    none = controls["none"]
+    if interval(none)[1] < interval(ceiling)[0]:
+        return "forgotten", (f"{fmt('method', method)} is not separated from {fmt('retrain', ceiling)}, and the "
+                             f"audit had power: {fmt('none', none)} is")
+    return "inconclusive", (f"the audit had no power: {fmt('none', none)} is not separated from "
+                            f"{fmt('retrain', ceiling)} (the original's own models look like retrained ones on "
+                            "this forget set); raise attack.forgetting.n_unlearned / n_retrained, or audit a "
+                            "forget set the model memorises")
+
+
+def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, float], out: Path | None = None
+                     ) -> dict[str, Any]:
+    """The ``forgetting`` block of ``audit.json`` for the job's method and forget set (module docstring)."""
+    opts = job.audit.attack.forgetting
+    if job.method is None or job.recipe is None:
+        raise DuckInputError("the forgetting audit needs the method and the training recipe (duck-run, or "
+                             "duck-unlearn audit=true)")
+    t0 = time.perf_counter()
+    n, r = int(opts["n_unlearned"]), int(opts["n_retrained"])
+    common = dict(mode=job.audit.attack.mode, chunk_size=job.audit.attack.chunk_size, trainer_cfg=job.trainer_cfg,
+                  threads=job.audit.attack.threads, device=job.device, augment=job.data.augment,
+                  progress=job.progress)
+    retain = job.scenario.retain_idx
+    ref = bank_set(RetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, retain, n_models=r,
+                               seed=int(opts["seed"]), **common))
+    sets: dict[str, dict[str, Any]] = {"method": unlearned_set(job, original, original_acc, n, job.progress)}
+    if opts["controls"]:
+        sets["retrain"] = bank_set(RetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, retain,
+                                               n_models=n, seed=int(opts["seed"]) + 1, **common))
+        sets["none"] = bank_set(OriginalBank(job.cache_dir, job.data, job.model_factory, job.recipe,
+                                             np.arange(len(job.data.train)), n_models=n, seed=int(opts["seed"]),
+                                             **common))
+    rng = np.random.default_rng([int(opts["seed"]), 0xF0E7])
+    cap = int(opts["klom_max_examples"])
+    klom_ids = {name: np.sort(rng.permutation(ids)[:cap]) for name, ids in
+                (("retain", np.asarray(retain)), ("test", np.arange(len(job.data.test))))}
+    scores = {name: score_set(s, ref, job, int(opts["n_boot"]), rng, klom_ids) for name, s in sets.items()}
+    method = scores.pop("method")
+    verdict, rule = forgetting_verdict(method, scores)
+    if scores:
+        lo, hi = scores["none"]["quality"], scores["retrain"]["quality"]
+        method["quality_normalised"] = (method["quality"] - lo) / (hi - lo) if hi > lo else None
+    block = {"verdict": verdict, "rule": rule, "method": job.method, **method, "n_unlearned": n, "n_retrained": r,
+             "controls": scores, "sets": {name: {k: s[k] for k in ("dir", "computed_now")} for name, s in
+                                          {**sets, "retrained": ref}.items()},
+             "unlearning_s": sets["method"]["unlearning_s"], "time_s": round(time.perf_counter() - t0, 3),
+             "estimators": "epsilon score F and final score: google-deepmind/unlearning_evaluation metric.py; "
+                           "KLOM: RoyRin/data-unlearning-bench eval.py, KL(P_U || P_R); U-LiRA: not implemented"}
+    return block

@@ -1,0 +1,80 @@
+"""The forgetting audit stage (ALGORITHMS.md §10) end to end on synthetic data: the retrain bank, the unlearned
+set and the controls, cached; the verdict rules; where it may run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SYNTH_ARGS, written_files
+
+from duck.pipeline.forgetting import forgetting_verdict
+
+FAST = ("recipe.epochs=3", "scenario.forget_classes=[1]", "attack.n_shadow=4", "attack.svm_mia.enabled=false",
+        "report.shareable.enabled=false", "report.analysis.enabled=false", "attack.forgetting.enabled=true",
+        "attack.forgetting.n_unlearned=4", "attack.forgetting.n_retrained=4", "attack.forgetting.n_boot=10")
+
+
+def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
+    code, out, err, run_dir = run_cli("run", *SYNTH_ARGS, *FAST)
+    assert code == 0, err
+    audit = json.loads((run_dir / "unlearned" / "audit.json").read_text())
+    block = audit["forgetting"]
+    assert audit["verdict"] == block["verdict"] in ("forgotten", "not_forgotten", "inconclusive")
+    assert block["n_unlearned"] == 4 and block["n_retrained"] == 4 and block["method"] == "duck"
+    assert 0.0 <= block["quality"] <= 1.0 and set(block["klom"]) == {"forget", "retain", "test"}
+    assert set(block["controls"]) == {"none", "retrain"}
+    # the controls give the audit its power on class removal: the original's own models are far from
+    # retrained ones on the forgotten class (F near 0), two retrain sets are not
+    assert block["controls"]["none"]["quality"] < block["controls"]["retrain"]["quality"]
+    assert block["controls"]["none"]["klom"]["forget"]["median"] > block["controls"]["retrain"]["klom"]["forget"]["median"]
+    assert all(s["computed_now"] == 4 for s in block["sets"].values())
+    report = (run_dir / "report.md").read_text()
+    assert "Forgetting audit (against retrained models)" in report and "**Verdict:" in report
+    assert "forgetting audit:" in out
+    # a second audit of the same forget set and method trains nothing and reruns no unlearning
+    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, *FAST)
+    assert code == 0, err
+    again = json.loads((run_dir / "unlearned" / "audit.json").read_text())["forgetting"]
+    assert all(s["computed_now"] == 0 for s in again["sets"].values())
+    assert again["quality"] == block["quality"] and again["verdict"] == block["verdict"]
+    # another method reuses the retrain bank and both controls; only its own runs are computed
+    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, *FAST, "method=finetune", "method.epochs=1")
+    assert code == 0, err
+    other = json.loads((run_dir / "unlearned" / "audit.json").read_text())["forgetting"]
+    assert other["sets"]["method"]["computed_now"] == 4
+    assert all(other["sets"][k]["computed_now"] == 0 for k in ("retrained", "none", "retrain"))
+
+
+def _set(q, lo, hi):
+    return {"quality": q, "quality_ci": [lo, hi]}
+
+
+@pytest.mark.parametrize("method,none,retrain,verdict,words", [
+    (_set(0.02, 0.0, 0.05), _set(0.0, 0.0, 0.01), _set(0.2, 0.1, 0.3), "not_forgotten", "lies below"),
+    (_set(0.18, 0.1, 0.25), _set(0.0, 0.0, 0.01), _set(0.2, 0.1, 0.3), "forgotten", "the audit had power"),
+    (_set(0.18, 0.1, 0.25), _set(0.15, 0.08, 0.22), _set(0.2, 0.1, 0.3), "inconclusive", "no power"),
+])
+def test_verdict_rules(method, none, retrain, verdict, words):
+    got, rule = forgetting_verdict(method, {"none": none, "retrain": retrain})
+    assert got == verdict and words in rule
+
+
+def test_without_controls_there_is_no_verdict():
+    got, rule = forgetting_verdict(_set(0.2, 0.1, 0.3), {})
+    assert got == "inconclusive" and "controls are off" in rule
+
+
+def test_duck_audit_refuses_the_forgetting_audit(run_cli, synthetic_ckpt):
+    code, _, err, run_dir = run_cli("audit", *SYNTH_ARGS, f"ckpt={synthetic_ckpt}", "attack.forgetting.enabled=true")
+    assert code == 2 and "duck-audit knows no method" in err and written_files(run_dir) == set(), err
+
+
+@pytest.mark.parametrize("arg,match", [
+    ("attack.forgetting.n_unlearned=2", "attack.forgetting.n_unlearned=2 must be an integer >= 3"),
+    ("attack.forgetting.n_boot=5", "attack.forgetting.n_boot=5 must be 0"),
+    ("+attack.forgetting.nboot=5", "unknown attack.forgetting option(s) ['nboot']"),
+])
+def test_bad_forgetting_options_fail_before_any_work(run_cli, arg, match):
+    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, arg)
+    assert code == 2 and match in err and written_files(run_dir) == set(), err
