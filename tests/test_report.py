@@ -104,3 +104,19 @@ def test_markdown_to_html_handles_tables_code_and_escaping() -> None:
     assert "<p>a &lt;b&gt; &amp; c</p>" in out
     assert "<th>x</th>" in out and "<td>&lt;2&gt;</td>" in out and "---" not in out
     assert "<pre>code &lt;x&gt;</pre>" in out
+
+
+def test_roc_axes_start_at_the_resolvable_rates():
+    """One non-member of 46 is the smallest FPR an audit can resolve: the axis starts there, not at 1e-5."""
+    from duck.report.plots import resolvable_min
+
+    audits = {"unlearned": {"n_members": 137, "n_nonmembers": 46, "lira": {}},
+              "original": {"n_members": 137, "n_nonmembers": 46, "lira": {}}}
+    x_min, y_min = resolvable_min(audits)
+    assert x_min == pytest.approx(1 / 46) and y_min == pytest.approx(1 / 137)
+
+
+def test_dp_counts_are_shown_rounded_and_clamped():
+    from duck.pipeline.audit import display_count
+
+    assert [display_count(v, 137) for v in (-8.7, 3.4, 3.6, 151.2)] == [0, 3, 4, 137]

@@ -90,6 +90,8 @@ def feature_space_section(options: dict[str, Any], models: dict[str, Any], data:
     dens = options["density"]
     feature_space = model_densities(embeddings, group_labels(labels, is_forget), n_components=dens["n_components"],
                                     variance=dens["variance"], coverage=dens["coverage"])
+    if data.class_names and any(name != str(c) for c, name in enumerate(data.class_names)):  # names worth showing
+        feature_space["class_names"] = {f"class_{c}": name for c, name in enumerate(data.class_names)}
     tsne = options["tsne"]
     if not tsne["enabled"]:
         return feature_space, None
@@ -99,7 +101,7 @@ def feature_space_section(options: dict[str, Any], models: dict[str, Any], data:
                              "seed": tsne["seed"], "skipped": panels.skipped}
     if not panels.coords:
         return feature_space, None
-    return feature_space, tsne_panels_png(panels.coords, panels.labels, panels.is_forget)
+    return feature_space, tsne_panels_png(panels.coords, panels.labels, panels.is_forget, data.class_names or None)
 
 
 def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: Any, scenario: Any,
@@ -130,10 +132,12 @@ def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: A
             r=float(cfg_share["r"]), n_components=int(cfg_share["n_components"]), h=int(cfg_share["h"]),
             seed=gen, device="cpu", prefix="report.shareable.")
     rows = []
+    n_forget = len(scenario.forget_idx)
     for name, rel in released.items():
         c = rel["count"]
-        rows.append(f"| {name} | {c['value']:.1f} | {c['sigma']:.2f} | {', '.join(rel['top_subspaces']['names'])} "
-                    f"| {c['eps'] + rel['top_subspaces'].get('eps', 0.0):.3g} |")
+        shown = display_count(c["value"], n_forget)
+        rows.append(f"| {name} | {shown} | {c['value']:.1f} | {c['sigma']:.2f} | "
+                    f"{', '.join(rel['top_subspaces']['names'])} | {c['eps'] + rel['top_subspaces'].get('eps', 0.0):.3g} |")
     first = next(iter(released.values()))
     md = ("Differentially private statistics about the forget samples, safe to share with a third party "
           f"(total budget ε = {float(cfg_share['eps']):g}, δ = {float(cfg_share['delta']):g}, split over {n} models). "
@@ -141,9 +145,18 @@ def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: A
           f"lie within r = {cfg_share['r']} retain standard deviations of it in the top {cfg_share['n_components']} "
           "principal components of the retain embeddings. Protected: the forget samples; not protected: "
           f"{first['privacy']['not_protected']}.\n\n"
-          "| model | DP outlier count | noise σ | top-h subspaces (DP) | ε spent |\n|---|---|---|---|---|\n"
-          + "\n".join(rows) + f"\n\n{len(scenario.forget_idx)} forget samples in all.")
+          "| model | DP outlier count (shown) | released value | noise σ | top-h subspaces (DP) | ε spent |\n"
+          "|---|---|---|---|---|---|\n"
+          + "\n".join(rows) + f"\n\n{n_forget} forget samples in all. The released value is the true count plus "
+          "Gaussian noise of standard deviation σ (about two thirds of releases fall within σ of the truth), so it "
+          f"can be negative or above {n_forget}; the count shown is it rounded and clamped to [0, {n_forget}], "
+          "post-processing that keeps the privacy guarantee.")
     return md, released
+
+
+def display_count(value: float, n: int) -> int:
+    """A released DP count as shown: rounded and clamped to ``[0, n]`` (post-processing: the guarantee holds)."""
+    return int(min(max(round(float(value)), 0), int(n)))
 
 
 def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_rows: list[dict[str, Any]],

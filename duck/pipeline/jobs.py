@@ -115,6 +115,11 @@ def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             methods[ref] = (ref_manifest or {}).get("method") or ref
             manifests[ref] = ref_manifest
     check_recorded_recipes(manifests, job.recipe_cfg)
+    if all(m is None or not (m.get("config") or {}).get("recipe") for m in manifests.values()):
+        warn_line("the audited checkpoints record no training recipe (plain state dicts): the shadow models are "
+                  f"trained with the configured one ({job.recipe.epochs} epochs, batch {job.recipe.batch_size}); "
+                  "pass recipe=NAME (or recipe.* settings) matching how the audited model was trained, else the "
+                  "audit compares it with differently trained models")
     first = "original" if "original" in models else role
     check_inputs(job, models[first], f"the {first} model")
     rows, accs = accuracy_rows(job, models, methods)

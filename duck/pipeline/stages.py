@@ -195,6 +195,8 @@ def summary_table(rows: list[tuple[str, dict[str, Any]]], scenario: Scenario) ->
         a_or, a_t, a_f = aus_inputs(m["acc"], m.get("original_acc") or m["acc"], scenario)
         rec = {"model": label, "method": m["method"], "A_t": a_t, "A_f": a_f, "AUS": m.get("aus"),
                "train_forget": m["acc"].get("train_forget"), "time_s": m["time_s"], "epochs": m["epochs"]}
+        if m.get("forget_target") is not None:  # an unlearning method: did it reach its forget target?
+            rec["forget_target"] = target_text(m["acc"].get("train_forget"), float(m["forget_target"]))
         records.append(rec)
         out.append([label, f"{a_t:.4f}", f"{a_f:.4f}", "" if m.get("aus") is None else f"{m['aus']:.4f}",
                     f"{m['acc'].get('train_forget', float('nan')):.4f}",
@@ -202,6 +204,16 @@ def summary_table(rows: list[tuple[str, dict[str, Any]]], scenario: Scenario) ->
     a_t_name = "A_t (test, retained classes)" if cr else "A_t (test)"
     a_f_name = "A_f (test, forgotten classes)" if cr else "A_f (forget set)"
     return markdown_table(["model", a_t_name, a_f_name, "AUS", "train-forget acc", "time (s)", "epochs"], out), records
+
+
+def target_text(forget_acc: float | None, target: float) -> str:
+    """``reached (0.0000 <= 0.01)`` or ``not reached: 0.1330 > 0.01`` for the forget-set accuracy (the
+    stopping rules' measure) against the method's forget target."""
+    if forget_acc is None:
+        return ""
+    if forget_acc <= target + 1e-9:
+        return f"reached ({forget_acc:.4f} <= {target:.4g})"
+    return f"not reached: {forget_acc:.4f} > {target:.4g}"
 
 
 def format_metrics_line(m: dict[str, Any]) -> str:

@@ -40,21 +40,31 @@ def _label(name: str, lira: Mapping[str, Any]) -> str:
     return f"{name}: AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def resolvable_min(audits: Mapping[str, Mapping[str, Any]]) -> tuple[float, float]:
+    """The smallest FPR and TPR the audits can resolve: one non-member / one member out of all of them (the
+    ROC has no information below; a 1e-5 axis over 46 non-members spent 80 % of the plot on nothing)."""
+    n_neg = min(int(a.get("n_nonmembers") or a["lira"].get("n_nonmembers") or 1e5) for a in audits.values())
+    n_pos = min(int(a.get("n_members") or a["lira"].get("n_members") or 1e5) for a in audits.values())
+    return max(AXIS_MIN, 1.0 / max(n_neg, 1)), max(AXIS_MIN, 1.0 / max(n_pos, 1))
+
+
 def roc_loglog_png(audits: Mapping[str, Mapping[str, Any]], title: str = "LiRA ROC") -> bytes:
-    """Log-log ROC (both axes 1e-5..1) of each audit's ``lira.roc`` (FPR grid and the TPR at each level)."""
+    """Log-log ROC of each audit's ``lira.roc`` (FPR grid and the TPR at each level); the axes start at the
+    resolvable rates (:func:`resolvable_min`: one non-member, one member)."""
     fig = _figure()
     ax = fig.add_subplot(1, 1, 1)
-    grid = np.logspace(np.log10(AXIS_MIN), 0, 200)
+    x_min, y_min = resolvable_min(audits)
+    grid = np.logspace(np.log10(min(x_min, y_min)), 0, 200)
     ax.plot(grid, grid, ls="--", color="grey", lw=1, label="chance")
     for name, audit in audits.items():
         lira = audit["lira"]
-        fpr = np.clip(np.asarray(lira["roc"]["fpr"], dtype=float), AXIS_MIN, 1.0)
-        tpr = np.clip(np.asarray(lira["roc"]["tpr"], dtype=float), AXIS_MIN, 1.0)
+        fpr = np.clip(np.asarray(lira["roc"]["fpr"], dtype=float), x_min, 1.0)
+        tpr = np.clip(np.asarray(lira["roc"]["tpr"], dtype=float), y_min, 1.0)
         ax.plot(fpr, tpr, drawstyle="steps-post", lw=1.8, color=COLORS.get(name), label=_label(name, lira))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlim(AXIS_MIN, 1.0)
-    ax.set_ylim(AXIS_MIN, 1.0)
+    ax.set_xlim(x_min, 1.0)
+    ax.set_ylim(y_min, 1.0)
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
     ax.set_title(title)
@@ -110,7 +120,7 @@ def density_bars_png(feature_space: Mapping[str, Any]) -> bytes:
 
 
 def tsne_panels_png(coords: Mapping[str, np.ndarray], labels: Sequence[int] | np.ndarray,
-                    is_forget: Sequence[bool] | np.ndarray) -> bytes:
+                    is_forget: Sequence[bool] | np.ndarray, class_names: Sequence[str] | None = None) -> bytes:
     """One t-SNE panel per model (``coords``: model -> ``(m, 2)``): retain samples as dots coloured by class,
     forget samples as black-edged crosses in their class colour; one legend (classes, forget) below."""
     from matplotlib import colormaps
@@ -129,7 +139,7 @@ def tsne_panels_png(coords: Mapping[str, np.ndarray], labels: Sequence[int] | np
         ax.set_title(name)
         ax.set_xticks([])
         ax.set_yticks([])
-    handles = [Line2D([], [], ls="", marker="o", ms=4, color=cmap(i % cmap.N), label=f"class {c}")
+    handles = [Line2D([], [], ls="", marker="o", ms=4, color=cmap(i % cmap.N), label=class_names[c] if class_names and c < len(class_names) else f"class {c}")
                for i, c in enumerate(classes.tolist())]
     handles.append(Line2D([], [], ls="", marker="X", ms=6, color="grey", markeredgecolor="black", label="forget"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 11), fontsize=7, frameon=False,

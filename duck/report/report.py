@@ -23,8 +23,10 @@ from duck.report.plots import auc_ci_png, density_bars_png, roc_loglog_png
 MODEL_ORDER = ("original", "unlearned", "retrained")
 SUMMARY_COLUMNS = {  # record key -> column header (duck-run's summary records)
     "model": "model", "method": "method", "A_t": "A_t", "A_f": "A_f", "AUS": "AUS",
-    "train_forget": "train-forget acc", "time_s": "time (s)", "epochs": "epochs",
+    "train_forget": "train-forget acc", "forget_target": "forget target", "time_s": "time (s)", "epochs": "epochs",
 }
+#: columns shown with 2 decimals (times); accuracies and scores get 4
+TWO_DECIMALS = ("time_s",)
 
 
 def _fmt(v: Any, digits: int = 4) -> str:
@@ -44,7 +46,8 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     keys = [k for k in SUMMARY_COLUMNS if any(k in r for r in rows)]
     keys += [k for r in rows for k in r if k not in keys and not isinstance(r[k], (dict, list))]
     keys = list(dict.fromkeys(keys))
-    return Table([SUMMARY_COLUMNS.get(k, k) for k in keys], [[_fmt(r.get(k)) for k in keys] for r in rows])
+    return Table([SUMMARY_COLUMNS.get(k, k) for k in keys],
+                 [[_fmt(r.get(k), 2 if k in TWO_DECIMALS else 4) for k in keys] for r in rows])
 
 
 def lira_table(audits: Mapping[str, Mapping[str, Any]]) -> Table:
@@ -83,9 +86,10 @@ def density_table(feature_space: Mapping[str, Any]) -> Table:
     models = feature_space["models"]
     groups = list(dict.fromkeys(g for m in models.values() for g in m))
     headers = ["group", *[f"{name}: {col}" for name in models for col in ("log10 density", "radius", "n")]]
+    names = feature_space.get("class_names") or {}
     rows = []
     for g in groups:
-        cells: list[Any] = [g]
+        cells: list[Any] = [f"{g} ({names[g]})" if g in names else g]
         for m in models.values():
             d = m.get(g)
             if d is None:
