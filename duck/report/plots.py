@@ -139,8 +139,9 @@ def tsne_panels_png(coords: Mapping[str, np.ndarray], labels: Sequence[int] | np
         ax.set_title(name)
         ax.set_xticks([])
         ax.set_yticks([])
-    handles = [Line2D([], [], ls="", marker="o", ms=4, color=cmap(i % cmap.N), label=class_names[c] if class_names and c < len(class_names) else f"class {c}")
-               for i, c in enumerate(classes.tolist())]
+    names = [class_names[c] if class_names and c < len(class_names) else f"class {c}" for c in classes.tolist()]
+    handles = [Line2D([], [], ls="", marker="o", ms=4, color=cmap(i % cmap.N), label=names[i])
+               for i in range(len(classes))]
     handles.append(Line2D([], [], ls="", marker="X", ms=6, color="grey", markeredgecolor="black", label="forget"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 11), fontsize=7, frameon=False,
                bbox_to_anchor=(0.5, -0.02))
