@@ -130,6 +130,22 @@ def test_calibration_measures_both_modes(data) -> None:
 
 
 # --------------------------------------------------------------------------------- cache and resume
+def interrupt_after_first_chunk(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """Make every bank's training stop (``KeyboardInterrupt``, as a kill would) after its first chunk; returns
+    the chunks trained."""
+    calls: list[list[int]] = []
+    original = ShadowBank._train_chunk
+
+    def crash_after_first(self, chunk, mode):
+        if calls:
+            raise KeyboardInterrupt("simulated kill")
+        calls.append(list(chunk))
+        return original(self, chunk, mode)
+
+    monkeypatch.setattr(ShadowBank, "_train_chunk", crash_after_first)
+    return calls
+
+
 def make_bank(data, root: Path, **kw) -> ShadowBank:
     args = dict(n_shadow=4, seed=0, mode="batched", chunk_size=2, trainer_cfg=CPU)
     args.update(kw)
@@ -143,16 +159,8 @@ def test_bank_cache_hit_miss_and_resume(data, tmp_path: Path, monkeypatch: pytes
     ref.train()
 
     # interrupted after the first chunk (2 of 4 shadows saved)
-    calls: list[list[int]] = []
     original = ShadowBank._train_chunk
-
-    def crash_after_first(self, chunk, mode):
-        if calls:
-            raise KeyboardInterrupt("simulated kill")
-        calls.append(list(chunk))
-        return original(self, chunk, mode)
-
-    monkeypatch.setattr(ShadowBank, "_train_chunk", crash_after_first)
+    calls = interrupt_after_first_chunk(monkeypatch)
     bank = make_bank(data, tmp_path / "c")
     with pytest.raises(KeyboardInterrupt):
         bank.train()

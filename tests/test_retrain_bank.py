@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_attacks_shadow import CPU, factory, recipe
+from test_attacks_shadow import CPU, factory, interrupt_after_first_chunk, recipe
 
 from attacks.retrain_bank import RetrainBank, retrain_seed
 from attacks.shadow import ShadowBank, shadow_seed
@@ -55,15 +55,7 @@ def test_every_model_trains_on_the_retain_set_only_with_its_own_seed(data, tmp_p
 def test_cached_resumed_and_keyed_by_the_forget_set(data, tmp_path, monkeypatch):
     bank = make(data, tmp_path)
     original = ShadowBank._train_chunk
-    calls = []
-
-    def crash_after_first(self, chunk, mode):
-        if calls:
-            raise KeyboardInterrupt("simulated kill")
-        calls.append(list(chunk))
-        return original(self, chunk, mode)
-
-    monkeypatch.setattr(ShadowBank, "_train_chunk", crash_after_first)
+    interrupt_after_first_chunk(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         bank.train()
     monkeypatch.setattr(ShadowBank, "_train_chunk", original)
