@@ -172,28 +172,27 @@ def _check_ci(ci: Any) -> dict[str, Any]:
 
 
 #: the options of ``attack.forgetting`` (the forgetting audit of ALGORITHMS.md §10) and their defaults
-FORGETTING_DEFAULTS = {"enabled": False, "n_unlearned": 8, "n_retrained": 8, "controls": True, "n_boot": 50,
-                       "seed": 0, "klom_max_examples": 2000}
+FORGETTING_DEFAULTS = {"enabled": False, "n_unlearned": 8, "n_retrained": 8, "controls": True, "intervals": True,
+                       "ci_level": 0.95, "seed": 0, "klom_max_examples": 2000}
 
 
 def check_forgetting(cfg: Any) -> dict[str, Any]:
     """``attack.forgetting``: ``enabled`` and ``controls`` true/false; ``n_unlearned`` (N) and ``n_retrained``
-    (R) integers >= 2 (the ε score needs two models a side; N >= 3 for any score: ⌈ln(N − 1)⌉ > 0); ``n_boot``
-    0 (no intervals) or >= 10 bootstrap resamples over models; ``seed`` >= 0 (the banks'); ``klom_max_examples``
-    >= 1 (retain and test examples scored by KLOM, a fixed random subset beyond it)."""
+    (R) integers >= 3 (the ε score needs two models a side after leaving one out for the jackknife; N >= 3 for
+    any score: ⌈ln(N − 1)⌉ > 0); ``intervals`` true/false (jackknife over models) at ``ci_level`` in (0.5, 1);
+    ``seed`` >= 0 (the banks'); ``klom_max_examples`` >= 1 (retain and test examples scored by KLOM, a fixed
+    random subset beyond it)."""
     if cfg is not None and not isinstance(cfg, Mapping):
         raise DuckInputError(f"attack.forgetting={cfg!r} must be a mapping of options")
     out = {**FORGETTING_DEFAULTS, **dict(cfg or {})}
     unknown = sorted(set(out) - set(FORGETTING_DEFAULTS))
     if unknown:
         raise DuckInputError(f"unknown attack.forgetting option(s) {unknown}; known: {sorted(FORGETTING_DEFAULTS)}")
-    for key in ("enabled", "controls"):
+    for key in ("enabled", "controls", "intervals"):
         out[key] = check_bool(out[key], f"attack.forgetting.{key}")
     out["n_unlearned"] = check_positive_int(out["n_unlearned"], "attack.forgetting.n_unlearned", 3)
-    out["n_retrained"] = check_positive_int(out["n_retrained"], "attack.forgetting.n_retrained", 2)
-    out["n_boot"] = check_positive_int(out["n_boot"], "attack.forgetting.n_boot", 0)
-    if 0 < out["n_boot"] < 10:
-        raise DuckInputError(f"attack.forgetting.n_boot={out['n_boot']} must be 0 (no intervals) or >= 10")
+    out["n_retrained"] = check_positive_int(out["n_retrained"], "attack.forgetting.n_retrained", 3)
+    out["ci_level"] = check_number(out["ci_level"], "attack.forgetting.ci_level", 0.5, True, 1.0, True)
     out["seed"] = check_seed(out["seed"], "attack.forgetting.seed")
     out["klom_max_examples"] = check_positive_int(out["klom_max_examples"], "attack.forgetting.klom_max_examples")
     return out

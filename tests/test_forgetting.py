@@ -101,3 +101,14 @@ def test_bad_inputs_are_refused():
         epsilons(np.zeros((1, 3)), np.zeros((4, 3)))
     with pytest.raises(DuckInputError, match="NaN"):
         klom(np.full((4, 2), np.nan), np.zeros((4, 2)))
+
+
+def test_jackknife_interval_of_a_mean_equals_the_textbook_standard_error():
+    """For a mean over unlearned models only, the delete-one jackknife SE is the sample SD / sqrt(N)."""
+    from attacks.forgetting import jackknife_interval
+
+    x = np.array([0.1, 0.4, 0.35, 0.8, 0.2, 0.55])
+    est, lo, hi = jackknife_interval(lambda iu, ir: float(x[iu].mean()), len(x), 3, 0.95, bounds=(-1, 2))
+    se = x.std(ddof=1) / np.sqrt(len(x))
+    assert est == pytest.approx(x.mean()) and hi - est == pytest.approx(1.959964 * se, rel=1e-5)
+    assert est - lo == pytest.approx(hi - est)

@@ -12,7 +12,7 @@ from duck.pipeline.forgetting import forgetting_verdict
 
 FAST = ("recipe.epochs=3", "scenario.forget_classes=[1]", "attack.n_shadow=4", "attack.svm_mia.enabled=false",
         "report.shareable.enabled=false", "report.analysis.enabled=false", "attack.forgetting.enabled=true",
-        "attack.forgetting.n_unlearned=4", "attack.forgetting.n_retrained=4", "attack.forgetting.n_boot=10")
+        "attack.forgetting.n_unlearned=4", "attack.forgetting.n_retrained=4")
 
 
 def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
@@ -72,8 +72,9 @@ def test_duck_audit_refuses_the_forgetting_audit(run_cli, synthetic_ckpt):
 
 @pytest.mark.parametrize("arg,match", [
     ("attack.forgetting.n_unlearned=2", "attack.forgetting.n_unlearned=2 must be an integer >= 3"),
-    ("attack.forgetting.n_boot=5", "attack.forgetting.n_boot=5 must be 0"),
-    ("+attack.forgetting.nboot=5", "unknown attack.forgetting option(s) ['nboot']"),
+    ("attack.forgetting.n_retrained=2", "attack.forgetting.n_retrained=2 must be an integer >= 3"),
+    ("attack.forgetting.ci_level=1.5", "attack.forgetting.ci_level"),
+    ("+attack.forgetting.n_boot=5", "unknown attack.forgetting option(s) ['n_boot']"),
 ])
 def test_bad_forgetting_options_fail_before_any_work(run_cli, arg, match):
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, arg)

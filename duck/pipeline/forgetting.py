@@ -14,7 +14,7 @@ Model sets (all cached under the job's cache directory):
 
 Each set is scored against the retrain bank with the ε-based forgetting quality F and the final score of the
 NeurIPS 2023 challenge, and KLOM on forget, retain and test examples (:mod:`attacks.forgetting`), with
-bootstrap intervals over models. **Verdict**: the method is ``not_forgotten`` when its F interval lies below
+delete-one jackknife intervals over models. **Verdict**: the method is ``not_forgotten`` when its F interval lies below
 the retrain control's (distinguishable from retraining, whatever the original did); otherwise ``forgotten``
 only when the ``none`` control's interval lies below the retrain control's (the audit had power), else
 ``inconclusive`` with the reason. U-LiRA (shadow pairs) is not implemented yet.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attacks.forgetting import epsilon_points, epsilons, final_score, klom, summarize
+from attacks.forgetting import epsilon_points, epsilons, final_score, jackknife_interval, klom, summarize
 from attacks.lira import lira_phi
 from attacks.retrain_bank import RetrainBank
 from duck.errors import DuckInputError
@@ -135,44 +136,61 @@ def _utility(s: dict[str, Any], retain: np.ndarray, test_ids: np.ndarray) -> tup
     return s["correct_train"][:, retain].mean(axis=1), s["correct_test"][:, test_ids].mean(axis=1)
 
 
-def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, n_boot: int, rng: np.random.Generator,
+def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | None,
               klom_ids: dict[str, np.ndarray]) -> dict[str, Any]:
-    """F, the final score and KLOM of set ``s`` against the retrain bank ``ref``, with bootstrap intervals over
-    models (F and the final score)."""
+    """F, the final score and KLOM of set ``s`` against the retrain bank ``ref``; with ``level``, jackknife
+    intervals over models for F and the final score (:func:`attacks.forgetting.jackknife_interval`)."""
     sc = job.scenario
     forget, retain = np.asarray(sc.forget_idx), np.asarray(sc.retain_idx)
     test_ids = (np.asarray(sc.test_retain_idx) if sc.test_retain_idx is not None
                 else np.arange(s["phi_test"].shape[1]))
     u_f, r_f = s["phi_train"][:, forget], ref["phi_train"][:, forget]
-    n_u = u_f.shape[0]
-    eps = epsilons(u_f, r_f)
-    quality = float(epsilon_points(eps, n_u).mean())
+    n_u, n_r = u_f.shape[0], r_f.shape[0]
     ra_u, ta_u = _utility(s, retain, test_ids)
     ra_r, ta_r = _utility(ref, retain, test_ids)
+
+    def quality(iu: np.ndarray, ir: np.ndarray) -> float:  # F of a subset of the models, on N's bucket scale
+        return float(epsilon_points(epsilons(u_f[iu], r_f[ir]), n_u).mean())
+
+    eps = epsilons(u_f, r_f)
+    q = float(epsilon_points(eps, n_u).mean())
     out: dict[str, Any] = {
-        "quality": quality, "final_score": final_score(quality, ra_u, ra_r, ta_u, ta_r),
+        "quality": q, "final_score": final_score(q, ra_u, ra_r, ta_u, ta_r),
         "epsilon": {"median": float(np.median(eps)), "p95": float(np.percentile(eps, 95))},
         "retain_acc": float(ra_u.mean()), "test_acc": float(ta_u.mean()), "n_models": int(n_u)}
-    k = min(n_u, ref["phi_train"].shape[0])  # KLOM compares as many models a side (the reference asserts it)
+    k = min(n_u, n_r)  # KLOM compares as many models a side (the reference asserts it)
     out["klom"] = {
         "forget": summarize(klom(u_f[:k], r_f[:k])),
         "retain": summarize(klom(s["phi_train"][:k, klom_ids["retain"]], ref["phi_train"][:k, klom_ids["retain"]])),
         "test": summarize(klom(s["phi_test"][:k, klom_ids["test"]], ref["phi_test"][:k, klom_ids["test"]]))}
-    if n_boot:
-        qs, finals = [], []
-        n_r = r_f.shape[0]
-        for _ in range(n_boot):
-            iu, ir = rng.integers(0, n_u, n_u), rng.integers(0, n_r, n_r)
-            try:
-                q = float(epsilon_points(epsilons(u_f[iu], r_f[ir]), n_u).mean())
-            except DuckInputError:  # a resample with no usable rule (all copies of one model): skip it
-                continue
-            qs.append(q)
-            finals.append(final_score(q, ra_u[iu], ra_r[ir], ta_u[iu], ta_r[ir]))
-        if qs:
-            out["quality_ci"] = [float(np.percentile(qs, 2.5)), float(np.percentile(qs, 97.5))]
-            out["final_score_ci"] = [float(np.percentile(finals, 2.5)), float(np.percentile(finals, 97.5))]
-            out["n_boot"] = len(qs)
+    if level is not None:
+        _, lo, hi = jackknife_interval(quality, n_u, n_r, level)
+        out["quality_ci"] = [lo, hi]
+        _, lo, hi = jackknife_interval(
+            lambda iu, ir: final_score(quality(iu, ir), ra_u[iu], ra_r[ir], ta_u[iu], ta_r[ir]), n_u, n_r, level,
+            bounds=(0.0, math.inf))
+        out["final_score_ci"] = [lo, hi]
+        out["ci"] = f"delete-one jackknife over models, {100 * level:g} %"
+    return out
+
+
+def cached_score(job: Job, s: dict[str, Any], ref: dict[str, Any], level: float | None,
+                 klom_ids: dict[str, np.ndarray]) -> dict[str, Any]:
+    """:func:`score_set` of a control against the retrain bank, cached beside the banks: the controls of a
+    forget set score the same for every method, so a second method's audit scores only its own runs."""
+    from duck.io import atomic_save_json
+
+    spec = {"set": s["dir"], "ref": ref["dir"], "level": level, "forget": job.scenario.forget_hash,
+            "klom": {k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in klom_ids.items()}}
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
+    path = job.cache_dir / "forgetting_scores" / f"{key}.json"
+    if path.is_file() and not s["computed_now"] and not ref["computed_now"]:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)  # damaged: scored again
+    out = score_set(s, ref, job, level, klom_ids)
+    atomic_save_json(path, out)
     return out
 
 
@@ -225,11 +243,13 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
         sets["none"] = bank_set(OriginalBank(job.cache_dir, job.data, job.model_factory, job.recipe,
                                              np.arange(len(job.data.train)), n_models=n, seed=int(opts["seed"]),
                                              **common))
-    rng = np.random.default_rng([int(opts["seed"]), 0xF0E7])
+    rng = np.random.default_rng([int(opts["seed"]), 0xF0E7])  # the KLOM subsets of retain / test examples
     cap = int(opts["klom_max_examples"])
     klom_ids = {name: np.sort(rng.permutation(ids)[:cap]) for name, ids in
                 (("retain", np.asarray(retain)), ("test", np.arange(len(job.data.test))))}
-    scores = {name: score_set(s, ref, job, int(opts["n_boot"]), rng, klom_ids) for name, s in sets.items()}
+    level = float(opts["ci_level"]) if opts["intervals"] else None
+    scores = {name: (cached_score(job, s, ref, level, klom_ids) if name != "method" else
+                     score_set(s, ref, job, level, klom_ids)) for name, s in sets.items()}
     method = scores.pop("method")
     verdict, rule = forgetting_verdict(method, scores)
     if scores:
