@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import Callback
 
 from attacks.batched import calibrate, check_batchable, train_batched
 from attacks.lira import lira_phi, view_logits
@@ -115,6 +116,21 @@ def intra_op_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+class _FirstEpochTimer(Callback):
+    """Calls ``report(seconds)`` once, when the first training epoch ends (the bank's time estimate)."""
+
+    def __init__(self, report: Callable[[float], None]) -> None:
+        self.report, self.t0 = report, 0.0
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.current_epoch == 0:
+            self.t0 = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.current_epoch == 0:
+            self.report(time.perf_counter() - self.t0)
 
 
 def keep_matrix(n_shadow: int, n: int, seed: int) -> np.ndarray:
@@ -261,8 +277,17 @@ class ShadowBank:
         self.key = _spec_key(self.spec)
         self.dir = check_cache_dir(cache_dir) / self.folder / self.key
         self._keep: np.ndarray | None = None
+        self._estimate: Callable[[float], None] | None = None  # called with the first epoch's seconds
         #: what this object trained (``train()`` calls, including retraining damaged shadows while loading)
         self.job: dict[str, Any] = {"trained": [], "seconds": 0.0, "mode": None, "mode_info": {}}
+
+    def _say_estimate(self, seconds_per_model: float, n_models: int) -> None:
+        """One line: how long the models still to train will take, from the first one measured."""
+        self._estimate = None  # said once
+        total = seconds_per_model * n_models
+        when = f"{total / 60:.1f} min" if total >= 90 else f"{total:.0f} s"
+        print(f"{self.label} {self.key[:8]}: about {when} for {n_models} models ({seconds_per_model:.1f} s each, "
+              "from the first measured)", flush=True)
 
     # -- what each model trains on ------------------------------------------------------------------------
     def extra_spec(self) -> dict[str, Any]:
@@ -439,8 +464,9 @@ class ShadowBank:
                 self._save(k, m)
             return
         for k, idx, s in zip(chunk, index_sets, seeds, strict=True):
+            timer = [_FirstEpochTimer(self._estimate)] if self._estimate is not None else []
             model, _ = train_classifier(self._fresh(k), self.dataset, self.recipe, indices=idx,
-                                        augment=self.augment, seed=s, trainer_cfg=self.trainer_cfg)
+                                        augment=self.augment, seed=s, trainer_cfg=self.trainer_cfg, callbacks=timer)
             self._save(k, model)
 
     @contextmanager
@@ -484,13 +510,23 @@ class ShadowBank:
         with intra_op_threads(self.threads):
             mode, info = self.resolve_mode()
             chunk = self.chunk_size if mode == "batched" else 1
+            size = sum(t.numel() * t.element_size() for t in self.model_factory().state_dict().values())
+            print(f"{self.label} {self.key[:8]}: training {len(todo)} of {self.n_shadow} models ({mode}), "
+                  f"{len(todo) * size / 1e6:.1f} MB on disk", flush=True)
+            # the time estimate: after the first epoch of the first model (one at a time), or the first chunk
+            self._estimate = (lambda s: self._say_estimate(s * self.recipe.epochs, len(todo))) \
+                if mode == "sequential" else None
             bar = tqdm(total=len(todo), desc=f"{self.label} {self.key[:8]} ({mode})",
                        disable=not self.progress)
             for start in range(0, len(todo), chunk):
                 part = todo[start: start + chunk]
+                t_chunk = time.perf_counter()
                 self._train_chunk(part, mode)
+                if mode == "batched" and start == 0 and len(todo) > len(part):
+                    self._say_estimate((time.perf_counter() - t_chunk) / len(part), len(todo))
                 bar.update(len(part))
             bar.close()
+            self._estimate = None
         seconds = time.perf_counter() - t0
         self.job["trained"] = sorted(set(self.job["trained"]) | set(todo))
         self.job["seconds"] += seconds

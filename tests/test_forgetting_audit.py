@@ -32,6 +32,8 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     report = (run_dir / "report.md").read_text()
     assert "Forgetting audit (against retrained models)" in report and "**Verdict:" in report
     assert "forgetting audit:" in out
+    # before any bank is trained, its size on disk; after the first epoch of its first model, the time it will take
+    assert "retrain bank" in out and "MB on disk" in out and "s each, from the first measured)" in out
     # a second audit of the same forget set and method trains nothing and reruns no unlearning
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, *FAST)
     assert code == 0, err
