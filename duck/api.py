@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,10 @@ def _fresh_copy(net: nn.Module) -> nn.Module:
         reset = getattr(module, "reset_parameters", None)
         if callable(reset):
             reset()
-    return fresh
+        reset_stats = getattr(module, "reset_running_stats", None)  # BatchNorm: the statistics start over too
+        if callable(reset_stats):
+            reset_stats()
+    return fresh.train()  # a copy of a model in eval mode would train its BatchNorm layers in eval mode
 
 
 def _scenario_args(forget_classes: Any, forget_ids: Any, forget_fraction: Any) -> tuple[str, dict[str, Any]]:
@@ -52,6 +56,52 @@ def _scenario_args(forget_classes: Any, forget_ids: Any, forget_fraction: Any) -
         ids = forget_ids if isinstance(forget_ids, str) else np.asarray(forget_ids).tolist()
         return "custom", {"forget_ids": ids}
     return "homogeneous_removal", {"fraction": forget_fraction}
+
+
+@dataclass
+class _UserSetup:
+    """The user's model and data as the pipeline sees them (shared by :func:`unlearn` and :func:`audit`)."""
+
+    data: Any
+    scenario: Any
+    classifier: Any  # a copy of the user's model, wrapped
+    user_module: bool  # the user passed a plain nn.Module (not a duck Classifier)
+    factory: Any  # a freshly initialised model of the same architecture
+    seed: int
+
+
+def _user_setup(model: nn.Module, train: Any, test: Any, forget_classes: Any, forget_ids: Any, forget_fraction: Any,
+                *, head: str | None, seed: int, threads: Any, normalization: Any) -> _UserSetup:
+    """Check and wrap the user's model and data sets, build the scenario of the one ``forget_*`` keyword."""
+    from duck.data.scenarios import build_scenario
+    from duck.data.user import as_splits
+    from duck.models import Classifier, wrap_model
+    from duck.pipeline.config import configure_threads
+    from duck.utils import check_seed
+
+    if not isinstance(model, nn.Module):
+        raise DuckInputError(f"model must be a torch.nn.Module classifier, got {type(model).__name__}")
+    configure_threads(threads)
+    seed = check_seed(seed, "seed")
+    kind, scenario_kw = _scenario_args(forget_classes, forget_ids, forget_fraction)
+    data = as_splits(train, test, normalization=normalization)
+    example = next(iter(torch.utils.data.DataLoader(data.train, batch_size=2)))[0]
+    user_module = not isinstance(model, Classifier)
+    classifier = (copy.deepcopy(model) if not user_module
+                  else wrap_model(copy.deepcopy(model), head=head, example=example, num_classes=data.num_classes))
+    split_head = getattr(classifier, "head_path", None) or head
+    if classifier.num_classes != data.num_classes:
+        raise DuckInputError(f"the model outputs {classifier.num_classes} classes but the data set has "
+                             f"{data.num_classes}; pass the data set the model was trained on")
+    scenario = build_scenario(kind, data.train.labels, None if data.test is None else data.test.labels,
+                              data.num_classes, class_names=data.class_names or None, seed=seed, **scenario_kw)
+
+    def factory() -> Classifier:
+        net = classifier.net if user_module else classifier
+        fresh = _fresh_copy(net)
+        return wrap_model(fresh, head=split_head, example=example) if user_module else fresh
+
+    return _UserSetup(data, scenario, classifier, user_module, factory, seed)
 
 
 def _compose(method: str, device: str, hparams: dict[str, Any], recipe: str | None) -> Any:
@@ -109,62 +159,96 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
     :class:`~duck.unlearn.UnlearnResult`: ``.model`` (the unlearned copy, of the input's own type),
     ``.metrics`` (the ``metrics.json`` record: ``acc``, ``aus``, ``time_s``, ``reached_target``, ...) and
     ``.state_dict()`` (the input model's own key names)."""
-    from duck.data.scenarios import build_scenario
-    from duck.data.user import as_splits
-    from duck.models import Classifier, wrap_model
-    from duck.pipeline.config import configure_threads
+    from omegaconf import OmegaConf
+
     from duck.pipeline.job import Job, Trust, method_settings, resolve_accelerator
     from duck.pipeline.stages import check_inputs, check_original, evaluate, unlearn_model
     from duck.training import Recipe
     from duck.unlearn.config import resolve_method_cfg
-    from duck.utils import check_bool, check_number, check_seed
+    from duck.utils import check_bool, check_number
 
-    if not isinstance(model, nn.Module):
-        raise DuckInputError(f"model must be a torch.nn.Module classifier, got {type(model).__name__}")
-    configure_threads(threads)
-    seed = check_seed(seed, "seed")
-    kind, scenario_kw = _scenario_args(forget_classes, forget_ids, forget_fraction)
-    data = as_splits(train, test, normalization=normalization)
+    setup = _user_setup(model, train, test, forget_classes, forget_ids, forget_fraction, head=head, seed=seed,
+                        threads=threads, normalization=normalization)
+    data, scenario, classifier = setup.data, setup.scenario, setup.classifier
+    if data.test is None and scenario.forget_target_rule == "test_accuracy":
+        raise DuckInputError(f"{'forget_fraction' if scenario.kind == 'homogeneous_removal' else 'forget_ids'}= needs "
+                             "test=: the forget set should end as accurate as unseen data, the original's test accuracy")
     cfg = _compose(method, device, hparams, recipe)
     torch_device = resolve_accelerator(str(cfg.trainer.accelerator))
-    example = next(iter(torch.utils.data.DataLoader(data.train, batch_size=2)))[0]
-    user_module = not isinstance(model, Classifier)
-    classifier = (copy.deepcopy(model) if not user_module
-                  else wrap_model(copy.deepcopy(model), head=head, example=example, num_classes=data.num_classes))
-    split_head = getattr(classifier, "head_path", None) or head
-    if classifier.num_classes != data.num_classes:
-        raise DuckInputError(f"the model outputs {classifier.num_classes} classes but the data set has "
-                             f"{data.num_classes}; pass the data set the model was trained on")
-    scenario = build_scenario(kind, data.train.labels, None if data.test is None else data.test.labels,
-                              data.num_classes, class_names=data.class_names or None, seed=seed, **scenario_kw)
-    if data.test is None and scenario.forget_target_rule == "test_accuracy":
-        raise DuckInputError(f"{'forget_fraction' if kind == 'homogeneous_removal' else 'forget_ids'}= needs test=: "
-                             "the forget set should end as accurate as unseen data, the original's test accuracy")
     name, method_cfg = method_settings(cfg)
-
-    def factory() -> Classifier:
-        net = classifier.net if user_module else classifier
-        fresh = _fresh_copy(net)
-        return wrap_model(fresh, head=split_head, example=example) if user_module else fresh
-
-    from omegaconf import OmegaConf
-
-    job = Job(command="unlearn", data=data, scenario=scenario, model_name=classifier.arch, model_factory=factory,
-              device=torch_device, trainer_cfg=OmegaConf.to_container(cfg.trainer, resolve=True),
+    job = Job(command="unlearn", data=data, scenario=scenario, model_name=classifier.arch,
+              model_factory=setup.factory, device=torch_device,
+              trainer_cfg=OmegaConf.to_container(cfg.trainer, resolve=True),
               recipe=Recipe.from_cfg(OmegaConf.to_container(cfg.recipe, resolve=True)) if recipe else None,
               method=name, method_cfg=method_cfg, hparams=resolve_method_cfg(method_cfg, data.name, scenario.kind),
               trust=Trust(check_number(min_acc_factor, "min_acc_factor", 0.0, False),
                           None if expect_acc is None else check_number(expect_acc, "expect_acc", 0.0, False, 1.0),
                           check_number(expect_acc_tol, "expect_acc_tol", 0.0, False, 1.0)),
-              input_check=check_bool(input_check, "input_check"), interface="python", seed=seed,
-              progress=bool(progress),
-              config=OmegaConf.to_container(cfg, resolve=True))
+              input_check=check_bool(input_check, "input_check"), interface="python", seed=setup.seed,
+              progress=bool(progress), config=OmegaConf.to_container(cfg, resolve=True))
     classifier.to(torch_device)
     check_inputs(job, classifier)
     original_acc = evaluate(job, classifier)
     check_original(job, original_acc)
     metrics, result = unlearn_model(job, classifier, original_acc)
     unlearned = result.model
-    return UnlearnResult(model=unlearned.net if user_module else unlearned, time_s=result.time_s,
+    return UnlearnResult(model=unlearned.net if setup.user_module else unlearned, time_s=result.time_s,
                          epochs=result.epochs, reached_target=result.reached_target, history=result.history,
                          info=result.info, metrics=metrics, classifier=unlearned)
+
+
+def audit(model: nn.Module, train: Any, test: Any, *, forget_classes: Sequence[int | str] | int | str | None = None,
+          forget_ids: Sequence[int] | np.ndarray | torch.Tensor | str | None = None,
+          forget_fraction: float | None = None, recipe: str | None = None, original: nn.Module | None = None,
+          retrained: nn.Module | None = None, head: str | None = None, seed: int = 0, device: str = "auto",
+          threads: int | str | None = "auto", progress: bool = False, cache_dir: str | None = None,
+          normalization: Any = None, **attack: Any) -> dict[str, Any]:
+    """LiRA (+ SVM MIA) membership-inference audit of ``model`` for a forget set, with a shadow bank of the
+    model's architecture trained once and cached (the ``duck-audit`` job, without files).
+
+    ``train`` / ``test`` and the ``forget_*`` keywords as in :func:`unlearn` (``test`` is required: its samples
+    are the non-members). ``recipe``: the packaged recipe the shadows are trained with (``"digits"``,
+    ``"cifar10"``, ...; it should be the one the audited model was trained with) — required. ``original`` /
+    ``retrained``: reference models audited with the same bank. ``attack`` keywords set ``attack.*`` options
+    (``n_shadow=64``, ``variant="online"``, ...). ``cache_dir``: where the bank is kept (default
+    ``$DUCK_CACHE_DIR`` or ``~/.cache/duck-unlearn``). Returns the audited model's ``audit.json`` record (the
+    LiRA result with its verdict, the SVM MIA, the references' headline numbers)."""
+    from omegaconf import OmegaConf, open_dict
+
+    from attacks.audit import AuditSettings, audit_models, check_audit_data
+    from duck.pipeline.config import compose, conf_dir
+    from duck.pipeline.job import resolve_accelerator
+    from duck.training import Recipe
+
+    if test is None:
+        raise DuckInputError("duck.audit needs test=: its samples are the non-members the forget samples are "
+                             "compared with")
+    if not isinstance(recipe, str) or not (conf_dir() / "recipe" / f"{recipe}.yaml").is_file():
+        raise DuckInputError(f"recipe={recipe!r}: name the packaged recipe the shadow models are trained with (the "
+                             "one the audited model was trained with): "
+                             + ", ".join(sorted(p.stem for p in (conf_dir() / "recipe").glob("*.yaml"))))
+    if device not in DEVICES:
+        raise DuckInputError(f"device={device!r}; choose one of {', '.join(DEVICES)}")
+    setup = _user_setup(model, train, test, forget_classes, forget_ids, forget_fraction, head=head, seed=seed,
+                        threads=threads, normalization=normalization)
+    cfg = compose("audit", [f"recipe={recipe}", f"trainer={DEVICES[device]}", "scenario=none"])
+    with open_dict(cfg):
+        for key, value in attack.items():
+            OmegaConf.update(cfg, f"attack.{key}", value, force_add=True)
+    settings = AuditSettings.from_cfg(OmegaConf.to_container(cfg.attack, resolve=True))
+    if settings.forgetting["enabled"]:
+        raise DuckInputError("forgetting= reruns a method: use duck.unlearn, or duck-run / duck-unlearn audit=true")
+    check_audit_data(settings, len(setup.data.test), setup.scenario)
+    models = {"unlearned": setup.classifier}
+    for name, ref in (("original", original), ("retrained", retrained)):
+        if ref is not None:
+            wrapped = _user_setup(ref, train, test, forget_classes, forget_ids, forget_fraction, head=head,
+                                  seed=seed, threads=threads, normalization=normalization).classifier
+            models[name] = wrapped
+    torch_device = resolve_accelerator(str(cfg.trainer.accelerator))
+    audits = audit_models(settings, setup.data, setup.scenario, models,
+                          recipe=Recipe.from_cfg(OmegaConf.to_container(cfg.recipe, resolve=True)),
+                          model_factory=setup.factory, augment=setup.data.augment,
+                          cache_dir=cache_dir or cfg.cache_dir, device=torch_device, seed=setup.seed,
+                          trainer_cfg=OmegaConf.to_container(cfg.trainer, resolve=True), progress=bool(progress))
+    return audits["unlearned"]

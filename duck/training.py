@@ -222,6 +222,7 @@ def train_classifier(model: Classifier, dataset: Any, recipe: Recipe, *, indices
     # drop the ragged last batch (a batch of 3 makes BatchNorm statistics noisy) unless that is all there is
     loader = make_loader(dataset, recipe.batch_size, shuffle=True, seed=seed, indices=indices,
                          drop_last=n > recipe.batch_size)
+    model.train()  # Lightning keeps submodules' modes: a model handed over in eval mode would train in eval mode
     module = ClassifierModule(model, recipe.optimizer, recipe.scheduler, augment, recipe.label_smoothing)
     guard = NonFiniteGuard("training", "recipe.optimizer.lr")
     trainer = build_trainer(trainer_cfg, max_epochs=epochs or recipe.epochs, enable_progress_bar=progress,

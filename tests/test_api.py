@@ -248,3 +248,22 @@ def test_train_and_test_transforms_with_different_normalize_are_refused():
     assert as_splits(WithTransform(0.2), WithTransform(0.2)).train.normalization == ((0.2,), (0.3,))
     with pytest.raises(DuckInputError, match="normalise differently"):
         as_splits(WithTransform(0.2), WithTransform(0.5))
+
+
+def test_duck_audit_of_a_users_model_with_a_reference(user_setup, tmp_path):
+    """duck.audit: LiRA on the forget samples of the user's model, a shadow bank of its architecture trained
+    with the named recipe and cached; a second audit reuses the bank."""
+    model, train, test, _ = user_setup
+    unlearned = duck.unlearn(model, train, test=test, forget_classes=[1], batch_size=32).model
+    a = duck.audit(unlearned, train, test, forget_classes=[1], recipe="synthetic", original=model, n_shadow=4,
+                   svm_mia={"enabled": False}, cache_dir=str(tmp_path))
+    assert a["target"] == "unlearned" and a["members"] == "forget" and a["n_members"] == 90
+    assert 0.0 <= a["lira"]["auc"] <= 1.0 and a["lira"]["verdict"] and "original" in a["reference"]
+    assert a["bank"]["trained_now"] == 4
+    again = duck.audit(unlearned, train, test, forget_classes=[1], recipe="synthetic", n_shadow=4,
+                       svm_mia={"enabled": False}, cache_dir=str(tmp_path))
+    assert again["bank"]["trained_now"] == 0 and again["lira"]["auc"] == a["lira"]["auc"]
+    with pytest.raises(DuckInputError, match="recipe=None: name the packaged recipe"):
+        duck.audit(unlearned, train, test, forget_classes=[1])
+    with pytest.raises(DuckInputError, match="unknown attack option"):
+        duck.audit(unlearned, train, test, forget_classes=[1], recipe="synthetic", nshadow=4)
