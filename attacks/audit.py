@@ -173,7 +173,7 @@ def _check_ci(ci: Any) -> dict[str, Any]:
 
 #: the options of ``attack.forgetting`` (the forgetting audit of ALGORITHMS.md §10) and their defaults
 FORGETTING_DEFAULTS = {"enabled": False, "n_unlearned": 8, "n_retrained": 8, "controls": True, "intervals": True,
-                       "ci_level": 0.95, "seed": 0, "klom_max_examples": 2000}
+                       "ci_level": 0.95, "seed": 0, "klom_max_examples": 2000, "ulira": False}
 
 
 def check_forgetting(cfg: Any) -> dict[str, Any]:
@@ -188,7 +188,7 @@ def check_forgetting(cfg: Any) -> dict[str, Any]:
     unknown = sorted(set(out) - set(FORGETTING_DEFAULTS))
     if unknown:
         raise DuckInputError(f"unknown attack.forgetting option(s) {unknown}; known: {sorted(FORGETTING_DEFAULTS)}")
-    for key in ("enabled", "controls", "intervals"):
+    for key in ("enabled", "controls", "intervals", "ulira"):
         out[key] = check_bool(out[key], f"attack.forgetting.{key}")
     out["n_unlearned"] = check_positive_int(out["n_unlearned"], "attack.forgetting.n_unlearned", 3)
     out["n_retrained"] = check_positive_int(out["n_retrained"], "attack.forgetting.n_retrained", 3)

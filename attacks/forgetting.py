@@ -244,6 +244,8 @@ def summarize(values: np.ndarray) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------------------------- U-LiRA
 MIN_STD = 1e-6
+#: fewest shadows for U-LiRA: every example must keep two IN pairs after one is left out (E/2 − 1 >= 2)
+ULIRA_MIN_SHADOWS = 6
 
 
 @dataclass
@@ -255,11 +257,14 @@ class GaussianFit:
     mu_r: np.ndarray
     sd_r: np.ndarray
 
-    def score(self, phi: np.ndarray) -> np.ndarray:
-        """``log N(φ; μ_U, σ_U) − log N(φ; μ_R, σ_R)`` elementwise (φ ``(..., examples)``)."""
+    def score(self, phi: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+        """``log N(φ; μ_U, σ_U) − log N(φ; μ_R, σ_R)`` elementwise (φ ``(..., examples)``, or the examples
+        ``cols`` of the fit)."""
         from scipy.stats import norm
 
-        return norm.logpdf(phi, self.mu_u, self.sd_u) - norm.logpdf(phi, self.mu_r, self.sd_r)
+        sel = slice(None) if cols is None else cols
+        return (norm.logpdf(phi, self.mu_u[sel], self.sd_u[sel])
+                - norm.logpdf(phi, self.mu_r[sel], self.sd_r[sel]))
 
 
 def fit_gaussians(unlearned: np.ndarray, retrained: np.ndarray, mask_u: np.ndarray | None = None,
@@ -283,3 +288,52 @@ def fit_gaussians(unlearned: np.ndarray, retrained: np.ndarray, mask_u: np.ndarr
     mu_u, sd_u = moments(np.asarray(unlearned, dtype=np.float64), mask_u)
     mu_r, sd_r = moments(np.asarray(retrained, dtype=np.float64), mask_r)
     return GaussianFit(mu_u, sd_u, mu_r, sd_r)
+
+
+def ulira_loo(phi_u: np.ndarray, phi_r: np.ndarray, in_mask: np.ndarray, fixed_variance: bool = False
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Method-level U-LiRA on shadow pairs, leaving one pair out (Hayes et al. 2024): ``phi_u`` / ``phi_r``
+    ``(E, F)`` are the φ of the unlearned shadows ``U_k`` and the retrained shadows ``R_k`` on the forget
+    examples, ``in_mask`` ``(E, F)`` whether example x was in shadow k's training data (so forgotten by ``U_k``
+    and never seen by ``R_k``). For each k the Gaussians are fitted on the other pairs where x was IN, and
+    ``U_k`` (positives) and ``R_k`` (negatives) are scored on the examples IN for k. Returns ``(scores,
+    is_unlearned, pair)`` (the pair k of each score, for intervals that resample pairs): an attacker's AUC of
+    0.5 means it cannot tell the method from retraining."""
+    phi_u, phi_r = np.asarray(phi_u, dtype=np.float64), np.asarray(phi_r, dtype=np.float64)
+    mask = np.asarray(in_mask, dtype=bool)
+    if phi_u.shape != phi_r.shape or phi_u.shape != mask.shape:
+        raise DuckInputError(f"U-LiRA needs phi and IN masks of one shape (pairs, examples), got {phi_u.shape}, "
+                             f"{phi_r.shape} and {mask.shape}")
+    scores, labels, pairs = [], [], []
+    for k in range(mask.shape[0]):
+        cols = np.flatnonzero(mask[k])
+        if cols.size == 0:
+            continue
+        rest = mask.copy()
+        rest[k] = False
+        fit = fit_gaussians(phi_u[:, cols], phi_r[:, cols], rest[:, cols], rest[:, cols], fixed_variance)
+        scores += [fit.score(phi_u[k, cols]), fit.score(phi_r[k, cols])]
+        labels += [np.ones(cols.size, dtype=bool), np.zeros(cols.size, dtype=bool)]
+        pairs.append(np.full(2 * cols.size, k))
+    if not scores:
+        raise DuckInputError("U-LiRA found no forget example in any shadow's training data")
+    return np.concatenate(scores), np.concatenate(labels), np.concatenate(pairs)
+
+
+def pair_bootstrap_auc(scores: np.ndarray, labels: np.ndarray, pairs: np.ndarray, *, n_boot: int = 2000,
+                       level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of the AUC resampling whole shadow pairs (a pair's scores share its two models, so
+    resampling examples would treat correlated scores as independent and give far too narrow an interval)."""
+    from attacks.roc import auc_score
+
+    rng = np.random.default_rng(seed)
+    ids = np.unique(pairs)
+    members = [np.flatnonzero(pairs == k) for k in ids]
+    aucs = []
+    for _ in range(n_boot):
+        rows = np.concatenate([members[i] for i in rng.integers(0, len(ids), len(ids))])
+        if labels[rows].all() or not labels[rows].any():
+            continue
+        aucs.append(auc_score(scores[rows], labels[rows]))
+    lo, hi = np.percentile(aucs, [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)

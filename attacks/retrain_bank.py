@@ -85,3 +85,28 @@ class RetrainBank(ShadowBank):
             rows.append(np.concatenate(correct))
         return np.stack(rows)
 
+
+
+class ShadowRetrainBank(ShadowBank):
+    """The retrained half of U-LiRA's shadow pairs (ALGORITHMS.md §10 (c)): model k trains on shadow k's IN
+    examples without the forget set (``IN_k \\ D_f``) with shadow k's own seed, so that ``R_k`` differs from
+    shadow ``M_k`` only by the forget examples it never saw. Keyed like the shadow bank plus the forget set."""
+
+    folder = "shadow_retrain_banks"
+    label = "shadow retrain bank"
+    role = "shadow_retrain"
+
+    def __init__(self, cache_dir: str | Path, data: DatasetSplits, model_factory: Callable[[], Classifier],
+                 recipe: Recipe, forget_idx: np.ndarray, *, n_shadow: int, seed: int = 0, **kwargs: Any) -> None:
+        self.forget_idx = np.unique(np.asarray(forget_idx, dtype=np.int64))
+        self.forget_hash = hashlib.sha256(self.forget_idx.tobytes()).hexdigest()
+        kwargs.pop("pool", None)
+        super().__init__(cache_dir, data, model_factory, recipe, n_shadow=n_shadow, seed=seed, pool="train", **kwargs)
+
+    def extra_spec(self) -> dict[str, Any]:
+        return {"kind": "shadow_retrain", "forget_sha256": self.forget_hash}
+
+    def expected_keep(self) -> np.ndarray:
+        keep = super().expected_keep().copy()  # shadow k's IN examples (the LiRA keep matrix of this seed)
+        keep[:, self.forget_idx] = False
+        return keep

@@ -81,3 +81,25 @@ def test_duck_audit_refuses_the_forgetting_audit(run_cli, synthetic_ckpt):
 def test_bad_forgetting_options_fail_before_any_work(run_cli, arg, match):
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, arg)
     assert code == 2 and match in err and written_files(run_dir) == set(), err
+
+
+def test_ulira_on_shadow_pairs_with_its_controls(run_cli):
+    """U-LiRA (attack.forgetting.ulira): the none control (the shadows themselves) is told from retraining
+    (AUC >= 0.9), the retrain control is not (its interval holds 0.5), and the method's pairs are cached."""
+    args = (*SYNTH_ARGS, *FAST, "attack.n_shadow=8", "attack.forgetting.ulira=true")
+    code, _, err, run_dir = run_cli("run", *args)
+    assert code == 0, err
+    u = json.loads((run_dir / "unlearned" / "audit.json").read_text())["forgetting"]["ulira"]
+    assert u["n_pairs"] == 8 and u["computed_now"] == 8 and 0.0 <= u["auc"] <= 1.0
+    none, retrain = u["controls"]["none"], u["controls"]["retrain"]
+    assert none["auc"] >= 0.9 and retrain["auc_ci"][0] <= 0.5 <= retrain["auc_ci"][1]
+    assert "target" in u and 0.0 <= u["target"]["auc"] <= 1.0  # the audited checkpoint against the oracle
+    assert "U-LiRA (8 shadow pairs" in (run_dir / "report.md").read_text()
+    code, _, err, run_dir = run_cli("run", *args)
+    assert code == 0 and json.loads((run_dir / "unlearned" / "audit.json").read_text())["forgetting"]["ulira"][
+        "computed_now"] == 0, err
+
+
+def test_ulira_needs_six_shadows_checked_before_any_work(run_cli):
+    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, *FAST, "attack.forgetting.ulira=true")  # n_shadow=4
+    assert code == 2 and "U-LiRA needs attack.n_shadow >= 6" in err and written_files(run_dir) == set(), err

@@ -135,3 +135,24 @@ class DatasetSplits:
             if hasattr(ds, "content_digest"):
                 h.update(ds.content_digest().encode())
         return h.hexdigest()
+
+
+class ReindexedDataset(IndexedDataset):
+    """The samples ``ids`` of ``base`` as a data set of their own, indexed ``0 .. len(ids) − 1`` (a shadow model's
+    training set, unlearned as if it were the whole training split); ``ids[i]`` is sample i's index in ``base``."""
+
+    def __init__(self, base: IndexedDataset, ids: np.ndarray) -> None:
+        self.base, self.ids = base, np.asarray(ids, dtype=np.int64)
+        self.labels = np.asarray(base.labels)[self.ids]
+        self._ids_t = torch.from_numpy(self.ids)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        x, y, _ = self.base[int(self.ids[i])]
+        return x, y, int(i)
+
+    def __getitems__(self, idx: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from duck.data.loaders import collate_indexed, fetch
+
+        pos = torch.as_tensor(idx, dtype=torch.long)
+        x, y, _ = collate_indexed(fetch(self.base, self._ids_t[pos].tolist()))
+        return x, y, pos

@@ -189,7 +189,8 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
         from duck.pipeline.forgetting import forgetting_audit
         from duck.pipeline.stages import evaluate
 
-        forgetting = forgetting_audit(job, models["original"], evaluate(job, models["original"]))
+        forgetting = forgetting_audit(job, models["original"], evaluate(job, models["original"]),
+                                      target=models["unlearned"], oracle=models.get("retrained"))
         times["forgetting audit"] = forgetting["time_s"]
         audits["unlearned"]["forgetting"] = forgetting
         audits["unlearned"]["verdict"] = forgetting["verdict"]
@@ -224,6 +225,18 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
     rows = [row(f"{block['method']} (N = {block['n_unlearned']})", block)]
     rows += [row(f"control: {name}", s) for name, s in block["controls"].items()]
     norm = block.get("quality_normalised")
+    u = block.get("ulira")
+    ulira_text = ""
+    if u:
+        def auc(a: dict[str, Any]) -> str:
+            return f"{a['auc']:.3f} [{a['auc_ci'][0]:.3f}, {a['auc_ci'][1]:.3f}]"
+
+        parts = [f"method {auc(u)} (balanced accuracy {u['accuracy']:.3f})"]
+        parts += [f"{name} control {auc(c)}" for name, c in u["controls"].items()]
+        if "target" in u:
+            parts.append(f"the audited checkpoint against the retrained oracle {auc(u['target'])}")
+        ulira_text = (f"\n\nU-LiRA ({u['n_pairs']} shadow pairs, leave one pair out; AUC 0.5 = an attacker cannot "
+                      "tell the unlearned models from retrained ones): " + "; ".join(parts) + ".")
     return (f"**Verdict: {block['verdict'].replace('_', ' ')}.** {block['rule']}.\n\n"
             f"Each row's models against R = {block['n_retrained']} models retrained on the retain set. F: the "
             "ε-based forgetting quality (1 = indistinguishable from retraining on every forget example, with the "
@@ -233,7 +246,7 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
             "| models | F [95 % CI] | final score | KLOM forget (median / p95) | KLOM retain | KLOM test | retain acc "
             "| test acc |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
             + (f"\n\nF normalised between the none (0) and retrain (1) controls: {norm:.3f}." if norm is not None
-               else ""))
+               else "") + ulira_text)
 
 
 def audit_lines(audits: dict[str, Any]) -> str:

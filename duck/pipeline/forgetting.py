@@ -17,7 +17,9 @@ NeurIPS 2023 challenge, and KLOM on forget, retain and test examples (:mod:`atta
 delete-one jackknife intervals over models. **Verdict**: the method is ``not_forgotten`` when its F interval lies below
 the retrain control's (distinguishable from retraining, whatever the original did); otherwise ``forgotten``
 only when the ``none`` control's interval lies below the retrain control's (the audit had power), else
-``inconclusive`` with the reason. U-LiRA (shadow pairs) is not implemented yet.
+``inconclusive`` with the reason. With ``attack.forgetting.ulira``, U-LiRA on shadow pairs
+(:mod:`duck.pipeline.ulira`) joins the rule: a method whose U-LiRA AUC interval lies above the retrain control's
+is ``not_forgotten``; a ``none`` control above it also gives the audit power.
 """
 
 from __future__ import annotations
@@ -27,20 +29,18 @@ import hashlib
 import json
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from attacks.forgetting import epsilon_points, epsilons, final_score, jackknife_interval, klom, summarize
-from attacks.lira import lira_phi
 from attacks.retrain_bank import RetrainBank
 from duck.errors import DuckInputError
 from duck.io import atomic_save_npz
-from duck.metrics import predict_logits
 from duck.models import Classifier
 from duck.pipeline.job import Job
+from duck.pipeline.stages import model_phi
 from duck.training import training_trainer_settings
 from duck.unlearn import UnlearnData, create_unlearner
 
@@ -55,16 +55,6 @@ class OriginalBank(RetrainBank):
 
     def extra_spec(self) -> dict[str, Any]:
         return {"kind": "original"}
-
-
-def model_phi(model: Classifier, job: Job) -> dict[str, np.ndarray]:
-    """φ (identity view, eval mode) and correctness of ``model`` on every train and test sample."""
-    out = {}
-    for split, ds in (("train", job.data.train), ("test", job.data.test)):
-        logits, labels, _ = predict_logits(model, ds, batch_size=job.eval_batch_size, device=job.device)
-        out[f"phi_{split}"] = lira_phi(logits, labels).numpy()
-        out[f"correct_{split}"] = (logits.argmax(1) == labels).numpy()
-    return out
 
 
 def _weights_digest(model: torch.nn.Module) -> str:
@@ -194,9 +184,15 @@ def cached_score(job: Job, s: dict[str, Any], ref: dict[str, Any], level: float 
     return out
 
 
-def forgetting_verdict(method: dict[str, Any], controls: dict[str, dict[str, Any]]) -> tuple[str, str]:
-    """``(verdict, the rule that produced it)`` from the method's and the controls' F intervals (module
-    docstring)."""
+def _ulira_separated(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Is U-LiRA's AUC interval of ``a`` above ``b``'s (an attacker tells ``a`` from retraining better)?"""
+    return bool(a and b and a["auc_ci"][0] > b["auc_ci"][1])
+
+
+def forgetting_verdict(method: dict[str, Any], controls: dict[str, dict[str, Any]],
+                       ulira: dict[str, Any] | None = None) -> tuple[str, str]:
+    """``(verdict, the rule that produced it)`` from the method's and the controls' F intervals and, where
+    U-LiRA ran, their U-LiRA AUC intervals (module docstring)."""
     def interval(s: dict[str, Any]) -> list[float]:
         return s.get("quality_ci") or [s["quality"], s["quality"]]
 
@@ -211,18 +207,31 @@ def forgetting_verdict(method: dict[str, Any], controls: dict[str, dict[str, Any
     if interval(method)[1] < interval(ceiling)[0]:
         return "not_forgotten", (f"{fmt('method', method)} lies below the retrain-vs-retrain ceiling "
                                  f"{fmt('retrain', ceiling)}: distinguishable from retraining")
+    u_ctrl = (ulira or {}).get("controls", {})
+    if _ulira_separated(ulira, u_ctrl.get("retrain")):
+        lo, hi = ulira["auc_ci"]
+        return "not_forgotten", (f"U-LiRA tells the method's shadows from retrained ones: AUC {ulira['auc']:.3f} "
+                                 f"[{lo:.3f}, {hi:.3f}] above the retrain control's "
+                                 f"{u_ctrl['retrain']['auc']:.3f} [{u_ctrl['retrain']['auc_ci'][0]:.3f}, "
+                                 f"{u_ctrl['retrain']['auc_ci'][1]:.3f}]")
     none = controls["none"]
     if interval(none)[1] < interval(ceiling)[0]:
         return "forgotten", (f"{fmt('method', method)} is not separated from {fmt('retrain', ceiling)}, and the "
                              f"audit had power: {fmt('none', none)} is")
+    if _ulira_separated(u_ctrl.get("none"), u_ctrl.get("retrain")):
+        n, r = u_ctrl["none"], u_ctrl["retrain"]
+        return "forgotten", (f"{fmt('method', method)} is not separated from {fmt('retrain', ceiling)}, nor is the "
+                             "method's U-LiRA AUC from the retrain control's, and the audit had power: U-LiRA tells "
+                             f"the none control from retraining (AUC {n['auc']:.3f} [{n['auc_ci'][0]:.3f}, "
+                             f"{n['auc_ci'][1]:.3f}] above {r['auc']:.3f} [{r['auc_ci'][0]:.3f}, {r['auc_ci'][1]:.3f}])")
     return "inconclusive", (f"the audit had no power: {fmt('none', none)} is not separated from "
                             f"{fmt('retrain', ceiling)} (the original's own models look like retrained ones on "
                             "this forget set); raise attack.forgetting.n_unlearned / n_retrained, or audit a "
                             "forget set the model memorises")
 
 
-def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, float], out: Path | None = None
-                     ) -> dict[str, Any]:
+def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, float], target: Classifier | None = None,
+                     oracle: Classifier | None = None) -> dict[str, Any]:
     """The ``forgetting`` block of ``audit.json`` for the job's method and forget set (module docstring)."""
     opts = job.audit.attack.forgetting
     if job.method is None or job.recipe is None:
@@ -251,7 +260,12 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
     scores = {name: (cached_score(job, s, ref, level, klom_ids) if name != "method" else
                      score_set(s, ref, job, level, klom_ids)) for name, s in sets.items()}
     method = scores.pop("method")
-    verdict, rule = forgetting_verdict(method, scores)
+    ulira = None
+    if opts["ulira"]:
+        from duck.pipeline.ulira import ulira_audit
+
+        ulira = ulira_audit(job, target, oracle)
+    verdict, rule = forgetting_verdict(method, scores, ulira)
     if scores:
         lo, hi = scores["none"]["quality"], scores["retrain"]["quality"]
         method["quality_normalised"] = (method["quality"] - lo) / (hi - lo) if hi > lo else None
@@ -260,5 +274,8 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
                                           {**sets, "retrained": ref}.items()},
              "unlearning_s": sets["method"]["unlearning_s"], "time_s": round(time.perf_counter() - t0, 3),
              "estimators": "epsilon score F and final score: google-deepmind/unlearning_evaluation metric.py; "
-                           "KLOM: RoyRin/data-unlearning-bench eval.py, KL(P_U || P_R); U-LiRA: not implemented"}
+                           "KLOM: RoyRin/data-unlearning-bench eval.py, KL(P_U || P_R); U-LiRA: Hayes et al. 2024, "
+                           "shadow pairs, leave one pair out"}
+    if ulira is not None:
+        block["ulira"] = ulira
     return block

@@ -182,6 +182,13 @@ class Job:
             if attack_settings.forgetting["enabled"] and command == "audit":
                 raise DuckInputError("attack.forgetting.enabled=true reruns the method: use duck-run or duck-unlearn "
                                      "audit=true (duck-audit knows no method)")
+            if attack_settings.forgetting["enabled"] and attack_settings.forgetting["ulira"]:
+                from attacks.forgetting import ULIRA_MIN_SHADOWS as MIN_SHADOWS
+
+                if attack_settings.n_shadow < MIN_SHADOWS or attack_settings.shadow_pool != "train":
+                    raise DuckInputError(f"U-LiRA needs attack.n_shadow >= {MIN_SHADOWS} and attack.shadow_pool=train "
+                                         f"(got {attack_settings.n_shadow}, {attack_settings.shadow_pool}): each forget "
+                                         "example must stay IN for two shadow pairs when one is left out")
             check_audit_against_data(job)
         return job
 

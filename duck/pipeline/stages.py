@@ -179,6 +179,20 @@ def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float]) -
     return metrics, result
 
 
+def model_phi(model: Classifier, job: Job) -> dict[str, np.ndarray]:
+    """φ (identity view, eval mode; the LiRA statistic of ALGORITHMS.md §4) and correctness of ``model`` on every
+    train and test sample: ``phi_train``, ``phi_test``, ``correct_train``, ``correct_test``."""
+    from attacks.lira import lira_phi
+    from duck.metrics import predict_logits
+
+    out = {}
+    for split, ds in (("train", job.data.train), ("test", job.data.test)):
+        logits, labels, _ = predict_logits(model, ds, batch_size=job.eval_batch_size, device=job.device)
+        out[f"phi_{split}"] = lira_phi(logits, labels).numpy()
+        out[f"correct_{split}"] = (logits.argmax(1) == labels).numpy()
+    return out
+
+
 def write_forget_ids(path: Path, scenario: Scenario) -> Path:
     """``forget_ids.txt``: the resolved training-set indices of the forget set, one per line (ascending), the
     file format ``scenario=custom scenario.forget_ids=...`` reads back."""

@@ -1,0 +1,174 @@
+"""U-LiRA (ALGORITHMS.md §10 (c); Hayes et al. 2024): can an attacker tell the method's unlearned models from
+models retrained without the forget set, example by example?
+
+Shadow pairs on the LiRA shadow bank (E shadows, shadow k trained on its IN examples ``IN_k``):
+- ``U_k``: the job's method run on shadow ``M_k`` as if ``IN_k`` were the whole training set and ``D_f ∩ IN_k``
+  its forget set (class removal: the forgotten classes' IN examples); cached per shadow under
+  ``unlearned_shadows/<key>/`` (keyed by the bank, the method and its resolved hyperparameters, the forget set);
+- ``R_k``: trained on ``IN_k \\ D_f`` with shadow k's seed (:class:`attacks.retrain_bank.ShadowRetrainBank`).
+
+**Method level**: :func:`attacks.forgetting.ulira_loo` fits per-example Gaussians on all pairs but one and scores
+the held-out pair's ``U_k`` (positives) and ``R_k`` (negatives) on its forgotten examples: AUC (0.5 = the method
+cannot be told from retraining), balanced accuracy at score 0 and TPR at 1 % FPR, with bootstrap intervals.
+Controls: ``none`` (``U_k`` = the shadow unchanged) and ``retrain`` (``U_k`` retrained on ``IN_k \\ D_f`` with
+another seed). **Target level**: the audited checkpoint's forget examples (positives) against the retrained
+oracle's (negatives), scored with the Gaussians of all pairs.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from attacks.forgetting import ULIRA_MIN_SHADOWS, fit_gaussians, pair_bootstrap_auc, ulira_loo
+from attacks.retrain_bank import ShadowRetrainBank
+from attacks.roc import roc_summary
+from attacks.shadow import ShadowBank
+from duck.data.base import DatasetSplits, ReindexedDataset
+from duck.data.scenarios import build_scenario
+from duck.errors import DuckInputError
+from duck.io import atomic_save_npz
+from duck.metrics import split_accuracies
+from duck.models import Classifier
+from duck.pipeline.job import Job
+from duck.pipeline.stages import model_phi
+from duck.training import training_trainer_settings
+from duck.unlearn import UnlearnData, create_unlearner
+
+MIN_SHADOWS = ULIRA_MIN_SHADOWS
+
+
+def pair_seed(seed: int, k: int) -> int:
+    """The seed of the unlearning run on shadow ``k`` (independent of the shadows' own seeds)."""
+    return int(np.random.SeedSequence([int(seed), 0x0171, int(k)]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def shadow_bank_of(job: Job) -> ShadowBank:
+    """The job's LiRA shadow bank (the cached one of the audit)."""
+    a = job.audit.attack
+    if a.shadow_pool != "train":
+        raise DuckInputError("U-LiRA pairs each shadow with a retrain on its IN examples of the training set; use "
+                             "attack.shadow_pool=train")
+    if a.n_shadow < MIN_SHADOWS:
+        raise DuckInputError(f"U-LiRA needs attack.n_shadow >= {MIN_SHADOWS} (each forget example must stay IN for "
+                             f"two pairs when one is left out), got {a.n_shadow}")
+    return ShadowBank(job.cache_dir, job.data, job.model_factory, job.recipe, n_shadow=a.n_shadow, seed=a.seed,
+                      pool="train", augment=job.data.augment, device=job.device, mode=a.mode,
+                      chunk_size=a.chunk_size, trainer_cfg=job.trainer_cfg, threads=a.threads, progress=job.progress)
+
+
+def _shadow_scenario(job: Job, labels: np.ndarray, forget_pos: np.ndarray) -> Any:
+    """Shadow k's scenario on its re-indexed training set: the same kind, the forget examples it holds."""
+    sc, test = job.scenario, job.data.test.labels
+    k = job.data.num_classes
+    if sc.kind == "class_removal":
+        return build_scenario("class_removal", labels, test, k, forget_classes=list(sc.forget_classes))
+    if sc.kind == "targeted":
+        return build_scenario("targeted", labels, test, k, forget_ids=forget_pos.tolist(), target_class=sc.target_class)
+    return build_scenario("custom", labels, test, k, forget_ids=forget_pos.tolist())
+
+
+def unlearned_shadows(job: Job, bank: ShadowBank, method: str, method_cfg: dict[str, Any]) -> tuple[np.ndarray, int]:
+    """φ of every unlearned shadow ``U_k`` on every training sample ``(E, N_train)``, and how many were computed
+    now (the rest came from the cache)."""
+    from duck import __version__
+    from duck.unlearn.config import resolve_method_cfg
+
+    hparams = resolve_method_cfg(method_cfg, job.data.name, job.scenario.kind)
+    spec = {"bank": bank.key, "method": method, "hparams": hparams, "forget": job.scenario.forget_hash,
+            "trainer": training_trainer_settings(job.trainer_cfg), "seed": job.seed, "version": __version__}
+    folder = job.cache_dir / "unlearned_shadows" / hashlib.sha256(
+        json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    forget = np.asarray(job.scenario.forget_idx)
+    rows, computed = [], 0
+    for k in range(bank.n_shadow):
+        path = folder / f"shadow_{k:04d}.npz"
+        if path.is_file():
+            try:
+                with np.load(path, allow_pickle=False) as f:
+                    rows.append(np.asarray(f["phi_train"]))
+                continue
+            except (OSError, ValueError, KeyError, EOFError):
+                path.unlink(missing_ok=True)
+        ids = np.flatnonzero(bank.keep[k])
+        sub = ReindexedDataset(job.data.train, ids)
+        scenario = _shadow_scenario(job, sub.labels, np.flatnonzero(np.isin(ids, forget)))
+        sub_data = DatasetSplits(name=job.data.name, train=sub, test=job.data.test, num_classes=job.data.num_classes,
+                                 in_chans=job.data.in_chans, img_size=job.data.img_size, augment=job.data.augment)
+        shadow = bank.load_shadow(k).to(job.device)
+        original_acc = split_accuracies(shadow, sub_data, scenario, device=job.device, batch_size=job.eval_batch_size)
+        udata = UnlearnData(train=sub, scenario=scenario, num_classes=job.data.num_classes, dataset_name=job.data.name,
+                            original_acc=original_acc, augment=job.data.augment, recipe=job.recipe,
+                            model_factory=job.model_factory)
+        # a seed per pair (the method's randomness, a retrain's initialisation): one seed for every k made the
+        # retrain control's models share an initialisation, and a never-seen class's logit with it
+        result = create_unlearner(method, copy.deepcopy(shadow), udata, method_cfg, seed=pair_seed(job.seed, k),
+                                  trainer_cfg=job.trainer_cfg).unlearn()
+        phi = model_phi(result.model.to(job.device), job)["phi_train"]
+        atomic_save_npz(path, phi_train=phi)
+        rows.append(phi)
+        computed += 1
+    return np.stack(rows), computed
+
+
+def _attack_summary(job: Job, scores: np.ndarray, labels: np.ndarray, pairs: np.ndarray | None = None
+                    ) -> dict[str, Any]:
+    """AUC with its interval (resampling shadow pairs where the scores come from pairs), TPR at 1 % FPR,
+    balanced accuracy at score 0 (an attacker's natural threshold: more likely unlearned than retrained)."""
+    ci = job.audit.attack.ci
+    out = roc_summary(scores, labels, fpr_levels=(0.01,), ci_method=ci["method"], ci_level=float(ci["level"]),
+                      n_boot=int(ci["n_boot"]), seed=job.seed)
+    if pairs is not None:
+        out["auc_ci"] = list(pair_bootstrap_auc(scores, labels, pairs, n_boot=int(ci["n_boot"]),
+                                                level=float(ci["level"]), seed=job.seed))
+        out["ci_method"] = "bootstrap over shadow pairs"
+    pred = scores > 0
+    out["accuracy"] = float(0.5 * (pred[labels].mean() + (~pred[~labels]).mean()))
+    out.pop("roc", None)
+    return out
+
+
+def _pairs_summary(job: Job, phi_u: np.ndarray, phi_r: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+    """The method-level attack of shadow pairs ``(E, F)``: leave one pair out, summarise."""
+    scores, labels, pairs = ulira_loo(phi_u, phi_r, mask)
+    return _attack_summary(job, scores, labels, pairs)
+
+
+def ulira_audit(job: Job, target: Classifier | None = None, oracle: Classifier | None = None) -> dict[str, Any]:
+    """The ``ulira`` block of the forgetting audit (module docstring); the target level where the audited
+    checkpoint and the oracle are given."""
+    t0 = time.perf_counter()
+    bank = shadow_bank_of(job)
+    bank.train()
+    forget = np.asarray(job.scenario.forget_idx)
+    mask = bank.keep[:, forget]  # (E, F): was forget example x in shadow k's training data?
+    retrain_bank = ShadowRetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, forget,
+                                     n_shadow=bank.n_shadow, seed=bank.seed, device=job.device, mode=bank.mode,
+                                     chunk_size=bank.chunk_size, trainer_cfg=job.trainer_cfg, threads=bank.threads,
+                                     augment=job.data.augment, progress=job.progress)
+    retrain_bank.train()
+    phi_r = retrain_bank.shadow_phi(["identity"])[0][..., 0][:, forget]  # (E, F)
+    phi_u, computed = unlearned_shadows(job, bank, job.method, job.method_cfg)
+    out: dict[str, Any] = {**_pairs_summary(job, phi_u[:, forget], phi_r, mask), "n_pairs": int(bank.n_shadow),
+                           "computed_now": computed}
+    controls: dict[str, Any] = {}
+    if job.audit.attack.forgetting["controls"]:
+        phi_none = bank.shadow_phi(["identity"])[0][..., 0][:, forget]  # U_k = the shadow unchanged
+        controls["none"] = _pairs_summary(job, phi_none, phi_r, mask)
+        phi_ret, _ = unlearned_shadows(job, bank, "retrain", {})
+        controls["retrain"] = _pairs_summary(job, phi_ret[:, forget], phi_r, mask)
+    out["controls"] = controls
+    if target is not None and oracle is not None:  # the audited checkpoint against the oracle, all pairs fitted
+        fit = fit_gaussians(phi_u[:, forget], phi_r, mask, mask)
+        phi_t = model_phi(target, job)["phi_train"][forget]
+        phi_o = model_phi(oracle, job)["phi_train"][forget]
+        s = np.concatenate([fit.score(phi_t), fit.score(phi_o)])
+        lab = np.r_[np.ones(len(forget), dtype=bool), np.zeros(len(forget), dtype=bool)]
+        out["target"] = _attack_summary(job, s, lab)
+    out["time_s"] = round(time.perf_counter() - t0, 3)
+    return out
