@@ -134,10 +134,13 @@ def summarise(records: list[dict[str, Any]], scenario: str, methods: list[str],
         ok = [r for r in recs if "error" not in r]
         row: dict[str, Any] = {"scenario": scenario, "method": method, "n": len(ok), "errors": len(recs) - len(ok)}
         if ok:
-            for key in ("A_t", "A_f", "AUS", "time_s", "epochs"):
+            for key in ("A_t", "A_f", "AUS", "time_s", "epochs", *FORGETTING_COLUMNS):
                 vals = [float(r[key]) for r in ok if r.get(key) is not None]
                 if vals:
                     row[key] = mean_std(vals)
+            verdicts = [r["verdict"] for r in ok if r.get("verdict")]
+            if verdicts:
+                row["verdicts"] = {v: verdicts.count(v) for v in sorted(set(verdicts))}
             row["target_met"] = sum(r["target_met"] for r in ok)
             row["time_from_cache"] = sum(bool(r.get("reused_from_cache")) for r in ok)
             rule = [r["reached_target"] for r in ok if r.get("reached_target") is not None]
@@ -145,6 +148,12 @@ def summarise(records: list[dict[str, Any]], scenario: str, methods: list[str],
             row["stop_rule_runs"] = len(rule)
         rows.append(row)
     return rows
+
+
+#: the forgetting audit's columns (bench.forgetting.enabled): mean (std) over runs
+FORGETTING_COLUMNS = ("F", "F_normalised", "final_score", "klom_forget", "ulira_auc")
+FORGETTING_HEADERS = {"F": "F", "F_normalised": "F normalised", "final_score": "final score",
+                      "klom_forget": "KLOM forget (median)", "ulira_auc": "U-LiRA AUC"}
 
 
 def _fmt(ms: dict[str, float] | None, scale: float = 1.0, digits: int = 3) -> str:
@@ -159,10 +168,14 @@ def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
     headers = ["method", "A_t (%)" + (" test, retained classes" if cr else " test"),
                "A_f (%)" + (" test, forgotten class" if cr else " forget set"), "AUS", "time (s)",
                "forget set at target", "stopping rule reached", "runs"]
+    extra = [k for k in FORGETTING_COLUMNS if any(k in r for r in summary)]
+    if extra:
+        headers = [*headers[:-1], *(FORGETTING_HEADERS[k] for k in extra), "verdicts", headers[-1]]
     rows = []
     for r in summary:
         if r["method"] != "original" and r["n"] == 0 and r.get("note"):
-            rows.append([r["method"], "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", r["note"]])
+            rows.append([r["method"], "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", *(["n/a"] * (len(extra) + bool(extra))),
+                         r["note"]])
             continue
         n = r["n"]
         time_s = "—" if r["method"] == "original" else _fmt(r.get("time_s"), digits=2)
@@ -170,8 +183,11 @@ def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
             time_s += f" † ({r['time_from_cache']}/{n} cached)"
         rule = "—" if r.get("stop_rule_reached") is None else f"{r['stop_rule_reached']}/{r['stop_rule_runs']}"
         runs = f"{n}" + (f" ({r['errors']} failed)" if r.get("errors") else "")
+        forgetting = [_fmt(r.get(k)) for k in extra]
+        if extra:
+            forgetting.append(", ".join(f"{c} {v}" for v, c in (r.get("verdicts") or {}).items()) or "—")
         rows.append([r["method"], _fmt(r.get("A_t"), 100, 2), _fmt(r.get("A_f"), 100, 2), _fmt(r.get("AUS")), time_s,
-                     f"{r.get('target_met', 0)}/{n}" if n else "—", rule, runs])
+                     f"{r.get('target_met', 0)}/{n}" if n else "—", rule, *forgetting, runs])
     return markdown_table(headers, rows)
 
 
@@ -196,12 +212,17 @@ def csv_text(summary: list[dict[str, Any]]) -> str:
 
 #: the options that decide what a run of the protocol computes: a resumed protocol must have the same ones
 #: (scenarios, classes, seeds and methods may differ: records outside the protocol are dropped)
-PROTOCOL_KEYS = ("data", "model", "trainer", "fraction", "original_seed", "overrides")
+PROTOCOL_KEYS = ("data", "model", "trainer", "fraction", "original_seed", "overrides", "forgetting")
 
 
 def protocol_identity(cfg: DictConfig) -> dict[str, Any]:
     """What ``protocol.json`` records (:data:`PROTOCOL_KEYS`), compared by ``bench.resume``."""
-    ident = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k] for k in PROTOCOL_KEYS}
+    ident = {k: OmegaConf.to_container(cfg.get(k)) if OmegaConf.is_config(cfg.get(k)) else cfg.get(k)
+             for k in PROTOCOL_KEYS}
+    # the forgetting audit changes the table only when it runs: off (or absent, as in a protocol.json written
+    # before it existed) is recorded as None
+    forgetting = _check_forgetting_bench(ident["forgetting"], "bench.forgetting")
+    ident["forgetting"] = forgetting if forgetting["enabled"] else None
     ident["fraction"] = float(ident["fraction"])
     ident["overrides"] = [str(o) for o in ident["overrides"]]
     return ident
@@ -283,7 +304,43 @@ RULES = {
     "resume": optional(_string),
     "out_dir": optional(dir_path()),
     "progress": boolean(),
+    "forgetting": lambda value, name: _check_forgetting_bench(value, name),
 }
+
+
+def _check_forgetting_bench(value: Any, name: str) -> dict[str, Any]:
+    """``bench.forgetting``: the forgetting audit per method and run (attack.forgetting's options; enabled,
+    n_unlearned, n_retrained, ulira), checked as the audit checks them."""
+    from attacks.audit import check_forgetting
+
+    raw = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if raw is None:
+        raw = {"enabled": False}
+    if not isinstance(raw, dict):
+        raise DuckInputError(f"{name}={value!r} must be a mapping, e.g. {name}.enabled=true")
+    return check_forgetting({k: v for k, v in raw.items()})
+
+
+def forgetting_overrides(cfg: DictConfig) -> list[str]:
+    """The run-config overrides that switch the forgetting audit on for the methods' jobs (the LiRA and report
+    parts of the audit stay off: only the forgetting block is computed)."""
+    f = _check_forgetting_bench(cfg.get("forgetting"), "bench.forgetting")
+    if not f["enabled"]:
+        return []
+    return ["audit=true", "attack.svm_mia.enabled=false", "report.shareable.enabled=false",
+            "report.analysis.enabled=false", *[f"attack.forgetting.{k}={str(v).lower() if isinstance(v, bool) else v}"
+                                                for k, v in f.items()]]
+
+
+def forgetting_fields(block: dict[str, Any]) -> dict[str, Any]:
+    """The comparison table's forgetting columns of one run: F (with its interval), the final score, KLOM on the
+    forget examples (median), U-LiRA's AUC where it ran, the verdict."""
+    out = {"F": block["quality"], "F_ci": block.get("quality_ci"), "final_score": block["final_score"],
+           "klom_forget": block["klom"]["forget"]["median"], "F_normalised": block.get("quality_normalised"),
+           "verdict": block["verdict"]}
+    if "ulira" in block:
+        out["ulira_auc"] = block["ulira"]["auc"]
+    return out
 
 
 #: run-config keys the protocol sets itself (a ``bench.overrides`` entry for them would be replaced silently)
@@ -348,6 +405,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if cfg.cache_dir is not None:
         base.append(f"cache_dir={cfg.cache_dir}")
     check_protocol_overrides([str(o) for o in cfg.overrides])
+    f_overrides = forgetting_overrides(cfg)
     records = resumed_records(cfg.get("resume"), cfg)
     done = {(r["scenario"], r["run"], r["method"]) for r in records if "error" not in r}
     n_resumed = len(records)
@@ -395,7 +453,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                           epochs=orig_metrics.get("epochs"))
                 target = forget_target(scenario, original_acc)
                 records.append(run_record("original", run_spec, orig_rec, scenario, original_acc, target))
-                _, retr_metrics, reused = train_or_reuse(run_job, "retrained", run_dir, original_acc=original_acc)
+                retrained, retr_metrics, reused = train_or_reuse(run_job, "retrained", run_dir,
+                                                                 original_acc=original_acc)
                 records.append({**run_record("retrain", run_spec, retr_metrics, scenario, original_acc, target),
                                 "reused_from_cache": reused})
                 bar.update(1)
@@ -404,9 +463,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     bar.set_postfix_str(f"{run_spec['label']}: {m}")
                     try:
                         m_job = Job.from_cfg(compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}",
-                                                          f"method={m}"]), "run", data=data, scenario=scenario)
-                        metrics, _ = unlearn_model(m_job, copy.deepcopy(original), original_acc)
-                        records.append(run_record(m, run_spec, metrics, scenario, original_acc, target))
+                                                          f"method={m}", *f_overrides]), "run", data=data,
+                                             scenario=scenario)
+                        metrics, result = unlearn_model(m_job, copy.deepcopy(original), original_acc)
+                        rec = run_record(m, run_spec, metrics, scenario, original_acc, target)
+                        if f_overrides:  # the forgetting audit of this method and forget set
+                            from duck.pipeline.forgetting import forgetting_audit
+
+                            block = forgetting_audit(m_job, original, original_acc, target=result.model,
+                                                     oracle=retrained)
+                            rec.update(forgetting_fields(block))
+                        records.append(rec)
                     except Exception as e:  # reported as a failed run in the table (and raised with fail_fast)
                         if cfg.fail_fast:
                             raise

@@ -165,3 +165,27 @@ def test_quick_runs_say_so_on_the_console_and_in_bench_json(run_cli, tmp_path):
     assert code == 0, err
     assert out.startswith("QUICK RUN (bench.quick=true)")
     assert json.loads((run_dir / "bench.json").read_text())["quick_run"] is True
+
+
+def test_compare_adds_the_forgetting_columns(tmp_path):
+    """bench.forgetting.enabled: each method's run carries F, its normalised value, the final score, KLOM and the
+    verdict; the table shows them; a resume with the audit switched off is refused (other numbers)."""
+    from benchmarks.compare import run
+
+    cfg = bench_cfg(data="synthetic", model="smallcnn", quick=True, methods=["neggrad"],
+                    scenarios=["class_removal"], cache_dir=str(tmp_path / "cache"), out_dir=str(tmp_path / "out"),
+                    progress=False, overrides=["data.n_train=240", "data.n_test=120", "model.width=8",
+                                               "recipe.epochs=3"],
+                    forgetting={"enabled": True, "n_unlearned": 3, "n_retrained": 3})
+    out = run(cfg)
+    rec = next(r for r in out["runs"] if r["method"] == "neggrad")
+    assert 0.0 <= rec["F"] <= 1.0 and 0.0 <= rec["final_score"] <= 1.0
+    assert rec["verdict"] in {"forgotten", "not_forgotten", "inconclusive"} and rec["klom_forget"] >= 0.0
+    assert "F normalised" in out["table"] and "KLOM forget (median)" in out["table"]
+    assert f"1 {rec['verdict']}" in out["table"]
+    assert json.loads((tmp_path / "out" / "protocol.json").read_text())["forgetting"]["n_unlearned"] == 3
+    with pytest.raises(DuckInputError, match="bench.forgetting"):
+        run(OmegaConf.merge(cfg, {"forgetting": {"enabled": False}, "resume": str(tmp_path / "out"),
+                                  "out_dir": str(tmp_path / "out2")}))
+    with pytest.raises(DuckInputError, match="n_unlearned"):
+        run(OmegaConf.merge(cfg, {"forgetting": {"n_unlearned": 1}, "out_dir": str(tmp_path / "out3")}))
