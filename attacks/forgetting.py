@@ -16,11 +16,12 @@ Each ε(x) earns the points of its bucket (width 0.5 from 0: 1, 1/2, 1/4, ... wh
 ``⌈ln(N − 1)⌉``, N the number of unlearned models; 0 beyond); the **forgetting quality** F is the mean
 points over the forget set and the **final score** ``F × (RA_U / RA_R) × (TA_U / TA_R)`` with the mean retain
 and test accuracies of the unlearned and the retrained models.
-*Where this differs from the reference*: nothing in the result: the rates are computed from sorted samples
+*Where this differs from the reference*: nothing in the result: the counts are computed from sorted samples
 (``searchsorted``: the same counts as the reference's comparisons of every model with every threshold, in
-O(T log N) instead of O(T N)), as float32 fractions exactly like the reference's ``torch.mean`` of float32
-indicators, on CPU or GPU inputs alike (the reference is CUDA-only); ``tests/test_forgetting.py`` checks ε
-against the reference's own outputs on hand-made samples.
+O(T log N) instead of O(T N)), and since a rule's ε depends only on its two counts, ε is evaluated once per
+distinct count pair (at most (N + 1)(R + 1)) from float32 fractions exactly like the reference's ``torch.mean``
+of float32 indicators, on CPU or GPU inputs alike (the reference is CUDA-only); ``tests/test_forgetting.py``
+checks ε against the reference's own outputs on hand-made samples and against a rule-by-rule evaluation.
 
 **(b) KLOM** (Georgiev et al. 2024, RoyRin/data-unlearning-bench ``unlearning_bench/eval.py``,
 ``compute_binned_KL_div`` / ``kl_from_margins``): per example, φ clipped to [−100, 100], 20 equal bins over the
@@ -62,25 +63,52 @@ def _as_samples(values: np.ndarray | Sequence[float], name: str) -> np.ndarray:
     return arr
 
 
-def _rates(pos_sorted: np.ndarray, neg_sorted: np.ndarray, lo: np.ndarray | None, hi: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(tpr, fnr, fpr, tnr)`` (float32, as the reference's means of float32 indicators) of the rules
-    "positive if lo <= φ <= hi" (``lo`` None: "positive if φ >= hi"), for sorted positive / negative samples."""
-    def inside(sorted_vals: np.ndarray) -> np.ndarray:
-        if lo is None:
-            return sorted_vals.size - np.searchsorted(sorted_vals, hi, side="left")  # count(φ >= hi)
-        return np.clip(np.searchsorted(sorted_vals, hi, side="right") - np.searchsorted(sorted_vals, lo, side="left"),
-                       0, None)  # count(lo <= φ <= hi)
-
-    n_pos, n_neg = np.float32(pos_sorted.size), np.float32(neg_sorted.size)
-    pos_in, neg_in = inside(pos_sorted).astype(np.float32), inside(neg_sorted).astype(np.float32)
-    return pos_in / n_pos, (n_pos - pos_in) / n_pos, neg_in / n_neg, (n_neg - neg_in) / n_neg
+def _inside_counts(sorted_vals: np.ndarray, lo: np.ndarray | None, hi: np.ndarray) -> np.ndarray:
+    """How many of the sorted samples each rule calls positive: ``lo <= φ <= hi`` (``lo`` None: ``φ >= hi``)."""
+    if lo is None:
+        return sorted_vals.size - np.searchsorted(sorted_vals, hi, side="left")
+    return np.clip(np.searchsorted(sorted_vals, hi, side="right") - np.searchsorted(sorted_vals, lo, side="left"),
+                   0, None)
 
 
-def _double_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                          np.ndarray]:
+@dataclass(frozen=True)
+class _RuleFamily:
+    """The rules of one family, as the counts of positive and negative samples each calls positive."""
+
+    pos_in: np.ndarray
+    neg_in: np.ndarray
+    n_pos: int
+    n_neg: int
+
+
+def _first_above(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``out[i, k]`` = the first index j with ``rows[i, j] > values[k]`` (``rows.shape[1]`` if none), for rows
+    that are each an ``np.linspace``: estimated from the row's ends, then corrected by exact comparisons with
+    the row's own floats (the same answer as ``np.searchsorted(rows[i], values, side="right")`` per row)."""
+    n = rows.shape[1]
+    first, last = rows[:, :1], rows[:, -1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        est = np.floor((values[None, :] - first) / (last - first) * (n - 1)) + 1
+    p = np.clip(np.nan_to_num(est, nan=0.0, posinf=n, neginf=0), 0, n).astype(np.int64)
+    padded = np.concatenate([np.full((rows.shape[0], 1), -np.inf), rows, np.full((rows.shape[0], 1), np.inf)],
+                            axis=1)  # padded[:, j + 1] = rows[:, j]; the answer p satisfies rows[p-1] <= v < rows[p]
+    for _ in range(4):
+        up = np.take_along_axis(padded, p + 1, axis=1) <= values[None, :]
+        down = np.take_along_axis(padded, p, axis=1) > values[None, :]
+        if not (up.any() or down.any()):
+            return p
+        p = p + up - down
+    return np.stack([np.searchsorted(row, values, side="right") for row in rows])  # rows that are not linspaces
+
+
+def _double_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> _RuleFamily:
     """The reference's double-threshold family: the peakier sample is the positive one; intervals as wide as
-    its range, right ends on a grid over ``[min + width − 2, max + 2]``, each with 400 left ends within ±2."""
+    its range, right ends on a grid over ``[min + width − 2, max + 2]``, each with 400 left ends within ±2
+    (one ``np.linspace`` over all right ends: the same floats as the reference's one call per right end).
+
+    The ~10^5 rules are not evaluated one by one: for one right end the counts change only where a left end
+    passes a sample, so the distinct outcomes of its 400 rules are the states after each group of samples
+    with the same position among the left ends (plus "none passed" when no sample lies below the first)."""
     pos_diff, neg_diff = float(pos.max() - pos.min()), float(neg.max() - neg.min())
     width = neg_diff if pos_diff > neg_diff else pos_diff
     if pos_diff >= neg_diff:
@@ -89,30 +117,47 @@ def _double_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarra
     lo_right, hi_right = pos.min() + width - buffer, pos.max() + buffer
     right = np.linspace(lo_right, hi_right, num=int(np.ceil((hi_right - lo_right) * THRESHOLDS_PER_UNIT)))
     n_left = int(np.ceil(2 * buffer * THRESHOLDS_PER_UNIT))
-    left = np.concatenate([np.linspace(tr - width - buffer, tr - width + buffer, num=n_left) for tr in right]) \
-        if right.size else np.empty(0)
-    return _rates(np.sort(pos), np.sort(neg), left, np.repeat(right, n_left))
+    if right.size == 0:
+        return _RuleFamily(np.empty(0, np.int64), np.empty(0, np.int64), pos.size, neg.size)
+    left = np.linspace(right - width - buffer, right - width + buffer, num=n_left, axis=1)  # (rights, lefts)
+    samples = np.concatenate([pos, neg])
+    is_pos = np.arange(samples.size) < pos.size
+    position = _first_above(left, samples)  # sample k is below the left end j of row i iff position[i, k] <= j
+    order = np.argsort(position, axis=1, kind="stable")
+    sorted_pos = np.take_along_axis(position, order, axis=1)
+    below_pos = np.cumsum(is_pos[order], axis=1)
+    below_neg = np.cumsum(~is_pos[order], axis=1)
+    group_end = np.ones(sorted_pos.shape, dtype=bool)
+    group_end[:, :-1] = sorted_pos[:, :-1] != sorted_pos[:, 1:]
+    state = group_end & (sorted_pos < n_left)  # the states the left ends 0 .. n_left-1 reach
+    upto_pos = np.searchsorted(np.sort(pos), right, side="right")  # count(φ <= right end)
+    upto_neg = np.searchsorted(np.sort(neg), right, side="right")
+    rows = np.broadcast_to(np.arange(right.size)[:, None], state.shape)[state]
+    start = np.flatnonzero(sorted_pos[:, 0] > 0)  # rows whose first left end has no sample below it
+    pos_in = np.concatenate([upto_pos[rows] - below_pos[state], upto_pos[start]])
+    neg_in = np.concatenate([upto_neg[rows] - below_neg[state], upto_neg[start]])
+    return _RuleFamily(np.clip(pos_in, 0, None), np.clip(neg_in, 0, None), pos.size, neg.size)
 
 
-def _single_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                          np.ndarray]:
+def _single_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> _RuleFamily:
     """The reference's single-threshold family: "positive if φ >= t", t on a grid over the pooled range."""
     both = np.concatenate([pos, neg])
     lo, hi = float(both.min()), float(both.max())
     thresholds = np.linspace(lo, hi, int(math.ceil((hi - lo) * THRESHOLDS_PER_UNIT)))
-    return _rates(np.sort(pos), np.sort(neg), None, thresholds)
+    return _RuleFamily(_inside_counts(np.sort(pos), None, thresholds), _inside_counts(np.sort(neg), None, thresholds),
+                       pos.size, neg.size)
 
 
-def example_epsilon(pos: np.ndarray | Sequence[float], neg: np.ndarray | Sequence[float], delta: float = DELTA) -> float:
-    """ε of one example from the positive and the negative set's φ (the reference's ``_get_epsilons`` for one
-    column): see the module docstring."""
-    pos, neg = _as_samples(pos, "pos"), _as_samples(neg, "neg")
-    pos_diff, neg_diff = pos.max() - pos.min(), neg.max() - neg.min()
-    largest, smallest = max(pos_diff, neg_diff), min(pos_diff, neg_diff)
-    if largest > 0 and smallest / largest < COLLAPSED_RATIO:
-        return EPSILON_CAP
-    rules = [_double_threshold_rules(pos, neg), _single_threshold_rules(pos, neg)]
-    tpr, fnr, fpr, tnr = (np.concatenate([r[i] for r in rules]) for i in range(4))
+def _family_epsilons(family: _RuleFamily, delta: float) -> np.ndarray:
+    """ε of every distinct rule outcome of a family (NaN where the reference skips the rule). A rule's ε depends
+    only on its two counts, so each distinct (positive, negative) count pair is evaluated once: the same float32
+    rates and the same maximum as evaluating the reference's ~10^5 rules one by one."""
+    n_pos, n_neg = family.n_pos, family.n_neg
+    seen = np.bincount(family.pos_in * (n_neg + 1) + family.neg_in, minlength=(n_pos + 1) * (n_neg + 1)) > 0
+    pos_in, neg_in = np.divmod(np.flatnonzero(seen), n_neg + 1)
+    fp_pos, fp_neg = np.float32(n_pos), np.float32(n_neg)
+    pos_in, neg_in = pos_in.astype(np.float32), neg_in.astype(np.float32)
+    tpr, fnr, fpr, tnr = pos_in / fp_pos, (fp_pos - pos_in) / fp_pos, neg_in / fp_neg, (fp_neg - neg_in) / fp_neg
     eps = np.zeros(tpr.shape, dtype=np.float32)
     perfect = (fpr + fnr == 0) & (tpr + tnr == 2)
     eps[perfect] = np.inf
@@ -124,6 +169,19 @@ def example_epsilon(pos: np.ndarray | Sequence[float], neg: np.ndarray | Sequenc
         candidates = np.stack([np.log(np.float32(1 - delta) - fpr[rest]) - np.log(fnr[rest]),
                                np.log(np.float32(1 - delta) - fnr[rest]) - np.log(fpr[rest])])
         eps[rest] = np.clip(np.nanmax(candidates, axis=0), 0, None) if rest.any() else eps[rest]
+    return eps
+
+
+def example_epsilon(pos: np.ndarray | Sequence[float], neg: np.ndarray | Sequence[float], delta: float = DELTA) -> float:
+    """ε of one example from the positive and the negative set's φ (the reference's ``_get_epsilons`` for one
+    column): see the module docstring."""
+    pos, neg = _as_samples(pos, "pos"), _as_samples(neg, "neg")
+    pos_diff, neg_diff = pos.max() - pos.min(), neg.max() - neg.min()
+    largest, smallest = max(pos_diff, neg_diff), min(pos_diff, neg_diff)
+    if largest > 0 and smallest / largest < COLLAPSED_RATIO:
+        return EPSILON_CAP
+    eps = np.concatenate([_family_epsilons(_double_threshold_rules(pos, neg), delta),
+                          _family_epsilons(_single_threshold_rules(pos, neg), delta)])
     kept = eps[~np.isnan(eps)]
     if kept.size == 0:
         raise DuckInputError("no decision rule gave an ε for this example (the samples admit no threshold); "

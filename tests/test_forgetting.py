@@ -41,6 +41,69 @@ def test_klom_equals_the_reference_implementation(name):
                                rtol=1e-9, atol=1e-12)
 
 
+def _epsilon_rule_by_rule(pos: np.ndarray, neg: np.ndarray, delta: float = 1e-5) -> float:
+    """metric.py's ε of one example written out directly: every rule of both families built with the reference's
+    own loops (one np.linspace per right end), its rates as float32 means of float32 indicators, its ε, the max."""
+    pos_diff, neg_diff = pos.max() - pos.min(), neg.max() - neg.min()
+    if max(pos_diff, neg_diff) > 0 and min(pos_diff, neg_diff) / max(pos_diff, neg_diff) < 0.01:
+        return 50.0
+    families = []  # (positive sample, negative sample, lo or None, hi): one entry per right end's 400 rules
+    p, q = (neg, pos) if pos_diff >= neg_diff else (pos, neg)
+    width = min(pos_diff, neg_diff)
+    lo_r, hi_r = p.min() + width - 2, p.max() + 2
+    for tr in np.linspace(lo_r, hi_r, num=int(np.ceil((hi_r - lo_r) * 100))):
+        families.append((p, q, np.linspace(tr - width - 2, tr - width + 2, num=400), np.full(400, tr)))
+    both = np.concatenate([pos, neg])
+    families.append((pos, neg, None, np.linspace(both.min(), both.max(), int(math.ceil(np.ptp(both) * 100)))))
+    eps = []
+    for a, b, lo, hi in families:
+        def inside(x: np.ndarray) -> np.ndarray:
+            x = x[:, None]
+            return ((x >= hi) if lo is None else ((x >= lo) & (x <= hi))).astype(np.float32)
+
+        tpr, fpr = inside(a).mean(0, dtype=np.float32), inside(b).mean(0, dtype=np.float32)
+        fnr, tnr = (1 - inside(a)).mean(0, dtype=np.float32), (1 - inside(b)).mean(0, dtype=np.float32)
+        if ((fpr + fnr == 0) & (tpr + tnr == 2)).any():
+            return 50.0
+        keep = fpr * fnr != 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e = np.fmax(np.log(np.float32(1 - delta) - fpr[keep]) - np.log(fnr[keep]),
+                        np.log(np.float32(1 - delta) - fnr[keep]) - np.log(fpr[keep]))
+        eps.append(np.clip(e, 0, None))
+    return float(min(np.nanmax(np.concatenate(eps)), 50.0))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_distinct_count_pairs_give_the_rule_by_rule_epsilon(seed):
+    """ε evaluated once per distinct count pair (and the double family's states from the samples' positions)
+    equals ε over every rule one by one, on continuous samples, samples on a coarse lattice (ties with each
+    other and with grid points) and unequal sizes."""
+    from attacks.forgetting import _double_threshold_rules, example_epsilon
+
+    rng = np.random.default_rng(seed)
+    for n_u, n_r in ((8, 8), (5, 11)):
+        for kind in ("normal", "lattice", "shifted"):
+            u, r = rng.normal(0, 1, n_u), rng.normal(0, 1.5, n_r)
+            if kind == "lattice":
+                u, r = np.round(u * 4) / 4, np.round(r * 4) / 4
+            if kind == "shifted":
+                u = u + 1.5
+            if np.ptp(u) == 0 or np.ptp(r) == 0:
+                continue
+            assert example_epsilon(u, r) == pytest.approx(_epsilon_rule_by_rule(u, r), abs=1e-6), (kind, u, r)
+            # the double family's outcomes exactly: the distinct (positive, negative) counts of its ~10^5 rules
+            fam = _double_threshold_rules(u, r)
+            p, q = (r, u) if np.ptp(u) >= np.ptp(r) else (u, r)
+            width = min(np.ptp(u), np.ptp(r))
+            lo_r, hi_r = p.min() + width - 2, p.max() + 2
+            want = set()
+            for tr in np.linspace(lo_r, hi_r, num=int(np.ceil((hi_r - lo_r) * 100))):
+                tl = np.linspace(tr - width - 2, tr - width + 2, num=400)
+                counts = [((x[:, None] >= tl) & (x[:, None] <= tr)).sum(0) for x in (p, q)]
+                want |= set(zip(*(c.tolist() for c in counts), strict=True))
+            assert set(zip(fam.pos_in.tolist(), fam.neg_in.tolist(), strict=True)) == want, kind
+
+
 def test_identical_and_separated_distributions_give_the_expected_extremes():
     rng = np.random.default_rng(0)
     same = epsilons(rng.normal(0, 1, (32, 50)), rng.normal(0, 1, (32, 50)))
