@@ -9,6 +9,8 @@
    models per second and the ratio; also what ``attack.mode=auto`` would pick (calibration) and the
    largest parameter difference between the two sets of models (they should be equal).
 3. **Reuse** — the first audit of a setup (trains the bank) versus a second identical audit (cache hit).
+4. **Forgetting audit** — a first method's forgetting audit (trains the retrain bank and the controls) versus
+   a second method's on the same forget set (reuses them): :mod:`benchmarks.audit_forgetting`.
 
 Timings are wall-clock on the machine in ``bench.json``'s ``machine`` field (shared with other jobs when
 this suite was run for the README: see docs/audit.md).
@@ -29,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from attacks.audit import audit_models
 from attacks.batched import calibrate, train_batched
 from attacks.shadow import keep_matrix, shadow_seed
+from benchmarks.audit_forgetting import check_forgetting_setup, forgetting_reuse, forgetting_table
 from benchmarks.common import (
     boolean,
     device_rule,
@@ -285,6 +288,7 @@ RULES = {
     "progress": boolean(),
     "correctness.enabled": boolean(),
     "throughput.enabled": boolean(),
+    "forgetting.enabled": boolean(),
 }
 
 #: (in_chans, img_size, num_classes) of every registered data set, to build each setup's model once before
@@ -351,6 +355,9 @@ def check_config(cfg: DictConfig) -> None:
             (x, f"bench.correctness.setups[{i}]") for i, x in enumerate(cfg.correctness.setups)]
         for setup, name in setups:
             _check_setup(setup, name, False)
+    if cfg.forgetting.enabled:
+        check_forgetting_setup(cfg.quick_forgetting if quick else cfg.forgetting,
+                               "bench.quick_forgetting" if quick else "bench.forgetting")
     if cfg.throughput.enabled:
         setups = [(cfg.quick_throughput, "bench.quick_throughput")] if quick else [
             (x, f"bench.throughput.setups[{i}]") for i, x in enumerate(cfg.throughput.setups)]
@@ -387,6 +394,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         rows = throughput(cfg, device)
         result["throughput"] = rows
         tables.append(throughput_table(rows, device))
+    if cfg.forgetting.enabled:
+        spec = check_forgetting_setup(cfg.quick_forgetting if cfg.get("quick") else cfg.forgetting,
+                                      "bench.quick_forgetting" if cfg.get("quick") else "bench.forgetting")
+        result["forgetting"] = forgetting_reuse(spec, cache, out)
+        tables.append(forgetting_table(result["forgetting"]))
     result["suite_s"] = time.perf_counter() - t0
     result["table"] = "\n\n".join(tables)
     return result

@@ -40,6 +40,10 @@ CASES = [
     ("audit", "quick=true|quick_setup.data={name: tinyimagenet}|quick_setup.model={name: nosuchnet}",
      "unknown model 'nosuchnet'; use one of"),
     ("audit", "quick=true|correctness.attack.n_shadow=3", "attack.n_shadow=3"),  # quick replaced it with 4 unchecked
+    ("audit", "forgetting.methods=[duck]", "bench.forgetting.methods"),
+    ("audit", "forgetting.methods=[duck,nosuch]", "nosuch"),
+    ("audit", "quick=true|quick_forgetting.n_unlearned=2", "bench.quick_forgetting.n_unlearned"),
+    ("audit", "forgetting.enabled=maybe", "bench.forgetting.enabled"),
     ("audit", "correctness.attack.mode=foo", "attack.mode"), ("audit", "correctness.attack.ci.level=2", "attack.ci.level"),
     ("compare", "fraction=0", "bench.fraction"), ("compare", "fraction=abc", "bench.fraction"),
     ("compare", "classes=[abc]", "bench.classes[0]"), ("compare", "classes=[1.5]", "bench.classes[0]"),

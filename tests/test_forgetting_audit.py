@@ -31,7 +31,7 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     assert all(s["computed_now"] == 4 for s in block["sets"].values())
     report = (run_dir / "report.md").read_text()
     assert "Forgetting audit (against retrained models)" in report and "**Verdict:" in report
-    assert "forgetting audit:" in out
+    assert "forgetting audit (N = 4, R = 4):" in out
     # before any bank is trained, its size on disk; after the first epoch of its first model, the time it will take
     assert "retrain bank" in out and "MB on disk" in out and "s each, from the first measured)" in out
     # a second audit of the same forget set and method trains nothing and reruns no unlearning
@@ -46,6 +46,16 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     other = json.loads((run_dir / "unlearned" / "audit.json").read_text())["forgetting"]
     assert other["sets"]["method"]["computed_now"] == 4
     assert all(other["sets"][k]["computed_now"] == 0 for k in ("retrained", "none", "retrain"))
+    # duck-audit of the first run's unlearned checkpoint reruns the method its manifest records (duck, the
+    # same seed): every set comes from the cache and the block equals duck-run's
+    first = run_dir.parent / "run"
+    code, out, err, audit_dir = run_cli("audit", *SYNTH_ARGS, *FAST, f"ckpt={first / 'unlearned' / 'unlearned.ckpt'}",
+                                        f"original_ckpt={first / 'original' / 'model.ckpt'}")
+    assert code == 0, err
+    audited = json.loads((audit_dir / "audit.json").read_text())
+    assert audited["verdict"] == block["verdict"] and audited["forgetting"]["method"] == "duck"
+    assert audited["forgetting"]["quality"] == block["quality"]
+    assert all(s["computed_now"] == 0 for s in audited["forgetting"]["sets"].values())
 
 
 def _set(q, lo, hi):
@@ -67,9 +77,12 @@ def test_without_controls_there_is_no_verdict():
     assert got == "inconclusive" and "controls are off" in rule
 
 
-def test_duck_audit_refuses_the_forgetting_audit(run_cli, synthetic_ckpt):
+def test_duck_audit_forgetting_needs_the_original_and_a_recorded_method(run_cli, synthetic_ckpt):
     code, _, err, run_dir = run_cli("audit", *SYNTH_ARGS, f"ckpt={synthetic_ckpt}", "attack.forgetting.enabled=true")
-    assert code == 2 and "duck-audit knows no method" in err and written_files(run_dir) == set(), err
+    assert code == 2 and "give original_ckpt=PATH" in err and written_files(run_dir) == set(), err
+    code, _, err, run_dir = run_cli("audit", *SYNTH_ARGS, f"ckpt={synthetic_ckpt}", "role=unlearned",
+                                    f"original_ckpt={synthetic_ckpt}", "attack.forgetting.enabled=true")
+    assert code == 2 and "records no method" in err and written_files(run_dir) == set(), err
 
 
 @pytest.mark.parametrize("arg,match", [

@@ -241,12 +241,28 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
             f"Each row's models against R = {block['n_retrained']} models retrained on the retain set. F: the "
             "ε-based forgetting quality (1 = indistinguishable from retraining on every forget example, with the "
             "estimator's small-sample ceiling shown by the retrain control; 0 = distinguishable); intervals are "
-            "bootstrap over models. KLOM: KL divergence of the margins' histograms (median / 95th percentile), "
-            "0 = identical.\n\n"
+            f"delete-one jackknife over models at {block.get('ci_level') or 0.95:.0%}. KLOM: KL divergence of the "
+            "margins' histograms (median / 95th percentile), 0 = identical. " + resolution_sentence(block) + "\n\n"
             "| models | F [95 % CI] | final score | KLOM forget (median / p95) | KLOM retain | KLOM test | retain acc "
             "| test acc |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
             + (f"\n\nF normalised between the none (0) and retrain (1) controls: {norm:.3f}." if norm is not None
                else "") + ulira_text)
+
+
+def resolution_sentence(block: dict[str, Any]) -> str:
+    """What an audit of this size can resolve: the ε scale N allows and the retrain control's interval (the
+    smallest F difference the verdict can see)."""
+    import math
+
+    n, r = block["n_unlearned"], block["n_retrained"]
+    top = math.ceil(math.log(n - 1))
+    text = (f"Resolution at N = {n}, R = {r}: ε is scored in buckets of 0.5 up to ⌈ln(N − 1)⌉ = {top} "
+            "(an example whose ε lies beyond earns nothing)")
+    ceiling = block.get("controls", {}).get("retrain", {}).get("quality_ci")
+    if ceiling:
+        text += (f"; the retrain control's F interval is {ceiling[1] - ceiling[0]:.3f} wide, so smaller differences "
+                 "in F are not resolved")
+    return text + ". Raise attack.forgetting.n_unlearned / n_retrained (8, 32) for a finer audit."
 
 
 def audit_lines(audits: dict[str, Any]) -> str:
@@ -260,6 +276,7 @@ def audit_lines(audits: dict[str, Any]) -> str:
         if "forgetting" in a:
             f = a["forgetting"]
             ci = f.get("quality_ci")
-            lines.append(f"  forgetting audit: {f['verdict']}, F = {f['quality']:.3f}"
+            lines.append(f"  forgetting audit (N = {f['n_unlearned']}, R = {f['n_retrained']}): {f['verdict']}, "
+                         f"F = {f['quality']:.3f}"
                          + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f" ({f['rule']})")
     return "\n".join(lines)

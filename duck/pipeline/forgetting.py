@@ -270,6 +270,7 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
         lo, hi = scores["none"]["quality"], scores["retrain"]["quality"]
         method["quality_normalised"] = (method["quality"] - lo) / (hi - lo) if hi > lo else None
     block = {"verdict": verdict, "rule": rule, "method": job.method, **method, "n_unlearned": n, "n_retrained": r,
+             "ci_level": level,
              "controls": scores, "sets": {name: {k: s[k] for k in ("dir", "computed_now")} for name, s in
                                           {**sets, "retrained": ref}.items()},
              "unlearning_s": sets["method"]["unlearning_s"], "time_s": round(time.perf_counter() - t0, 3),

@@ -179,9 +179,9 @@ class Job:
             job.cache_dir = check_cache_dir(cfg.cache_dir)
         if attack_settings is not None:
             job.audit = AuditOptions(attack_settings, share, analysis)
-            if attack_settings.forgetting["enabled"] and command == "audit":
-                raise DuckInputError("attack.forgetting.enabled=true reruns the method: use duck-run or duck-unlearn "
-                                     "audit=true (duck-audit knows no method)")
+            if attack_settings.forgetting["enabled"] and command == "audit" and not cfg.get("original_ckpt"):
+                raise DuckInputError("attack.forgetting.enabled=true reruns the method from the original: give "
+                                     "original_ckpt=PATH (the method is read from the unlearned checkpoint)")
             if attack_settings.forgetting["enabled"] and attack_settings.forgetting["ulira"]:
                 from attacks.forgetting import ULIRA_MIN_SHADOWS as MIN_SHADOWS
 
@@ -219,10 +219,10 @@ def model_settings(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
     return kw.pop("name"), kw
 
 
-def method_settings(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
+def method_settings(cfg: DictConfig | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(method name, its config)``; hyperparameters the method's config file does not define
     (``+method.lambda_fgtt=3``) are refused."""
-    m = container(cfg.method)
+    m = container(cfg.method) if isinstance(cfg, DictConfig) else dict(cfg["method"])
     name = m.pop("name")
     get_unlearner_class(name)  # unknown names first
     defaults = conf_dir() / "method" / f"{name}.yaml"

@@ -24,7 +24,7 @@ from duck.pipeline.audit import (
     resolve_role,
 )
 from duck.pipeline.cache import train_or_reuse
-from duck.pipeline.job import Job
+from duck.pipeline.job import Job, method_settings
 from duck.pipeline.models import load_model, unlearned_path, write_unlearned
 from duck.pipeline.stages import (
     check_inputs,
@@ -38,6 +38,8 @@ from duck.pipeline.stages import (
     unlearn_model,
     write_forget_ids,
 )
+from duck.unlearn import get_unlearner_class
+from duck.unlearn.config import resolve_method_cfg
 from duck.utils import warn_line
 
 
@@ -115,6 +117,8 @@ def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             methods[ref] = (ref_manifest or {}).get("method") or ref
             manifests[ref] = ref_manifest
     check_recorded_recipes(manifests, job.recipe_cfg)
+    if job.audit.attack.forgetting["enabled"]:
+        method_from_manifest(job, role, manifest, ckpt)
     if all(m is None or not (m.get("config") or {}).get("recipe") for m in manifests.values()):
         warn_line("the audited checkpoints record no training recipe (plain state dicts): the shadow models are "
                   f"trained with the configured one ({job.recipe.epochs} epochs, batch {job.recipe.batch_size}); "
@@ -134,6 +138,25 @@ def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
           + ", ".join(f"TPR@{float(k):.1%} FPR {v:.3f}" for k, v in lira["tpr_at_fpr"].items()))
     print(f"wrote {out / 'audit.json'}\nreport: {paths['html']}")
     return audits[role], {"audits": audits, "paths": paths, "out": out}
+
+
+def method_from_manifest(job: Job, role: str, manifest: dict[str, Any] | None, ckpt: Any) -> None:
+    """The forgetting audit of ``duck-audit`` reruns the method that made the audited checkpoint: its name,
+    hyperparameters and seed come from the checkpoint's manifest (``duck-unlearn`` and ``duck-run`` record
+    them); a checkpoint without them is refused with the command that can audit it."""
+    config = (manifest or {}).get("config") or {}
+    if role != "unlearned" or not isinstance(config.get("method"), dict):
+        raise DuckInputError(f"attack.forgetting.enabled=true: ckpt={ckpt} is "
+                             + ("the " + role if role != "unlearned" else "an unlearned checkpoint that records "
+                                "no method (not written by duck-unlearn / duck-run)")
+                             + "; the forgetting audit reruns the method that unlearned it: audit a checkpoint "
+                             "written by duck-unlearn, or run duck-unlearn ... audit=true attack.forgetting."
+                             "enabled=true")
+    job.method, job.method_cfg = method_settings(config)
+    job.hparams = resolve_method_cfg(job.method_cfg, job.data.name, job.scenario.kind)
+    get_unlearner_class(job.method).check_trainer_cfg(job.trainer_cfg)
+    if manifest.get("seed") is not None:
+        job.seed = int(manifest["seed"])  # run 0 of the N unlearning runs is the audited checkpoint's own seed
 
 
 def run(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
