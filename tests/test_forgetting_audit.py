@@ -21,6 +21,8 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     audit = json.loads((run_dir / "unlearned" / "audit.json").read_text())
     block = audit["forgetting"]
     assert audit["verdict"] == block["verdict"] in ("forgotten", "not_forgotten", "inconclusive")
+    summary = json.loads((run_dir / "summary.json").read_text())["rows"][1]
+    assert audit["accuracies"]["A_f"] == summary["A_f"] and audit["AUS"] == summary["AUS"]
     assert block["n_unlearned"] == 4 and block["n_retrained"] == 4 and block["method"] == "duck"
     assert 0.0 <= block["quality"] <= 1.0 and set(block["klom"]) == {"forget", "retain", "test"}
     assert set(block["controls"]) == {"none", "retrain"}

@@ -199,13 +199,17 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
         extra.insert(0, ("Forgetting audit (against retrained models)", forgetting_markdown(forgetting)))
     if feature_space is not None:
         times["feature space (density, t-SNE)"] = feature_s
+    rows_by_model = {str(r.get("model", "")).split(" ")[0]: r for r in summary_rows}
     for name in audits:
+        row = rows_by_model.get(name)
+        if row is not None:  # the accuracies and AUS beside the verdict (summary.json's row of this model)
+            audits[name]["accuracies"] = {k: row[k] for k in ("A_t", "A_f", "train_forget") if k in row}
+            audits[name]["AUS"] = row.get("AUS")
         if name in released:
             audits[name]["shareable"] = released[name]
         if feature_space is not None:
             audits[name]["feature_space"] = feature_space  # every model's file holds the comparison
-        if name in released or feature_space is not None:
-            atomic_save_json(Path(out_dirs[name]) / "audit.json", audits[name])
+        atomic_save_json(Path(out_dirs[name]) / "audit.json", audits[name])
     paths = write_report(out, summary_rows=summary_rows, audits=audits, config=job.config, scenario=scenario,
                          run_times=times, title=title, extra_sections=extra, feature_space=feature_space,
                          tsne_png=tsne_png)
