@@ -115,6 +115,6 @@ def test_ulira_on_shadow_pairs_with_its_controls(run_cli):
         "computed_now"] == 0, err
 
 
-def test_ulira_needs_six_shadows_checked_before_any_work(run_cli):
+def test_ulira_needs_eight_shadows_checked_before_any_work(run_cli):
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, *FAST, "attack.forgetting.ulira=true")  # n_shadow=4
-    assert code == 2 and "U-LiRA needs attack.n_shadow >= 6" in err and written_files(run_dir) == set(), err
+    assert code == 2 and "U-LiRA needs attack.n_shadow >= 8" in err and written_files(run_dir) == set(), err

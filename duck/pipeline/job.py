@@ -188,7 +188,8 @@ class Job:
                 if attack_settings.n_shadow < MIN_SHADOWS or attack_settings.shadow_pool != "train":
                     raise DuckInputError(f"U-LiRA needs attack.n_shadow >= {MIN_SHADOWS} and attack.shadow_pool=train "
                                          f"(got {attack_settings.n_shadow}, {attack_settings.shadow_pool}): each forget "
-                                         "example must stay IN for two shadow pairs when one is left out")
+                                         "example must stay IN for two shadow pairs when the attack and its interval's "
+                                         "jackknife each leave one out")
             check_audit_against_data(job)
         return job
 

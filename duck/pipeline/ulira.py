@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from attacks.forgetting import ULIRA_MIN_SHADOWS, fit_gaussians, pair_bootstrap_auc, ulira_loo
+from attacks.forgetting import ULIRA_MIN_SHADOWS, fit_gaussians, ulira_loo, ulira_pair_jackknife
 from attacks.retrain_bank import ShadowRetrainBank
 from attacks.roc import roc_summary
 from attacks.shadow import ShadowBank
@@ -56,7 +56,7 @@ def shadow_bank_of(job: Job) -> ShadowBank:
                              "attack.shadow_pool=train")
     if a.n_shadow < MIN_SHADOWS:
         raise DuckInputError(f"U-LiRA needs attack.n_shadow >= {MIN_SHADOWS} (each forget example must stay IN for "
-                             f"two pairs when one is left out), got {a.n_shadow}")
+                             f"two pairs when the attack and its jackknife each leave one out), got {a.n_shadow}")
     return ShadowBank(job.cache_dir, job.data, job.model_factory, job.recipe, n_shadow=a.n_shadow, seed=a.seed,
                       pool="train", augment=job.data.augment, device=job.device, mode=a.mode,
                       chunk_size=a.chunk_size, trainer_cfg=job.trainer_cfg, threads=a.threads, progress=job.progress)
@@ -116,17 +116,12 @@ def unlearned_shadows(job: Job, bank: ShadowBank, method: str, method_cfg: dict[
     return np.stack(rows), computed
 
 
-def _attack_summary(job: Job, scores: np.ndarray, labels: np.ndarray, pairs: np.ndarray | None = None
-                    ) -> dict[str, Any]:
-    """AUC with its interval (resampling shadow pairs where the scores come from pairs), TPR at 1 % FPR,
-    balanced accuracy at score 0 (an attacker's natural threshold: more likely unlearned than retrained)."""
+def _attack_summary(job: Job, scores: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """AUC with its interval, TPR at 1 % FPR, balanced accuracy at score 0 (an attacker's natural threshold:
+    more likely unlearned than retrained)."""
     ci = job.audit.attack.ci
     out = roc_summary(scores, labels, fpr_levels=(0.01,), ci_method=ci["method"], ci_level=float(ci["level"]),
                       n_boot=int(ci["n_boot"]), seed=job.seed)
-    if pairs is not None:
-        out["auc_ci"] = list(pair_bootstrap_auc(scores, labels, pairs, n_boot=int(ci["n_boot"]),
-                                                level=float(ci["level"]), seed=job.seed))
-        out["ci_method"] = "bootstrap over shadow pairs"
     pred = scores > 0
     out["accuracy"] = float(0.5 * (pred[labels].mean() + (~pred[~labels]).mean()))
     out.pop("roc", None)
@@ -134,9 +129,14 @@ def _attack_summary(job: Job, scores: np.ndarray, labels: np.ndarray, pairs: np.
 
 
 def _pairs_summary(job: Job, phi_u: np.ndarray, phi_r: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
-    """The method-level attack of shadow pairs ``(E, F)``: leave one pair out, summarise."""
-    scores, labels, pairs = ulira_loo(phi_u, phi_r, mask)
-    return _attack_summary(job, scores, labels, pairs)
+    """The method-level attack of shadow pairs ``(E, F)``: leave one pair out, summarise; the AUC's interval
+    from a delete-one-pair jackknife that refits the attack (:func:`attacks.forgetting.ulira_pair_jackknife`)."""
+    scores, labels, _ = ulira_loo(phi_u, phi_r, mask)
+    out = _attack_summary(job, scores, labels)
+    level = float(job.audit.attack.ci["level"])
+    _, lo, hi = ulira_pair_jackknife(phi_u, phi_r, mask, level)
+    out["auc_ci"], out["ci_method"] = [lo, hi], f"delete-one-pair jackknife, refitted, {100 * level:g} %"
+    return out
 
 
 def ulira_audit(job: Job, target: Classifier | None = None, oracle: Classifier | None = None) -> dict[str, Any]:
