@@ -43,7 +43,7 @@ from benchmarks.common import (
     timed,
     validate,
 )
-from duck.data.base import DatasetSplits, TensorImageDataset
+from duck.data.base import DatasetSplits, subset_splits
 from duck.data.registry import build_datasets
 from duck.data.scenarios import Scenario, build_scenario
 from duck.errors import DuckInputError
@@ -65,22 +65,6 @@ def load_recipe(name: str, overrides: dict[str, Any] | None = None) -> Recipe:
     for k, v in (overrides or {}).items():
         OmegaConf.update(node, f"recipe.{k}", v)
     return Recipe.from_cfg(OmegaConf.to_container(node, resolve=True)["recipe"])
-
-
-def subset_splits(data: DatasetSplits, n_train: int | None, n_test: int | None, seed: int) -> DatasetSplits:
-    """A random subset of the training (and test) images, re-indexed 0..n-1 (stated in the results)."""
-    rng = np.random.default_rng(seed)
-
-    def cut(ds: TensorImageDataset, n: int | None) -> TensorImageDataset:
-        if n is None or n >= len(ds):
-            return ds
-        idx = np.sort(rng.choice(len(ds), size=int(n), replace=False))
-        mean, std = tuple(ds.mean.flatten().tolist()), tuple(ds.std.flatten().tolist())
-        return TensorImageDataset(ds.images[torch.from_numpy(idx)], ds.labels[idx], mean, std)
-
-    return DatasetSplits(name=data.name, train=cut(data.train, n_train), test=cut(data.test, n_test),
-                         num_classes=data.num_classes, in_chans=data.in_chans, img_size=data.img_size,
-                         class_names=data.class_names, augment=data.augment)
 
 
 def _trainer_cfg(device: torch.device) -> dict[str, Any]:

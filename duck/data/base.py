@@ -156,3 +156,26 @@ class ReindexedDataset(IndexedDataset):
         pos = torch.as_tensor(idx, dtype=torch.long)
         x, y, _ = collate_indexed(fetch(self.base, self._ids_t[pos].tolist()))
         return x, y, pos
+
+
+def subset_splits(data: DatasetSplits, n_train: int | None, n_test: int | None, seed: int) -> DatasetSplits:
+    """A fixed random subset of the training (and test) images, re-indexed 0..n-1, with the full set's
+    normalisation constants (``data.subset``: quick experiments and audits on a part of a large data set). Only
+    for images held in memory (:class:`TensorImageDataset`); ``None`` or a size at least the split's keeps it."""
+    import dataclasses
+
+    rng = np.random.default_rng(seed)
+
+    def cut(ds: IndexedDataset | None, n: int | None, split: str) -> IndexedDataset | None:
+        if ds is None or n is None or n >= len(ds):
+            return ds
+        if not isinstance(ds, TensorImageDataset):
+            raise DuckInputError(f"data.subset.n_{split}={n}: {data.name}'s images are read from files, not held in "
+                                 "memory; subsets work for digits, fashion_mnist, cifar10/100 (or build a smaller "
+                                 "image folder)")
+        idx = np.sort(rng.choice(len(ds), size=int(n), replace=False))
+        mean, std = tuple(ds.mean.flatten().tolist()), tuple(ds.std.flatten().tolist())
+        return TensorImageDataset(ds.images[torch.from_numpy(idx)], ds.labels[idx], mean, std)
+
+    return dataclasses.replace(data, train=cut(data.train, n_train, "train"), test=cut(data.test, n_test, "test"))
+

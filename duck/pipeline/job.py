@@ -24,7 +24,7 @@ from attacks.audit import AuditSettings, check_audit_data
 from attacks.shadow import check_cache_dir
 from duck.analysis.options import check_analysis_cfg, check_analysis_data
 from duck.data.augment import check_augment
-from duck.data.base import DatasetSplits
+from duck.data.base import DatasetSplits, subset_splits
 from duck.data.registry import build_datasets
 from duck.data.scenarios import Scenario, build_scenario
 from duck.errors import DuckInputError
@@ -166,7 +166,7 @@ class Job:
                   progress=resolve_progress(cfg.get("progress", "auto")),
                   reuse_cached=bool(cfg.get("reuse_cached", True)), config=container(cfg),
                   inputs={k: cfg.get(k) for k in ("ckpt", "original_ckpt", "retrained_ckpt", "role") if k in cfg},
-                  data_cfg=container(cfg.data), model_cfg=container(cfg.model),
+                  data_cfg=data_identity(cfg), model_cfg=container(cfg.model),
                   recipe_cfg=container(cfg.recipe) if cfg.get("recipe") is not None else {})
         if cfg.get("method") is not None and command in ("unlearn", "run"):
             job.method, job.method_cfg = method_settings(cfg)
@@ -197,9 +197,40 @@ class Job:
 # ----------------------------------------------------------------------------------------------- the pieces
 def build_data(cfg: DictConfig) -> DatasetSplits:
     kw = container(cfg.data)
+    subset = kw.pop("subset", None)
     data = build_datasets(kw.pop("name"), **kw)
     check_augment(data.augment)
+    if subset is not None:
+        n_train, n_test, seed = check_subset(subset)
+        data = subset_splits(data, n_train, n_test, seed)
     return data
+
+
+def data_identity(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg.data`` as manifests and cache keys record it: ``subset`` only when it selects a subset (so that the
+    keys and manifests of whole data sets are those written before the option existed)."""
+    d = container(cfg.data)
+    subset = d.get("subset")
+    if isinstance(subset, dict) and subset.get("n_train") is None and subset.get("n_test") is None:
+        d.pop("subset")
+    return d
+
+
+def check_subset(subset: Any) -> tuple[int | None, int | None, int]:
+    """``data.subset``: ``n_train`` / ``n_test`` (null = all, else an integer >= 2) and ``seed`` (>= 0)."""
+    if not isinstance(subset, dict) or set(subset) - {"n_train", "n_test", "seed"}:
+        raise DuckInputError(f"data.subset={subset!r} must be a mapping of n_train, n_test and seed, e.g. "
+                             "data.subset.n_train=5000")
+    sizes = []
+    for key in ("n_train", "n_test"):
+        value = subset.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
+            raise DuckInputError(f"data.subset.{key}={value!r} must be an integer >= 2, or null for the whole split")
+        sizes.append(value)
+    seed = subset.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise DuckInputError(f"data.subset.seed={seed!r} must be an integer >= 0")
+    return sizes[0], sizes[1], seed
 
 
 def build_scenario_cfg(cfg: DictConfig, data: DatasetSplits) -> Scenario | None:
