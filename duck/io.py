@@ -6,15 +6,20 @@ Pure standard library + numpy: safe to import from every layer.
 
 from __future__ import annotations
 
+import errno
+import glob
 import json
 import math
 import os
-import tempfile
+import secrets
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
+from duck.errors import DuckInputError
 
 
 def _umask() -> int:
@@ -24,14 +29,76 @@ def _umask() -> int:
     return mask
 
 
+#: errors of the file system rather than of the program: reported as one ``error:`` line naming the path
+_DISK_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                errno.EPERM: "permission denied", errno.ENAMETOOLONG: "the file name is too long"}
+
+
+#: the errno values :func:`disk_error` reports
+DISK_ERRNOS = frozenset(_DISK_ERRORS)
+
+
+def disk_error(path: str | os.PathLike, error: OSError) -> DuckInputError:
+    """The one-line error for a write the file system refused (full disk, read-only, no permission)."""
+    reason = _DISK_ERRORS.get(error.errno or 0, error.strerror or str(error))
+    return DuckInputError(f"cannot write {path}: {reason}; free space or choose a writable directory "
+                          "(cache_dir=..., hydra.run.dir=...); nothing partial was left")
+
+
+def temp_name(path: Path) -> Path:
+    """A writer's temporary name next to ``path``: ``.<name>.<host>.<pid>.<random>.tmp`` (host and pid let a
+    later writer tell a killed writer's leftovers from a live one's)."""
+    return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove the temporary files of earlier writers of ``path`` that were killed (``kill -9``, a crash):
+    only files written on this host by a process that no longer exists; live writers' files and other hosts'
+    are kept."""
+    host = socket.gethostname()
+    removed = []
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        rest = tmp.name[len(path.name) + 2:-4].split(".")  # host (may hold dots) . pid . random
+        if len(rest) < 3 or ".".join(rest[:-2]) != host or not rest[-2].isdigit():
+            continue
+        if not _alive(int(rest[-2])):
+            try:
+                tmp.unlink()
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """Call ``write(fileobj)`` on a temporary file next to ``path``, fsync, then rename over ``path``.
 
     The file gets the mode a plain ``open(path, "w")`` would give it (0666 less the umask), not the 0600 of
-    the temporary file: reports and checkpoints stay readable by whoever may read the directory."""
+    the temporary file: reports and checkpoints stay readable by whoever may read the directory. A killed
+    earlier writer's temporary file is removed first (:func:`remove_stale_temps`); a write the file system
+    refuses (full disk, read-only, no permission) removes its partial file and raises one
+    :class:`~duck.errors.DuckInputError` naming the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = temp_name(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        if e.errno in _DISK_ERRORS:
+            raise disk_error(path, e) from None
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -39,13 +106,28 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        cause = _disk_cause(e)
+        if cause is not None:
+            raise disk_error(path, cause) from None
         raise
     return path
+
+
+def _disk_cause(error: BaseException) -> OSError | None:
+    """The file-system error behind ``error`` (itself, or the cause or context of a wrapper such as torch's
+    ``RuntimeError`` around a failed write), if any."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError) and error.errno in _DISK_ERRORS:
+            return error
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return None
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -58,11 +58,13 @@ def check_override_keys(config_name: str, args: list[str], root: Path) -> None:
 
 
 def _results_in(folder: Path) -> list[str]:
-    """Files a job wrote in ``folder`` (Hydra's own ``.hydra/``, ``*.log`` and ``multirun.yaml`` excluded)."""
+    """Files a job wrote in ``folder`` (Hydra's own ``.hydra/``, ``*.log`` and ``multirun.yaml`` excluded, and a
+    killed writer's temporary ``.*.tmp`` files: they are no results, and the next writer removes them)."""
     if not folder.is_dir():
         return []
     return sorted(p.name for p in folder.iterdir()
                   if p.name not in (".hydra", "multirun.yaml") and not p.name.endswith(".log")
+                  and not (p.name.startswith(".") and p.name.endswith(".tmp"))
                   and not (p.is_dir() and not _results_in(p)))
 
 

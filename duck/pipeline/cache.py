@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.errors import DuckInputError
-from duck.io import atomic_save_json
+from duck.io import DISK_ERRNOS, atomic_save_json, disk_error, remove_stale_temps, temp_name
 from duck.metrics import metrics_record
 from duck.models import Classifier
 from duck.pipeline.job import Job
@@ -37,14 +37,30 @@ def cache_key(job: Job, retrain: bool) -> str:
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
-    """Hard-link (else copy) ``src`` to ``dst`` through a temporary name, replacing ``dst`` atomically."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    """Hard-link (else copy) ``src`` to ``dst`` through a temporary name, replacing ``dst`` atomically. A ``dst``
+    that already is ``src`` (a hard link to it) is left as it is: renaming one link of a file over another link
+    of the same file does nothing and would leave the temporary name behind."""
     try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copy2(src, tmp)
-    os.replace(tmp, dst)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.exists() and os.path.samefile(src, dst):
+            return
+        remove_stale_temps(dst)
+    except OSError as e:
+        if e.errno in DISK_ERRNOS:
+            raise disk_error(dst, e) from None
+        raise
+    tmp = temp_name(dst)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if e.errno in DISK_ERRNOS:
+            raise disk_error(dst, e) from None
+        raise
 
 
 def check_cached_metrics(metrics: Any) -> None:

@@ -1,0 +1,119 @@
+"""Faults while writing (issue 26 item 3): a killed writer's temporary file is removed by the next writer of the
+same target (only when its process is gone), a full or read-only disk leaves nothing partial and ends in one
+error naming the path, and re-linking a cached checkpoint onto its own hard link leaves no temporary file."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from duck.errors import DuckInputError
+from duck.io import atomic_write, atomic_write_text, remove_stale_temps
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_next_writer_removes_only_a_dead_writers_temporary_files(tmp_path):
+    target = tmp_path / "model.ckpt"
+    host = socket.gethostname()
+    dead = tmp_path / f".model.ckpt.{host}.{_dead_pid()}.ab12cd34.tmp"
+    live = tmp_path / f".model.ckpt.{host}.{os.getpid()}.ffff0000.tmp"      # a writer still at work
+    remote = tmp_path / ".model.ckpt.otherhost.1.00000000.tmp"                # another machine's writer
+    other_target = tmp_path / f".metrics.json.{host}.{_dead_pid()}.00000000.tmp"
+    for f in (dead, live, remote, other_target):
+        f.write_bytes(b"partial")
+    atomic_write_text(target, "weights")
+    assert target.read_text() == "weights"
+    assert not dead.exists() and live.exists() and remote.exists() and other_target.exists()
+    assert remove_stale_temps(tmp_path / "metrics.json") == [other_target]
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
+                                   OSError(errno.EROFS, "Read-only file system")])
+def test_a_refused_write_leaves_the_old_file_and_no_partial_file(tmp_path, error):
+    target = tmp_path / "audit.json"
+    target.write_text("old")
+
+    def write(f):
+        f.write(b"half of it")
+        raise error
+
+    with pytest.raises(DuckInputError, match=r"cannot write .*audit\.json: (no space left|the file system is read-only)"):
+        atomic_write(target, write)
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["audit.json"]
+
+
+def test_a_wrapped_disk_error_is_recognised(tmp_path):
+    """torch.save reports a failed write as a RuntimeError raised while handling the OSError."""
+    def write(f):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed") from None
+
+    with pytest.raises(DuckInputError, match="no space left"):
+        atomic_write(tmp_path / "x.ckpt", write)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_other_errors_propagate_unchanged(tmp_path):
+    def write(f):
+        raise KeyError("bug")
+
+    with pytest.raises(KeyError):
+        atomic_write(tmp_path / "x.json", write)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_relinking_onto_its_own_hard_link_leaves_no_temporary_file(tmp_path):
+    from duck.pipeline.cache import link_or_copy
+
+    src = tmp_path / "cache" / "model.ckpt"
+    src.parent.mkdir()
+    src.write_bytes(b"weights")
+    dst = tmp_path / "run" / "original" / "model.ckpt"
+    link_or_copy(src, dst)
+    link_or_copy(src, dst)  # dst is already a hard link to src: rename(2) would do nothing
+    assert dst.read_bytes() == b"weights" and os.path.samefile(src, dst)
+    assert [p.name for p in dst.parent.iterdir()] == ["model.ckpt"]
+
+
+def test_a_run_directory_with_only_a_killed_writers_temporary_file_is_not_refused(tmp_path):
+    from duck.cli._app import _results_in
+
+    (tmp_path / "original").mkdir()
+    (tmp_path / "original" / f".model.ckpt.{socket.gethostname()}.{_dead_pid()}.0.tmp").write_bytes(b"x")
+    (tmp_path / ".hydra").mkdir()
+    assert _results_in(tmp_path) == []
+    (tmp_path / "summary.json").write_text("{}")
+    assert _results_in(tmp_path) == ["summary.json"]
+
+
+def test_kill_9_mid_write_then_the_next_writer_cleans_up(tmp_path):
+    import signal
+    import time
+
+    target = tmp_path / "model.ckpt"
+    code = ("import sys, time; from duck.io import atomic_write; "
+            "atomic_write(sys.argv[1], lambda f: (f.write(b'x' * 4096), f.flush(), time.sleep(120)))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)])
+    try:
+        deadline = time.time() + 60
+        while not list(tmp_path.glob(".model.ckpt.*.tmp")) and time.time() < deadline:
+            time.sleep(0.05)
+        assert list(tmp_path.glob(".model.ckpt.*.tmp")), "the writer never started"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert not target.exists() and len(list(tmp_path.glob(".*.tmp"))) == 1  # what kill -9 leaves
+    atomic_write_text(target, "weights")
+    assert target.read_text() == "weights" and list(tmp_path.glob(".*.tmp")) == []
