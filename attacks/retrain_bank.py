@@ -38,6 +38,7 @@ class RetrainBank(ShadowBank):
     folder = "retrain_banks"
     label = "retrain bank"
     role = "retrain_bank"
+    size_setting = "attack.forgetting.n_retrained"
 
     def __init__(self, cache_dir: str | Path, data: DatasetSplits, model_factory: Callable[[], Classifier],
                  recipe: Recipe, retain_idx: np.ndarray, *, n_models: int, seed: int = 0, **kwargs: Any) -> None:

@@ -133,6 +133,57 @@ class _FirstEpochTimer(Callback):
             self.report(time.perf_counter() - self.t0)
 
 
+def _human(n_bytes: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.1f} {unit}"
+    return f"{n_bytes / 1e3:.1f} kB"
+
+
+def _free_disk(path: Path) -> int | None:
+    """Free bytes on the file system that will hold ``path`` (its nearest existing parent)."""
+    import shutil
+
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to new allocations (Linux ``MemAvailable``; None where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+#: bytes of memory per model and example while a bank is built and scored: the keep matrix's draws and ranks
+#: (float64 + int64) and φ with correctness per view, with room for copies
+RAM_BYTES_PER_CELL = 64
+
+
+def check_bank_resources(n_models: int, n_examples: int, model_bytes: int, where: Path, label: str,
+                         setting: str) -> None:
+    """Refuse a bank larger than this machine before anything is allocated: its checkpoints (``n_models`` x
+    ``model_bytes``) against the free space under ``where``, its per-model arrays against the available memory;
+    one error naming both sizes and ``setting``, the option to lower."""
+    need_disk, need_ram = n_models * model_bytes, RAM_BYTES_PER_CELL * n_models * n_examples
+    for need, free, what in ((need_disk, _free_disk(where), "on disk under the cache directory"),
+                             (need_ram, _available_memory(), "of memory")):
+        if free is not None and need > free:
+            raise DuckInputError(f"{setting}={n_models}: the {label} of {n_models} models needs about {_human(need)} "
+                                 f"{what}, and {_human(free)} is free; lower {setting}"
+                                 + (" or choose another cache_dir" if "disk" in what else ""))
+
+
 def keep_matrix(n_shadow: int, n: int, seed: int) -> np.ndarray:
     """``(E, N)`` bool: per column the ``E/2`` smallest entries of a uniform matrix are IN (ALGORITHMS.md §4),
     so every example is IN for exactly ``E/2`` shadows."""
@@ -272,14 +323,23 @@ class ShadowBank:
         self.dataset = data.train if pool == "train" else PoolDataset(data.train, data.test)
         self.n_pool = len(self.dataset)
         self.threads = resolve_threads(threads)
-        self.spec = {**bank_spec(data, model_factory(), recipe, n_shadow=self.n_shadow, seed=self.seed,
+        model = model_factory()
+        self.spec = {**bank_spec(data, model, recipe, n_shadow=self.n_shadow, seed=self.seed,
                                  pool=pool, augment=self.augment, trainer_cfg=self.trainer_cfg), **self.extra_spec()}
         self.key = _spec_key(self.spec)
         self.dir = check_cache_dir(cache_dir) / self.folder / self.key
+        self._check_resources(sum(t.numel() * t.element_size() for t in model.state_dict().values()))
         self._keep: np.ndarray | None = None
         self._estimate: Callable[[float], None] | None = None  # called with the first epoch's seconds
         #: what this object trained (``train()`` calls, including retraining damaged shadows while loading)
         self.job: dict[str, Any] = {"trained": [], "seconds": 0.0, "mode": None, "mode_info": {}}
+
+    #: the setting that sets this bank's number of models (named by the resource check)
+    size_setting = "attack.n_shadow"
+
+    def _check_resources(self, model_bytes: int) -> None:
+        """Refuse a bank larger than this machine before anything is allocated (:func:`check_bank_resources`)."""
+        check_bank_resources(self.n_shadow, self.n_pool, model_bytes, self.dir, self.label, self.size_setting)
 
     def _say_estimate(self, seconds_per_model: float, n_models: int) -> None:
         """One line: how long the models still to train will take, from the first one measured."""

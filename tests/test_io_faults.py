@@ -117,3 +117,14 @@ def test_kill_9_mid_write_then_the_next_writer_cleans_up(tmp_path):
     assert not target.exists() and len(list(tmp_path.glob(".*.tmp"))) == 1  # what kill -9 leaves
     atomic_write_text(target, "weights")
     assert target.read_text() == "weights" and list(tmp_path.glob(".*.tmp")) == []
+
+
+def test_a_bank_beyond_the_machine_is_refused_before_any_work(run_cli):
+    from conftest import SYNTH_ARGS, written_files
+
+    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, "attack.n_shadow=1000000000")
+    assert code == 2 and err.count("error:") == 1 and written_files(run_dir) == set(), err
+    assert "attack.n_shadow=1000000000: the shadow bank of 1000000000 models needs about" in err
+    assert "lower attack.n_shadow" in err
+    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, "attack.forgetting.n_retrained=100000000")
+    assert code == 2 and "attack.forgetting.n_retrained=100000000: the retrain bank" in err, err

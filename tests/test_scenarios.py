@@ -251,3 +251,21 @@ def test_scenarios_without_a_test_split():
     sc = build_scenario("class_removal", Y_TRAIN, None, 5, forget_classes=["bee"], class_names=NAMES)
     assert sc.forget_idx.tolist() == list(range(20, 40)) and sc.test_forget_idx is None and sc.test_retain_idx is None
     assert len(build_scenario("homogeneous_removal", Y_TRAIN, None, 5, fraction=0.1).forget_idx) == 10
+
+
+def test_id_files_larger_than_any_forget_set_are_refused_before_reading(tmp_path):
+    """A 200-byte .npy whose header claims 10^12 ids, and a 2 GB (sparse) text file: refused from the header
+    and the file size, before any allocation (forget ids are distinct training indices)."""
+    from duck.data.scenarios import read_forget_ids
+
+    np.save(tmp_path / "ok.npy", np.arange(5))
+    raw = (tmp_path / "ok.npy").read_bytes()
+    (tmp_path / "huge.npy").write_bytes(raw.replace(b"(5,)", b"(1000000000000,)")[:200])
+    with pytest.raises(DuckInputError, match=r"holds 1000000000000 ids by its header, more than the 1347"):
+        read_forget_ids(tmp_path / "huge.npy", max_count=1347)
+    big = tmp_path / "ids.txt"
+    with big.open("wb") as f:
+        f.truncate(2 * 2**30)
+    with pytest.raises(DuckInputError, match=r"ids\.txt is 2048\.0 MiB, more than 1347 training-sample ids"):
+        read_forget_ids(big, max_count=1347)
+    assert read_forget_ids(tmp_path / "ok.npy", max_count=1347).tolist() == [0, 1, 2, 3, 4]

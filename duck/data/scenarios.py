@@ -99,14 +99,50 @@ def _parse_int_token(token: str, where: str) -> int:
     return v
 
 
-def read_forget_ids(path: str | Path) -> np.ndarray:
+#: bytes a text id file may take per training sample (an id of up to 20 digits and its separator, with room for
+#: quoting and spaces), plus a fixed allowance for comments and headers
+_TEXT_BYTES_PER_ID = 32
+_TEXT_BYTES_EXTRA = 1 << 20
+
+
+def _check_id_file_size(p: Path, where: str, max_count: int | None) -> None:
+    """Refuse an id file larger than any valid forget set before reading it: forget ids are distinct training
+    indices, so there are at most ``max_count`` (the training-set size) of them. A ``.npy`` file's header gives
+    its element count; a text file may take :data:`_TEXT_BYTES_PER_ID` bytes per id."""
+    if max_count is None:
+        return
+    if p.suffix == ".npy":
+        try:
+            with p.open("rb") as f:
+                version = np.lib.format.read_magic(f)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, _, _ = read_header(f)  # the header only, no data
+        except (ValueError, OSError, EOFError, SyntaxError) as e:
+            raise DuckInputError(f"cannot read {where} as a numpy array ({e}); save a 1-D integer array with "
+                                 "numpy.save") from None
+        count = math.prod(int(d) for d in shape)
+        if count > max_count:
+            raise DuckInputError(f"{where} holds {count} ids by its header, more than the {max_count} training "
+                                 "samples (forget ids are distinct training indices); check the file")
+        return
+    size = p.stat().st_size
+    limit = max_count * _TEXT_BYTES_PER_ID + _TEXT_BYTES_EXTRA
+    if size > limit:
+        raise DuckInputError(f"{where} is {size / 2**20:.1f} MiB, more than {max_count} training-sample ids can "
+                             f"take ({limit / 2**20:.1f} MiB); check the file")
+
+
+def read_forget_ids(path: str | Path, max_count: int | None = None) -> np.ndarray:
     """Read integer ids from ``.txt`` (whitespace/comma separated; lines starting with ``#`` are comments, as in
     the ``forget_ids.txt`` every job writes), ``.csv`` (first column; a first row holding a non-numeric word
-    is a header) or ``.npy`` (a 1-D integer array, loaded without pickle)."""
+    is a header) or ``.npy`` (a 1-D integer array, loaded without pickle). With ``max_count`` (the training-set
+    size), a file that holds more ids than that is refused before it is read (:func:`_check_id_file_size`)."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise DuckInputError(f"forget-id file {p} not found; pass scenario.forget_ids=PATH to a .txt/.npy/.csv file")
     where = f"forget-id file {p}"
+    _check_id_file_size(p, where, max_count)
     if p.suffix == ".npy":
         try:
             arr = np.load(p, allow_pickle=False)
@@ -279,7 +315,8 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray 
     else:  # custom / targeted
         if forget_ids is None:
             raise DuckInputError(f"{kind} needs scenario.forget_ids=PATH (.txt/.npy/.csv of training-set indices)")
-        ids = read_forget_ids(forget_ids) if isinstance(forget_ids, (str, Path)) else _inline_ids(forget_ids)
+        ids = (read_forget_ids(forget_ids, max_count=n) if isinstance(forget_ids, (str, Path))
+               else _inline_ids(forget_ids))
         forget = validate_forget_ids(ids, n)
         if kind == "targeted":
             if target_class is None:

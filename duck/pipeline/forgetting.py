@@ -52,6 +52,7 @@ class OriginalBank(RetrainBank):
     folder = "original_banks"
     label = "original bank"
     role = "original_bank"
+    size_setting = "attack.forgetting.n_unlearned"
 
     def extra_spec(self) -> dict[str, Any]:
         return {"kind": "original"}

@@ -303,6 +303,23 @@ def feature_group_sizes(data: DatasetSplits, scenario: Scenario) -> dict[str, in
     return dict(zip(groups.tolist(), counts.tolist(), strict=True))
 
 
+def check_banks_fit(job: Job) -> None:
+    """The audit's banks against this machine's memory and the cache directory's free space, before any work
+    (the LiRA shadow bank; with the forgetting audit its retrain bank, controls and U-LiRA pairs)."""
+    from attacks.shadow import check_bank_resources
+
+    a = job.audit.attack
+    model_bytes = sum(t.numel() * t.element_size() for t in job.build_model().state_dict().values())
+    where = (job.cache_dir or Path.cwd()) / "banks"
+    n_pool = len(job.data.train) + (len(job.data.test) if a.shadow_pool != "train" else 0)
+    check_bank_resources(int(a.n_shadow), n_pool, model_bytes, where, "shadow bank", "attack.n_shadow")
+    f = a.forgetting
+    if f["enabled"]:
+        for n, setting in ((int(f["n_retrained"]), "attack.forgetting.n_retrained"),
+                           (int(f["n_unlearned"]), "attack.forgetting.n_unlearned")):
+            check_bank_resources(n, len(job.data.train), model_bytes, where, "retrain bank", setting)
+
+
 def check_audit_against_data(job: Job) -> None:
     """The audit bounds that depend on the data and the scenario, before any work: the SVM MIA's sample
     counts and the class-removal test samples; ``n_components`` against the embedding dimension and the
@@ -312,6 +329,7 @@ def check_audit_against_data(job: Job) -> None:
     if data.test is None:
         raise DuckInputError("the audit needs a test set (its non-members); pass test= / a data set with a test split")
     check_audit_data(opts.attack, len(data.test), scenario)
+    check_banks_fit(job)
     share, analysis = opts.shareable, opts.analysis
     if not (share["enabled"] or analysis["enabled"]):
         return
