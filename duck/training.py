@@ -183,6 +183,39 @@ class ClassifierModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
 
 
+#: Hydra keys a recipe's optimizer / scheduler mapping may carry besides the constructor's arguments
+_HYDRA_KEYS = {"_target_", "_partial_"}
+
+
+def check_torch_target(spec: Mapping[str, Any], name: str, package: str, base: type | tuple[type, ...]) -> None:
+    """A config's optimizer / scheduler: ``_target_`` must name a class of ``package`` (``torch.optim`` /
+    ``torch.optim.lr_scheduler``) derived from ``base``, and every other key must be one of that class's
+    constructor arguments with a plain value (no nested mapping: a nested ``_target_`` would be instantiated
+    by Hydra). So a config can build an optimiser, never call an arbitrary function."""
+    import importlib
+    import inspect
+
+    target = spec.get("_target_")
+    if not isinstance(target, str) or not target.startswith(package + ".") or target.count(".") != package.count(".") + 1:
+        raise DuckInputError(f"{name}._target_={target!r} must name a class of {package} (e.g. {package}."
+                             f"{'SGD' if package == 'torch.optim' else 'CosineAnnealingLR'}); other callables are "
+                             "not allowed in configs")
+    cls = getattr(importlib.import_module(package), target.rsplit(".", 1)[1], None)
+    bases = base if isinstance(base, tuple) else (base,)
+    if not (inspect.isclass(cls) and issubclass(cls, bases)) or cls in bases:
+        raise DuckInputError(f"{name}._target_={target!r} is not a {package} class; choose one of "
+                             + ", ".join(sorted(n for n, c in vars(importlib.import_module(package)).items()
+                                                if inspect.isclass(c) and issubclass(c, bases) and c not in bases)[:12]))
+    params = set(inspect.signature(cls.__init__).parameters) - {"self", "params", "optimizer", "args", "kwargs"}
+    for key, value in spec.items():
+        if key in _HYDRA_KEYS:
+            continue
+        if key not in params:
+            raise DuckInputError(f"{name}.{key} is not an argument of {target}; its arguments: {sorted(params)}")
+        if isinstance(value, Mapping):
+            raise DuckInputError(f"{name}.{key} holds a mapping ({dict(value)!r}); give a plain value")
+
+
 @dataclass
 class Recipe:
     """A training recipe (``conf/recipe/*.yaml``)."""
@@ -199,9 +232,13 @@ class Recipe:
         label smoothing in [0, 1), the optimizer's lr > 0 and weight decay >= 0 where given)."""
         optimizer = cfg["optimizer"]
         if isinstance(optimizer, Mapping):
+            check_torch_target(optimizer, "recipe.optimizer", "torch.optim", torch.optim.Optimizer)
             for key, lo_open in (("lr", True), ("weight_decay", False)):
                 if optimizer.get(key) is not None:
                     check_number(optimizer[key], f"recipe.optimizer.{key}", 0.0, lo_open)
+        if isinstance(cfg.get("scheduler"), Mapping):
+            check_torch_target(cfg["scheduler"], "recipe.scheduler", "torch.optim.lr_scheduler",
+                               (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
         return cls(epochs=check_positive_int(cfg["epochs"], "recipe.epochs"),
                    batch_size=check_positive_int(cfg["batch_size"], "recipe.batch_size"), optimizer=optimizer,
                    scheduler=cfg.get("scheduler"),
