@@ -128,3 +128,17 @@ def test_a_bank_beyond_the_machine_is_refused_before_any_work(run_cli):
     assert "lower attack.n_shadow" in err
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, "attack.forgetting.n_retrained=100000000")
     assert code == 2 and "attack.forgetting.n_retrained=100000000: the retrain bank" in err, err
+
+
+def test_paths_and_keys_beyond_the_file_system_end_in_one_line(run_cli, tmp_path):
+    from conftest import SYNTH_ARGS
+
+    long_dir = tmp_path / ("d" * 300)
+    code, _, err, _ = run_cli("run", *SYNTH_ARGS, f"hydra.run.dir={long_dir}")
+    assert code == 2 and err.count("error:") == 1 and "File name too long" in err and "Traceback" not in err, err
+    code, _, err, _ = run_cli("run", *SYNTH_ARGS, "+" + "k" * 5000 + "=1")
+    assert code == 2 and "is 5000 characters long: no setting has such a name" in err and "Traceback" not in err
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    code, _, err, _ = run_cli("run", *SYNTH_ARGS[1:], "data=fashion_mnist", "model=smallcnn28", f"data.root={loop}")
+    assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err

@@ -26,6 +26,21 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
+#: longest override key accepted (the longest real setting is under 60 characters; Hydra would try a key as a
+#: config group's file name, which the file system refuses beyond 255 bytes)
+MAX_KEY_LENGTH = 200
+
+
+def check_key_lengths(args: list[str]) -> None:
+    """Fail with one line for an override whose key is far longer than any setting."""
+    for arg in args:
+        if "=" in arg and not arg.startswith("-"):
+            key = arg.split("=", 1)[0].lstrip("+~")
+            if len(key) > MAX_KEY_LENGTH:
+                fail(f"the override key {key[:40]}... is {len(key)} characters long: no setting has such a name; "
+                     "check the command line (--cfg job prints every setting)")
+
+
 def check_group_choices(args: list[str], root: Path) -> None:
     """Fail with one line for an unknown group choice (:func:`unknown_group_choice`; Hydra's own message is a
     page long)."""
@@ -77,7 +92,12 @@ def check_output_dir(args: list[str]) -> None:
     for arg in args:
         if arg.startswith(f"{key}="):
             folder = Path(arg.split("=", 1)[1]).expanduser()
-            found = _results_in(folder)
+            try:
+                found = _results_in(folder)
+            except OSError as e:  # a name too long for the file system, a loop of links, no permission
+                shown = str(folder) if len(str(folder)) <= 80 else str(folder)[:77] + "..."
+                fail(f"{key}={shown} cannot be used as the output directory: {e.strerror or e}; choose another "
+                     f"{key} (each path component at most 255 bytes)")
             if found:
                 fail(f"{key}={folder} already holds results of an earlier run ({', '.join(found[:4])}"
                      f"{', ...' if len(found) > 4 else ''}); a job writes into a directory of its own: choose "
@@ -186,6 +206,7 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
         if any(a in ("-h", "--help") for a in args):
             print(help_text(Path(sys.argv[0]).name, config_name, about, root))
             raise SystemExit(0)
+        check_key_lengths(args)
         check_group_choices(args, root)
         check_override_keys(config_name, args, root)
         check_output_dir(args)

@@ -16,7 +16,11 @@ def unknown_group_choice(args: list[str], root: Path) -> str | None:
         key, value = arg.split("=", 1)
         key = key.lstrip("+")  # +experiment=NAME, +sweep=NAME: groups added to the defaults list
         group = root / key
-        if "." in key or not group.is_dir() or value in ("", "null"):
+        try:
+            is_group = "." not in key and group.is_dir()
+        except OSError:  # a key too long for a file name is no group (the key check names it)
+            is_group = False
+        if not is_group or value in ("", "null"):
             continue
         if re.match(r"\s*[A-Za-z_]+\(", value):  # a sweep function: choice(...), glob(...), range(...)
             continue
