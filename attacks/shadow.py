@@ -49,7 +49,7 @@ from duck.checkpoint import build_manifest, load_checkpoint, load_into, save_che
 from duck.data.base import DatasetSplits, IndexedDataset
 from duck.data.loaders import collate_indexed, fetch
 from duck.errors import DuckInputError
-from duck.io import atomic_save_json, atomic_save_npz
+from duck.io import atomic_save_json, atomic_save_npz, exclusive_lock
 from duck.models import Classifier
 from duck.training import Recipe, train_classifier, training_trainer_settings
 from duck.utils import warn_line
@@ -532,24 +532,11 @@ class ShadowBank:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold the bank's exclusive lock (module docstring); says once that it waits for another job."""
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows: no advisory locks, atomic files only
-            yield
-            return
         self._check_layout()
-        self.dir.parent.mkdir(parents=True, exist_ok=True)
         # beside the bank directory (which a corrupt meta.json removes while the lock is held)
-        with open(self.dir.parent / f"{self.key}.lock", "a+b") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                warn_line(f"{self.label} {self.dir} is being trained by another job; waiting for it")
-                fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with exclusive_lock(self.dir.parent / f"{self.key}.lock",
+                            lambda: warn_line(f"{self.label} {self.dir} is being trained by another job; waiting for it")):
+            yield
 
     def train(self) -> dict[str, Any]:
         """Train the missing shadows chunk by chunk, saving each chunk as it completes. Returns what this call

@@ -142,3 +142,24 @@ def test_paths_and_keys_beyond_the_file_system_end_in_one_line(run_cli, tmp_path
     loop.symlink_to(loop)
     code, _, err, _ = run_cli("run", *SYNTH_ARGS[1:], "data=fashion_mnist", "model=smallcnn28", f"data.root={loop}")
     assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err
+
+
+def test_two_jobs_on_one_cache_train_the_original_and_the_oracle_once(tmp_path):
+    """Two duck-run jobs of one setup started together: one trains the original and the oracle, the other waits
+    for the cache entry's lock and reuses them."""
+    import json
+    from pathlib import Path
+
+    from conftest import SYNTH_ARGS
+
+    exe = Path(sys.executable).parent / "duck-run"
+    args = [*SYNTH_ARGS, "recipe.epochs=3", "scenario.forget_classes=[1]", "audit=false",
+            f"cache_dir={tmp_path / 'cache'}"]
+    procs = [subprocess.Popen([str(exe), *args, f"hydra.run.dir={tmp_path / f'run{i}'}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    for role in ("original", "retrained"):
+        reused = sorted(json.loads((tmp_path / f"run{i}" / role / "metrics.json").read_text())["reused_from_cache"]
+                        for i in range(2))
+        assert reused == [False, True], (role, outs)

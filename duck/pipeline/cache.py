@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.errors import DuckInputError
-from duck.io import DISK_ERRNOS, atomic_save_json, disk_error, remove_stale_temps, temp_name
+from duck.io import DISK_ERRNOS, atomic_save_json, disk_error, exclusive_lock, remove_stale_temps, temp_name
 from duck.metrics import metrics_record
 from duck.models import Classifier
 from duck.pipeline.job import Job
@@ -104,21 +104,24 @@ def train_or_reuse(job: Job, role: str, out: Path, original_acc: dict[str, float
     cached = job.cache_dir / "models" / cache_key(job, retrain)
     ckpt, mfile = cached / "model.ckpt", cached / "metrics.json"
     reused = False
-    if job.reuse_cached and ckpt.is_file() and mfile.is_file():
-        try:
-            model = load_cached(job, ckpt)
-            metrics = json.loads(mfile.read_text())
-            check_cached_metrics(metrics)
-            reused = True
-        except (DuckInputError, ValueError, UnicodeDecodeError, OSError) as e:
-            warn_line(f"ignoring unusable cached model {ckpt} ({e}); training again")
-    if not reused:
-        # the original's metrics are computed against the scenario so that its A_f / AUS can be reported
-        model, metrics = fit_model(job, retrain, original_acc=original_acc)
-        if check is not None:
-            check(metrics["acc"])
-        save_model(cached, "model.ckpt", model, metrics, job)
-    else:  # the cached metrics.json holds the scenario the model was first trained for: evaluate on this one
+    # one job trains a cache entry at a time; a second job of the same setup waits and then reuses it
+    with exclusive_lock(cached.parent / f"{cached.name}.lock",
+                        lambda: warn_line(f"the {role} model {cached} is being trained by another job; waiting")):
+        if job.reuse_cached and ckpt.is_file() and mfile.is_file():
+            try:
+                model = load_cached(job, ckpt)
+                metrics = json.loads(mfile.read_text())
+                check_cached_metrics(metrics)
+                reused = True
+            except (DuckInputError, ValueError, UnicodeDecodeError, OSError) as e:
+                warn_line(f"ignoring unusable cached model {ckpt} ({e}); training again")
+        if not reused:
+            # the original's metrics are computed against the scenario so that its A_f / AUS can be reported
+            model, metrics = fit_model(job, retrain, original_acc=original_acc)
+            if check is not None:
+                check(metrics["acc"])
+            save_model(cached, "model.ckpt", model, metrics, job)
+    if reused:  # the cached metrics.json holds the scenario the model was first trained for: evaluate on this one
         acc = evaluate(job, model)
         if check is not None:
             check(acc)
