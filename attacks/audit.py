@@ -81,6 +81,8 @@ class AuditSettings:
     forgetting: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
     save_stats: bool = True
     eval_batch_size: int = 1024
+    num_shards: int = 1  # > 1: the job trains only slice `shard` of its banks into the shared cache, then stops
+    shard: int = 0
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | None) -> AuditSettings:
@@ -123,6 +125,10 @@ class AuditSettings:
                 "(shadows train on random halves of train and test; attack=lira_online does both) or use "
                 "attack.variant=offline")
         s.chunk_size = check_positive_int(s.chunk_size, "attack.chunk_size")
+        s.num_shards = check_positive_int(s.num_shards, "attack.num_shards")
+        if isinstance(s.shard, bool) or not isinstance(s.shard, int) or not 0 <= s.shard < s.num_shards:
+            raise DuckInputError(f"attack.shard={s.shard!r} must be an integer in 0..{s.num_shards - 1} "
+                                 f"(attack.num_shards={s.num_shards})")
         s.eval_batch_size = check_positive_int(s.eval_batch_size, "attack.eval_batch_size")
         resolve_threads(s.threads)
         if isinstance(s.views, str):

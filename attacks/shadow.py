@@ -530,12 +530,14 @@ class ShadowBank:
             self._save(k, model)
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold the bank's exclusive lock (module docstring); says once that it waits for another job."""
+    def _locked(self, shared: bool = False) -> Iterator[None]:
+        """Hold the bank's lock (module docstring): exclusive, or shared by the slices of a sharded build;
+        says once that it waits for another job."""
         self._check_layout()
         # beside the bank directory (which a corrupt meta.json removes while the lock is held)
         with exclusive_lock(self.dir.parent / f"{self.key}.lock",
-                            lambda: warn_line(f"{self.label} {self.dir} is being trained by another job; waiting for it")):
+                            lambda: warn_line(f"{self.label} {self.dir} is being trained by another job; waiting for it"),
+                            shared=shared):
             yield
 
     def train(self) -> dict[str, Any]:
@@ -546,9 +548,19 @@ class ShadowBank:
         with self._locked():
             return self._train_unlocked()
 
-    def _train_unlocked(self) -> dict[str, Any]:
+    def train_slice(self, shard: int, num_shards: int) -> dict[str, Any]:
+        """Train only slice ``shard`` of ``num_shards`` (the missing models ``k`` with ``k % num_shards ==
+        shard``), for array jobs that build one bank together: the slices hold the bank's lock *shared* (they
+        train disjoint models, every file written atomically), so they run side by side while a whole-bank
+        :meth:`train` waits for all of them and then finds the bank complete."""
+        if not 0 <= shard < num_shards:
+            raise DuckInputError(f"attack.shard={shard} must be in 0..{num_shards - 1}")
+        with self._locked(shared=True):
+            return self._train_unlocked(lambda k: k % num_shards == shard)
+
+    def _train_unlocked(self, only: Callable[[int], bool] | None = None) -> dict[str, Any]:
         _ = self.keep  # creates meta.json and keep.npy first
-        todo = self.missing()
+        todo = [k for k in self.missing() if only is None or only(k)]
         if not todo:
             return {"trained": [], "seconds": 0.0, "mode": None, "mode_info": {}}
         from tqdm.auto import tqdm

@@ -180,11 +180,13 @@ def atomic_save_npz(path: str | os.PathLike, **arrays: Any) -> Path:
 
 
 @contextmanager
-def exclusive_lock(lock_file: str | os.PathLike, waiting: Callable[[], None] | None = None) -> Iterator[None]:
+def exclusive_lock(lock_file: str | os.PathLike, waiting: Callable[[], None] | None = None,
+                   shared: bool = False) -> Iterator[None]:
     """Hold an exclusive advisory lock on ``lock_file`` (``fcntl.flock``; created if missing) for the block:
-    concurrent jobs on one cache entry take turns, and the second finds the first's result. ``waiting()`` is
-    called once when another process holds the lock. Without ``fcntl`` (Windows) there is no lock; files stay
-    atomic."""
+    concurrent jobs on one cache entry take turns, and the second finds the first's result. ``shared``: a
+    shared lock instead (holders of shared locks run together; an exclusive holder waits for all of them).
+    ``waiting()`` is called once when another process holds the lock. Without ``fcntl`` (Windows) there is no
+    lock; files stay atomic."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
@@ -200,11 +202,11 @@ def exclusive_lock(lock_file: str | os.PathLike, waiting: Callable[[], None] | N
         raise
     with f:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             if waiting is not None:
                 waiting()
-            fcntl.flock(f, fcntl.LOCK_EX)
+            fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
         finally:

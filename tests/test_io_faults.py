@@ -163,3 +163,43 @@ def test_two_jobs_on_one_cache_train_the_original_and_the_oracle_once(tmp_path):
         reused = sorted(json.loads((tmp_path / f"run{i}" / role / "metrics.json").read_text())["reused_from_cache"]
                         for i in range(2))
         assert reused == [False, True], (role, outs)
+
+
+def test_two_shard_tasks_build_one_bank_and_the_audit_trains_nothing(tmp_path):
+    """attack.num_shards=2: two duck-run array tasks started together each train their slice of the LiRA
+    bank and of the forgetting audit's banks (disjoint models, side by side); the job without shards then
+    trains no model of any bank."""
+    import json
+    from pathlib import Path
+
+    from conftest import SYNTH_ARGS
+
+    exe = Path(sys.executable).parent / "duck-run"
+    args = [*SYNTH_ARGS, "recipe.epochs=2", "scenario.forget_classes=[1]", "attack.n_shadow=4",
+            "attack.svm_mia.enabled=false", "report.shareable.enabled=false", "report.analysis.enabled=false",
+            "attack.forgetting.n_unlearned=3", "attack.forgetting.n_retrained=3", f"cache_dir={tmp_path / 'cache'}"]
+    procs = [subprocess.Popen([str(exe), *args, "attack.num_shards=2", f"attack.shard={i}",
+                               f"hydra.run.dir={tmp_path / f'shard{i}'}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    shards = [json.loads((tmp_path / f"shard{i}" / "shard.json").read_text()) for i in range(2)]
+    for name in shards[0]["banks"]:
+        got = [s["banks"][name]["trained"] for s in shards]
+        assert sorted(got[0] + got[1]) == list(range(shards[0]["banks"][name]["n_models"])), (name, got)
+        assert all(k % 2 == i for i in range(2) for k in got[i])
+    assert not (tmp_path / "shard0" / "summary.json").exists()  # a shard task trains banks only
+    code = subprocess.run([str(exe), *args, f"hydra.run.dir={tmp_path / 'audit'}"], capture_output=True, text=True)
+    assert code.returncode == 0, code.stderr
+    audit = json.loads((tmp_path / "audit" / "unlearned" / "audit.json").read_text())
+    assert audit["bank"]["trained_now"] == 0
+    assert all(s["computed_now"] == 0 for k, s in audit["forgetting"]["sets"].items() if k != "method")
+
+
+def test_shard_settings_are_checked(run_cli):
+    from conftest import SYNTH_ARGS
+
+    code, _, err, _ = run_cli("run", *SYNTH_ARGS, "attack.num_shards=2", "attack.shard=2")
+    assert code == 2 and "attack.shard=2 must be an integer in 0..1" in err
+    code, _, err, _ = run_cli("unlearn", *SYNTH_ARGS, "ckpt=x.ckpt", "audit=true", "attack.num_shards=2")
+    assert code == 2 and "attack.num_shards=2" in err

@@ -231,6 +231,25 @@ def forgetting_verdict(method: dict[str, Any], controls: dict[str, dict[str, Any
                             "forget set the model memorises")
 
 
+def forgetting_banks(job: Job) -> dict[str, RetrainBank]:
+    """The forgetting audit's banks of the job: ``retrained`` (R models on the retain set) and, with the
+    controls, ``retrain`` (N more, the next seed) and ``none`` (N originals)."""
+    opts = job.audit.attack.forgetting
+    n, r, seed = int(opts["n_unlearned"]), int(opts["n_retrained"]), int(opts["seed"])
+    common = dict(mode=job.audit.attack.mode, chunk_size=job.audit.attack.chunk_size, trainer_cfg=job.trainer_cfg,
+                  threads=job.audit.attack.threads, device=job.device, augment=job.data.augment,
+                  progress=job.progress)
+    retain = job.scenario.retain_idx
+    banks = {"retrained": RetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, retain, n_models=r,
+                                      seed=seed, **common)}
+    if opts["controls"]:
+        banks["retrain"] = RetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, retain, n_models=n,
+                                       seed=seed + 1, **common)
+        banks["none"] = OriginalBank(job.cache_dir, job.data, job.model_factory, job.recipe,
+                                     np.arange(len(job.data.train)), n_models=n, seed=seed, **common)
+    return banks
+
+
 def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, float], target: Classifier | None = None,
                      oracle: Classifier | None = None) -> dict[str, Any]:
     """The ``forgetting`` block of ``audit.json`` for the job's method and forget set (module docstring)."""
@@ -240,19 +259,13 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
                              "duck-unlearn audit=true)")
     t0 = time.perf_counter()
     n, r = int(opts["n_unlearned"]), int(opts["n_retrained"])
-    common = dict(mode=job.audit.attack.mode, chunk_size=job.audit.attack.chunk_size, trainer_cfg=job.trainer_cfg,
-                  threads=job.audit.attack.threads, device=job.device, augment=job.data.augment,
-                  progress=job.progress)
     retain = job.scenario.retain_idx
-    ref = bank_set(RetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, retain, n_models=r,
-                               seed=int(opts["seed"]), **common))
+    banks = forgetting_banks(job)
+    ref = bank_set(banks["retrained"])
     sets: dict[str, dict[str, Any]] = {"method": unlearned_set(job, original, original_acc, n, job.progress)}
     if opts["controls"]:
-        sets["retrain"] = bank_set(RetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, retain,
-                                               n_models=n, seed=int(opts["seed"]) + 1, **common))
-        sets["none"] = bank_set(OriginalBank(job.cache_dir, job.data, job.model_factory, job.recipe,
-                                             np.arange(len(job.data.train)), n_models=n, seed=int(opts["seed"]),
-                                             **common))
+        sets["retrain"] = bank_set(banks["retrain"])
+        sets["none"] = bank_set(banks["none"])
     rng = np.random.default_rng([int(opts["seed"]), 0xF0E7])  # the KLOM subsets of retain / test examples
     cap = int(opts["klom_max_examples"])
     klom_ids = {name: np.sort(rng.permutation(ids)[:cap]) for name, ids in

@@ -179,6 +179,9 @@ class Job:
             job.cache_dir = check_cache_dir(cfg.cache_dir)
         if attack_settings is not None:
             job.audit = AuditOptions(attack_settings, share, analysis)
+            if attack_settings.num_shards > 1 and command not in ("run", "audit"):
+                raise DuckInputError(f"attack.num_shards={attack_settings.num_shards}: banks are built in slices by "
+                                     "duck-run or duck-audit array jobs; run duck-unlearn audit=true afterwards")
             if attack_settings.forgetting["enabled"] and command == "audit" and not cfg.get("original_ckpt"):
                 raise DuckInputError("attack.forgetting.enabled=true reruns the method from the original: give "
                                      "original_ckpt=PATH (the method is read from the unlearned checkpoint)")

@@ -26,6 +26,7 @@ from duck.pipeline.audit import (
 from duck.pipeline.cache import train_or_reuse
 from duck.pipeline.job import Job, method_settings
 from duck.pipeline.models import load_model, unlearned_path, write_unlearned
+from duck.pipeline.shards import train_bank_slices
 from duck.pipeline.stages import (
     check_inputs,
     check_original,
@@ -99,6 +100,8 @@ def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """duck-audit: LiRA (+ SVM MIA) of one checkpoint with the cached shadow bank, the optional references
     (``original_ckpt``, ``retrained_ckpt``) audited with the same bank; ``audit.json``, the report."""
+    if job.audit.attack.num_shards > 1:  # an array task building its slice of the banks
+        return train_bank_slices(job, out)
     ckpt = job.inputs["ckpt"]
     # a checkpoint unlearned or retrained for another forget set is refused: its audit would test the
     # wrong members
@@ -163,6 +166,8 @@ def run(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """duck-run, the main job: original (trained or reused from the cache) → unlearn → retrained oracle →
     evaluate all three → ``metrics.json`` for each and a summary table (``summary.md``, ``summary.json``) →
     the audit of all three with one shadow bank and the report."""
+    if job.audit is not None and job.audit.attack.num_shards > 1:  # an array task building its slice of the banks
+        return train_bank_slices(job, out)
     scenario, name = job.scenario, job.method
     stages = 4 if job.audit is not None else 3
     print(f"[1/{stages}] original {job.model_name} on {job.data.describe()}")

@@ -48,8 +48,16 @@ def pair_seed(seed: int, k: int) -> int:
     return int(np.random.SeedSequence([int(seed), 0x0171, int(k)]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
+def lira_bank(job: Job) -> ShadowBank:
+    """The job's LiRA shadow bank, constructed as :func:`attacks.audit.audit_models` constructs it (same key)."""
+    a = job.audit.attack
+    return ShadowBank(job.cache_dir, job.data, job.model_factory, job.recipe, n_shadow=a.n_shadow, seed=a.seed,
+                      pool=a.shadow_pool, augment=job.data.augment, device=job.device, mode=a.mode,
+                      chunk_size=a.chunk_size, trainer_cfg=job.trainer_cfg, threads=a.threads, progress=job.progress)
+
+
 def shadow_bank_of(job: Job) -> ShadowBank:
-    """The job's LiRA shadow bank (the cached one of the audit)."""
+    """The job's LiRA shadow bank (the cached one of the audit), checked for U-LiRA's pairs."""
     a = job.audit.attack
     if a.shadow_pool != "train":
         raise DuckInputError("U-LiRA pairs each shadow with a retrain on its IN examples of the training set; use "
@@ -57,9 +65,16 @@ def shadow_bank_of(job: Job) -> ShadowBank:
     if a.n_shadow < MIN_SHADOWS:
         raise DuckInputError(f"U-LiRA needs attack.n_shadow >= {MIN_SHADOWS} (each forget example must stay IN for "
                              f"two pairs when the attack and its jackknife each leave one out), got {a.n_shadow}")
-    return ShadowBank(job.cache_dir, job.data, job.model_factory, job.recipe, n_shadow=a.n_shadow, seed=a.seed,
-                      pool="train", augment=job.data.augment, device=job.device, mode=a.mode,
-                      chunk_size=a.chunk_size, trainer_cfg=job.trainer_cfg, threads=a.threads, progress=job.progress)
+    return lira_bank(job)
+
+
+def shadow_retrain_bank(job: Job, bank: ShadowBank) -> ShadowRetrainBank:
+    """U-LiRA's retrained halves of the shadow pairs of ``bank``."""
+    return ShadowRetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe,
+                             np.asarray(job.scenario.forget_idx), n_shadow=bank.n_shadow, seed=bank.seed,
+                             device=job.device, mode=bank.mode, chunk_size=bank.chunk_size,
+                             trainer_cfg=job.trainer_cfg, threads=bank.threads, augment=job.data.augment,
+                             progress=job.progress)
 
 
 def _shadow_scenario(job: Job, labels: np.ndarray, forget_pos: np.ndarray) -> Any:
@@ -147,10 +162,7 @@ def ulira_audit(job: Job, target: Classifier | None = None, oracle: Classifier |
     bank.train()
     forget = np.asarray(job.scenario.forget_idx)
     mask = bank.keep[:, forget]  # (E, F): was forget example x in shadow k's training data?
-    retrain_bank = ShadowRetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, forget,
-                                     n_shadow=bank.n_shadow, seed=bank.seed, device=job.device, mode=bank.mode,
-                                     chunk_size=bank.chunk_size, trainer_cfg=job.trainer_cfg, threads=bank.threads,
-                                     augment=job.data.augment, progress=job.progress)
+    retrain_bank = shadow_retrain_bank(job, bank)
     retrain_bank.train()
     phi_r = retrain_bank.shadow_phi(["identity"])[0][..., 0][:, forget]  # (E, F)
     phi_u, computed = unlearned_shadows(job, bank, job.method, job.method_cfg)

@@ -1,0 +1,57 @@
+"""Banks built as array jobs (``attack.num_shards=N attack.shard=I``): the job trains only slice ``I`` of every
+bank its audit needs (the LiRA shadow bank; with the forgetting audit the retrain bank and the controls'
+banks; with U-LiRA the shadow pairs' retrains) into the shared cache, then stops. The slices run side by side
+(:meth:`attacks.shadow.ShadowBank.train_slice`); once all have finished, the same job without
+``attack.num_shards`` finds every bank complete and trains nothing::
+
+    duck-audit ckpt=... scenario.forget_classes=[3] attack.num_shards=4 -m 'attack.shard=range(0,4)' \\
+        hydra/launcher=submitit_slurm
+    duck-audit ckpt=... scenario.forget_classes=[3]         # the audit itself, from the cache
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from duck.io import atomic_save_json
+from duck.pipeline.job import Job
+
+
+def banks_of(job: Job) -> dict[str, Any]:
+    """Every bank the job's audit will need, constructed exactly as the audit constructs them (same keys)."""
+    from duck.pipeline.ulira import lira_bank, shadow_retrain_bank
+
+    shadow = lira_bank(job)
+    banks: dict[str, Any] = {"shadow bank": shadow}
+    f = job.audit.attack.forgetting
+    if f["enabled"] and job.scenario is not None:
+        from duck.pipeline.forgetting import forgetting_banks
+
+        banks.update({f"forgetting: {name}": bank for name, bank in forgetting_banks(job).items()})
+        if f["ulira"]:
+            banks["U-LiRA retrains"] = shadow_retrain_bank(job, shadow)
+    return banks
+
+
+def train_bank_slices(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train slice ``attack.shard`` of ``attack.num_shards`` of every bank (:func:`banks_of`); write
+    ``shard.json`` (what this slice trained) into ``out``. The job's models are not trained or audited."""
+    a = job.audit.attack
+    t0 = time.perf_counter()
+    done: dict[str, Any] = {}
+    print(f"[shard {a.shard + 1}/{a.num_shards}] training slice {a.shard} of {a.num_shards} of the audit's banks "
+          "into the shared cache")
+    for name, bank in banks_of(job).items():
+        info = bank.train_slice(a.shard, a.num_shards)
+        done[name] = {"dir": str(bank.dir), "n_models": bank.n_shadow, "trained": info["trained"],
+                      "seconds": round(info["seconds"], 2), "missing_after": len(bank.missing())}
+        print(f"      {name} {bank.key[:8]}: trained {len(info['trained'])} model(s) of slice {a.shard} "
+              f"({done[name]['missing_after']} of {bank.n_shadow} still missing in the bank)")
+    result = {"shard": a.shard, "num_shards": a.num_shards, "banks": done,
+              "time_s": round(time.perf_counter() - t0, 2)}
+    atomic_save_json(out / "shard.json", result)
+    print(f"slice {a.shard} of {a.num_shards} done in {result['time_s']:.2f} s; once every slice has finished, run "
+          "the same command without attack.num_shards / attack.shard: it trains nothing")
+    return result, {"out": out}
