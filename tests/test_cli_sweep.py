@@ -133,3 +133,38 @@ def test_sweep_table_never_averages_jobs_of_different_setups(tmp_path):
     assert rows[("model.width=32", "original", "")]["n"] == 1  # shared by both width-32 jobs, counted once
     assert rows[("model.width=4", "original", "")]["AUS"]["mean"] == 0.5
     assert "### class_removal — model.width=32" in out["table"] and "duck (method.lambda_fgt=2)" in out["table"]
+
+
+def test_a_failed_job_does_not_stop_the_sweep(run_cli, tmp_path):
+    """A job that fails with an input error only at run time (a forget class the synthetic data lacks is caught
+    up front; a diverging learning rate is not): one error line, job_error.json in its directory, the other
+    jobs run, the sweep summary lists the failure, the sweep exits 2."""
+    sweep = tmp_path / "sweep"
+    code, out, err, _ = run_cli("run", "-m", *SYNTH_ARGS, "recipe.epochs=2", "scenario.forget_classes=[1]",
+                                "audit=false", "recipe.optimizer.lr=1e30,0.001", f"hydra.sweep.dir={sweep}")
+    assert code == 2, err
+    assert "error: sweep job 0 (" in err and "training diverged" in err
+    assert "1 sweep job(s) failed, the others finished" in err
+    assert json.loads((sweep / "0_duck" / "job_error.json").read_text())["error"].startswith("training diverged")
+    assert (sweep / "1_duck" / "summary.json").is_file()
+    summary = json.loads((sweep / "sweep_summary.json").read_text())
+    assert [f["job"] for f in summary["failed"]] == ["0_duck"] and summary["rows"]
+    assert "1 job(s) failed" in (sweep / "sweep_summary.md").read_text()
+
+
+@pytest.mark.parametrize("launcher", ["joblib", pytest.param("submitit_local", marks=pytest.mark.slow)])
+def test_a_failed_job_does_not_stop_a_parallel_sweep(tmp_path, launcher):
+    """The same under the joblib and submitit_local launchers (jobs in other processes): the healthy job
+    finishes, the failed one leaves job_error.json, the sweep exits 2 with one error line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip(f"hydra_plugins.hydra_{launcher.split('_')[0]}_launcher")
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([str(Path(sys.executable).parent / "duck-train"), "-m", *SYNTH_ARGS, "recipe.epochs=2",
+                           "recipe.optimizer.lr=1e30,0.001", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("error: 1 sweep job(s) failed, the others finished") == 1 and "Traceback" not in proc.stderr
+    assert (sweep / "0" / "job_error.json").is_file() and (sweep / "1" / "model.ckpt").is_file()

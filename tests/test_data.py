@@ -409,7 +409,9 @@ def test_every_data_config_key_is_a_builder_option():
     for conf in confs:
         keys = set(OmegaConf.load(conf).keys())
         name = OmegaConf.load(conf).name
-        assert keys - {"name"} == set(dataset_options(name)), conf
+        # subset: taken by the pipeline (duck.pipeline.job.build_data) for the in-memory data sets, not the builder
+        assert keys - {"name", "subset"} == set(dataset_options(name)), conf
+        assert ("subset" in keys) == (name in ("digits", "fashion_mnist", "cifar10", "cifar100")), conf
 
 
 @pytest.mark.parametrize("name", ["digits", "synthetic", "cifar10", "cifar100", "fashion_mnist", "imagefolder",

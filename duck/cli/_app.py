@@ -219,6 +219,8 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
                 fail(str(e))
         from omegaconf import DictConfig
 
+        multirun = any(a in ("-m", "--multirun") for a in args)
+
         @hydra.main(config_path=hydra_config_path(), config_name=config_name, version_base="1.3")
         def _run(cfg: DictConfig) -> None:
             try:
@@ -228,11 +230,37 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
                 check_job_numbers(cfg)
                 task(cfg)
             except DuckInputError as e:
-                fail(str(e))
+                if not multirun:
+                    fail(str(e))
+                record_failed_job(str(e))  # the sweep's other jobs go on; the sweep exits non-zero at its end
 
         _run()
+        if multirun:
+            from duck.report.sweep import LAST_FAILED
+
+            if LAST_FAILED:
+                first = LAST_FAILED[0]
+                fail(f"{len(LAST_FAILED)} sweep job(s) failed, the others finished (each failed job's directory "
+                     f"holds job_error.json; duck-run's sweep summary lists them): job {first['job']}: "
+                     f"{first['error']}")
 
     return main
+
+
+def record_failed_job(message: str) -> None:
+    """A sweep job's input error: one ``error: sweep job N (overrides): ...`` line on stderr and
+    ``job_error.json`` in its directory (read by the sweep's end, :class:`duck.report.sweep.SweepStatus`); the
+    job ends normally, so that the launcher (basic, joblib, submitit) runs the other jobs."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from duck.io import atomic_save_json
+    from duck.report.sweep import JOB_ERROR
+
+    hc = HydraConfig.get()
+    overrides = [str(o) for o in hc.overrides.task]
+    print(f"error: sweep job {hc.job.num} ({' '.join(overrides)}): {message}", file=sys.stderr)
+    atomic_save_json(Path(hc.runtime.output_dir) / JOB_ERROR, {"error": message, "overrides": overrides,
+                                                                "job": hc.job.num})
 
 
 def job_entry(command: str, about: str) -> Callable[[], None]:

@@ -122,15 +122,42 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: the file a sweep job that failed with an input error leaves in its directory (the other jobs go on)
+JOB_ERROR = "job_error.json"
+
+
+def failed_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """The jobs of a sweep that failed with an input error: ``{"job", "error", "overrides"}`` from each job
+    directory's :data:`JOB_ERROR`, in job order."""
+    out = []
+    for path in sorted(Path(sweep_dir).glob(f"*/{JOB_ERROR}"), key=lambda p: (len(p.parent.name), p.parent.name)):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            rec = {"error": f"unreadable {path.name}"}
+        out.append({"job": path.parent.name, "error": str(rec.get("error")), "overrides": rec.get("overrides", [])})
+    return out
+
+
+def failed_section(failed: list[dict[str, Any]]) -> str:
+    """The failed jobs as a Markdown list (empty without failures)."""
+    if not failed:
+        return ""
+    lines = [f"- job {f['job']} ({' '.join(f['overrides'])}): error: {f['error']}" for f in failed]
+    return f"\n**{len(failed)} job(s) failed** (not in the tables above):\n\n" + "\n".join(lines) + "\n"
+
+
 def summarize_sweep(sweep_dir: str | Path) -> dict[str, Any]:
-    """Write ``sweep_summary.{md,csv,json}`` into ``sweep_dir``; returns ``{"table", "rows", "summary"}``."""
+    """Write ``sweep_summary.{md,csv,json}`` into ``sweep_dir``; returns ``{"table", "rows", "summary",
+    "failed"}``. Jobs that failed with an input error are listed with their error line."""
     from duck.io import atomic_save_json, atomic_write_text
 
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise DuckInputError(f"sweep directory {sweep_dir} not found; give a duck-run -m output directory")
     rows = collect(sweep_dir)
-    if not rows:
+    failed = failed_jobs(sweep_dir)
+    if not rows and not failed:
         raise DuckInputError(f"{sweep_dir} holds no finished duck-run job (no */summary.json)")
     summary = aggregate(rows)
     present = [m for m in METRICS if any(m in s for s in summary)]
@@ -143,7 +170,7 @@ def summarize_sweep(sweep_dir: str | Path) -> dict[str, Any]:
         tables.append(f"{title}\n\n" + markdown_table(["method", "jobs", *(HEADERS[m] for m in present)], body))
     table = (f"## Sweep {sweep_dir.name}: mean (std) over jobs\n\n" + "\n\n".join(tables)
              + "\n\nThe original and retrained rows count each distinct forget set and seed once; jobs with other "
-               "settings (the overrides in a table's title) are never averaged together.\n")
+               "settings (the overrides in a table's title) are never averaged together.\n" + failed_section(failed))
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["setup", "scenario", "method", "method_overrides", "jobs",
@@ -154,8 +181,8 @@ def summarize_sweep(sweep_dir: str | Path) -> dict[str, Any]:
                                                         if m in s else ("", "")))])
     atomic_write_text(sweep_dir / "sweep_summary.md", table)
     atomic_write_text(sweep_dir / "sweep_summary.csv", buf.getvalue())
-    atomic_save_json(sweep_dir / "sweep_summary.json", {"summary": summary, "rows": rows})
-    return {"table": table, "rows": rows, "summary": summary}
+    atomic_save_json(sweep_dir / "sweep_summary.json", {"summary": summary, "rows": rows, "failed": failed})
+    return {"table": table, "rows": rows, "summary": summary, "failed": failed}
 
 
 try:  # Hydra is a dependency; the guard keeps this module importable on its own for the table function
@@ -164,11 +191,25 @@ except ImportError:  # pragma: no cover
     _HydraCallback = object  # type: ignore[assignment,misc]
 
 
-class SweepSummary(_HydraCallback):  # type: ignore[misc,valid-type]
-    """Hydra callback: write the sweep's table when a ``duck-run -m`` multirun ends (jobs that failed or were
-    not run are simply absent from it)."""
+#: the jobs of the last multirun of this process that failed (set when it ends, read by the entry point to
+#: exit non-zero after the other jobs finished)
+LAST_FAILED: list[dict[str, Any]] = []
+
+
+class SweepStatus(_HydraCallback):  # type: ignore[misc,valid-type]
+    """Hydra callback of every command: when a multirun ends, the jobs that failed with an input error (each
+    left :data:`JOB_ERROR`; the others ran to the end) are recorded in :data:`LAST_FAILED`."""
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        LAST_FAILED[:] = failed_jobs(Path(str(config.hydra.sweep.dir)))
+
+
+class SweepSummary(SweepStatus):
+    """Hydra callback of ``duck-run``: the failed jobs, then the sweep's table when the multirun ends (the
+    failed jobs are listed below it with their error line)."""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        super().on_multirun_end(config, **kwargs)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:
             out = summarize_sweep(sweep_dir)
