@@ -312,10 +312,17 @@ def klom(unlearned: np.ndarray, retrained: np.ndarray) -> np.ndarray:
     return _binned_kl_columns(u, r)
 
 
-def summarize(values: np.ndarray) -> dict[str, float]:
-    """Median and 95th percentile (KLOM per split)."""
+def summarize(values: np.ndarray) -> dict[str, float | int | None]:
+    """Median and 95th percentile (KLOM per split) over the examples where KLOM is defined; ``undefined``
+    counts the others: the reference's binning drops a value equal to the pooled maximum, so when every
+    unlearned value sits there (N identical runs of a deterministic method above all retrained ones) the
+    unlearned histogram is empty and the KL divergence is NaN, in the reference as here."""
     v = np.asarray(values, dtype=np.float64)
-    return {"median": float(np.median(v)), "p95": float(np.percentile(v, 95)), "n": int(v.size)}
+    ok = v[~np.isnan(v)]
+    if ok.size == 0:
+        return {"median": None, "p95": None, "n": int(v.size), "undefined": int(v.size)}
+    return {"median": float(np.median(ok)), "p95": float(np.percentile(ok, 95)), "n": int(v.size),
+            "undefined": int(v.size - ok.size)}
 
 
 # ----------------------------------------------------------------------------------------------- U-LiRA

@@ -114,7 +114,7 @@ def forgetting_table(result: dict[str, Any]) -> str:
         norm = "—" if r["F_normalised"] is None else f"{r['F_normalised']:.3f}"
         body.append([r["method"], f"{r['time_s']:.1f}", f"{r['unlearning_s']:.1f}",
                      ", ".join(r["banks_trained"]) or "none (cached)", ratio, r["verdict"], f, norm,
-                     f"{r['final_score']:.3f}", f"{r['klom_forget']:.3f}"])
+                     f"{r['final_score']:.3f}", "—" if r["klom_forget"] is None else f"{r['klom_forget']:.3f}"])
     s = result["setup"]
     scen = ", ".join(f"{k}={v}" for k, v in s["scenario"].items())
     ctrl = rows[0]["controls"]

@@ -156,6 +156,21 @@ def test_klom_of_all_examples_at_once_equals_the_per_example_reference_loop():
     np.testing.assert_allclose(got, [reference(u[:, i], r[:, i]) for i in range(u.shape[1])], rtol=1e-12, atol=1e-12)
 
 
+def test_klom_summary_skips_undefined_examples():
+    """N identical runs above every retrained value: the reference's binning leaves the unlearned histogram
+    empty (the pooled maximum falls outside the last bin) and KLOM is NaN; the summary counts it apart."""
+    from attacks.forgetting import summarize
+
+    r = np.random.default_rng(0).normal(0, 1, (8, 3))
+    u = r + 0.5
+    u[:, 0] = 10.0  # a deterministic method: the same value in every run, above all retrained values
+    vals = klom(u, r)
+    assert np.isnan(vals[0]) and np.isfinite(vals[1:]).all()
+    s = summarize(vals)
+    assert s["undefined"] == 1 and s["n"] == 3 and s["median"] == pytest.approx(np.median(vals[1:]))
+    assert summarize(np.array([np.nan]))["median"] is None
+
+
 def test_binned_kl_on_known_histograms():
     # P puts its 10 samples in bins 0 and 19 (values 0 and just below 1), Q all in bin 19 plus the pooled
     # maximum 1.0, which np.digitize places beyond the last bin (dropped, as in the reference)

@@ -223,8 +223,11 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
         ci = s.get("quality_ci")
         f = f"{s['quality']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
         k = s["klom"]
-        return (f"| {name} | {f} | {s['final_score']:.3f} | {k['forget']['median']:.3f} / {k['forget']['p95']:.3f} | "
-                f"{k['retain']['median']:.3f} | {k['test']['median']:.3f} | {s['retain_acc']:.4f} | {s['test_acc']:.4f} |")
+        def num(v: float | None) -> str:  # KLOM is undefined (None) where the reference's binning empties a side
+            return "—" if v is None else f"{v:.3f}"
+
+        return (f"| {name} | {f} | {s['final_score']:.3f} | {num(k['forget']['median'])} / {num(k['forget']['p95'])} | "
+                f"{num(k['retain']['median'])} | {num(k['test']['median'])} | {s['retain_acc']:.4f} | {s['test_acc']:.4f} |")
 
     rows = [row(f"{block['method']} (N = {block['n_unlearned']})", block)]
     rows += [row(f"control: {name}", s) for name, s in block["controls"].items()]
