@@ -340,7 +340,24 @@ def forgetting_fields(block: dict[str, Any]) -> dict[str, Any]:
            "verdict": block["verdict"]}
     if "ulira" in block:
         out["ulira_auc"] = block["ulira"]["auc"]
+    out["controls_F"] = {name: {"F": c["quality"], "F_ci": c.get("quality_ci")} for name, c in block["controls"].items()}
     return out
+
+
+def controls_text(records: list[dict[str, Any]], scenario: str) -> str:
+    """One line per forget set of ``scenario``: the controls' F (the same for every method of that forget set)
+    that F normalised is read against; empty without the forgetting audit."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.get("scenario") == scenario and r.get("controls_F") and r["run"] not in seen:
+            seen[r["run"]] = r["controls_F"]
+
+    def fmt(c: dict[str, Any]) -> str:
+        ci = c.get("F_ci")
+        return f"{c['F']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+    return "\n".join(f"Controls of {run} (F against the retrain bank): "
+                     + ", ".join(f"{name} {fmt(c)}" for name, c in sorted(ctrl.items())) for run, ctrl in seen.items())
 
 
 #: run-config keys the protocol sets itself (a ``bench.overrides`` entry for them would be replaced silently)
@@ -492,8 +509,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         rows = summarise(records, kind, methods, unsupported[kind])
         summary += rows
         n_runs = sum(r["scenario"] == kind for r in runs)
+        controls = controls_text(records, kind)
         tables.append(f"### {SCENARIO_TITLES.get(kind, kind)}: {data.name} / {cfg.model}, {n_runs} runs\n\n"
-                      + markdown(rows, kind))
+                      + markdown(rows, kind) + (f"\n\n{controls}" if controls else ""))
     wall = time.perf_counter() - t_start
     resumed = f"; {n_resumed} records resumed from {cfg.resume}" if n_resumed else ""
     cached = any(r.get("time_from_cache") for r in summary)

@@ -183,6 +183,7 @@ def test_compare_adds_the_forgetting_columns(tmp_path):
     assert rec["verdict"] in {"forgotten", "not_forgotten", "inconclusive"} and rec["klom_forget"] >= 0.0
     assert "F normalised" in out["table"] and "KLOM forget (median)" in out["table"]
     assert f"1 {rec['verdict']}" in out["table"]
+    assert "Controls of class_0 (F against the retrain bank): none " in out["table"] and "retrain " in out["table"]
     assert json.loads((tmp_path / "out" / "protocol.json").read_text())["forgetting"]["n_unlearned"] == 3
     with pytest.raises(DuckInputError, match="bench.forgetting"):
         run(OmegaConf.merge(cfg, {"forgetting": {"enabled": False}, "resume": str(tmp_path / "out"),
