@@ -133,6 +133,11 @@ class _FirstEpochTimer(Callback):
             self.report(time.perf_counter() - self.t0)
 
 
+def state_bytes(model: torch.nn.Module) -> int:
+    """Bytes of ``model``'s state dict (about its checkpoint's size)."""
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
 def _human(n_bytes: float) -> str:
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
         if n_bytes >= size:
@@ -328,7 +333,8 @@ class ShadowBank:
                                  pool=pool, augment=self.augment, trainer_cfg=self.trainer_cfg), **self.extra_spec()}
         self.key = _spec_key(self.spec)
         self.dir = check_cache_dir(cache_dir) / self.folder / self.key
-        self._check_resources(sum(t.numel() * t.element_size() for t in model.state_dict().values()))
+        self.model_bytes = state_bytes(model)  # one checkpoint's size: the resource check, the "MB on disk" line
+        self._check_resources(self.model_bytes)
         self._keep: np.ndarray | None = None
         self._estimate: Callable[[float], None] | None = None  # called with the first epoch's seconds
         #: what this object trained (``train()`` calls, including retraining damaged shadows while loading)
@@ -569,7 +575,7 @@ class ShadowBank:
         with intra_op_threads(self.threads):
             mode, info = self.resolve_mode()
             chunk = self.chunk_size if mode == "batched" else 1
-            size = sum(t.numel() * t.element_size() for t in self.model_factory().state_dict().values())
+            size = self.model_bytes
             print(f"{self.label} {self.key[:8]}: training {len(todo)} of {self.n_shadow} models ({mode}), "
                   f"{len(todo) * size / 1e6:.1f} MB on disk", flush=True)
             # the time estimate: after the first epoch of the first model (one at a time), or the first chunk

@@ -318,7 +318,7 @@ def _check_forgetting_bench(value: Any, name: str) -> dict[str, Any]:
         raw = {"enabled": False}
     if not isinstance(raw, dict):
         raise DuckInputError(f"{name}={value!r} must be a mapping, e.g. {name}.enabled=true")
-    return check_forgetting({k: v for k, v in raw.items()})
+    return check_forgetting(raw)
 
 
 def forgetting_overrides(cfg: DictConfig) -> list[str]:

@@ -210,7 +210,8 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
         check_group_choices(args, root)
         check_override_keys(config_name, args, root)
         check_output_dir(args)
-        if any(a in ("-m", "--multirun") for a in args):
+        multirun = any(a in ("-m", "--multirun") for a in args)
+        if multirun:
             from duck.cli._sweep import check_sweep
 
             try:
@@ -219,7 +220,6 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
                 fail(str(e))
         from omegaconf import DictConfig
 
-        multirun = any(a in ("-m", "--multirun") for a in args)
 
         @hydra.main(config_path=hydra_config_path(), config_name=config_name, version_base="1.3")
         def _run(cfg: DictConfig) -> None:

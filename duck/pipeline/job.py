@@ -309,10 +309,10 @@ def feature_group_sizes(data: DatasetSplits, scenario: Scenario) -> dict[str, in
 def check_banks_fit(job: Job) -> None:
     """The audit's banks against this machine's memory and the cache directory's free space, before any work
     (the LiRA shadow bank; with the forgetting audit its retrain bank, controls and U-LiRA pairs)."""
-    from attacks.shadow import check_bank_resources
+    from attacks.shadow import check_bank_resources, state_bytes
 
     a = job.audit.attack
-    model_bytes = sum(t.numel() * t.element_size() for t in job.build_model().state_dict().values())
+    model_bytes = state_bytes(job.build_model())
     where = (job.cache_dir or Path.cwd()) / "banks"
     n_pool = len(job.data.train) + (len(job.data.test) if a.shadow_pool != "train" else 0)
     check_bank_resources(int(a.n_shadow), n_pool, model_bytes, where, "shadow bank", "attack.n_shadow")
