@@ -4,7 +4,8 @@
    original, unlearn with DUCK, retrain the oracle, audit all three with one shadow bank. Target: the
    original is separated (lower end of its AUC's CI above 0.5 and TPR at 1 % FPR above 1 %), the oracle is
    at chance (AUC within two standard errors of 0.5); DUCK's numbers are reported beside them.
-2. **Throughput** — ``n_models`` shadows trained one after another with the recipe
+2. **Throughput** — ``n_models`` bank models (LiRA shadows, or with ``bank: retrain`` the forgetting audit's retrain
+   bank on the retain set of ``forget_classes``) trained one after another with the recipe
    (``train_classifier``) versus batched (``attacks.batched.train_batched``), same epochs and data:
    models per second and the ratio; also what ``attack.mode=auto`` would pick (calibration) and the
    largest parameter difference between the two sets of models (they should be equal).
@@ -30,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attacks.audit import audit_models
 from attacks.batched import calibrate, train_batched
+from attacks.retrain_bank import retrain_seed
 from attacks.shadow import keep_matrix, shadow_seed
 from benchmarks.audit_forgetting import check_forgetting_setup, forgetting_reuse, forgetting_table
 from benchmarks.common import (
@@ -192,15 +194,23 @@ def throughput(cfg: DictConfig, device: torch.device) -> list[dict]:
         recipe = load_recipe(setup["recipe"], setup.get("recipe_overrides"))
         factory = _factory(setup["model"], data)
         n_models, chunk = int(setup["n_models"]), int(setup.get("chunk_size") or setup["n_models"])
-        keep = keep_matrix(max(2, n_models + n_models % 2), len(data.train), int(cfg.seed))
-        index_sets = [np.flatnonzero(keep[k]) for k in range(n_models)]
-        seeds = [shadow_seed(int(cfg.seed), k) for k in range(n_models)]
+        bank = setup.get("bank") or "shadow"
+        matmul_convs = bool(setup.get("matmul_convs", False))
+        if bank == "retrain":  # the forgetting audit's retrain bank: every model on the retain set, own seed
+            retain = _scenario("class_removal", data, {"forget_classes": list(setup["forget_classes"])},
+                               int(cfg.seed)).retain_idx
+            index_sets = [retain] * n_models
+            seeds = [retrain_seed(int(cfg.seed), k) for k in range(n_models)]
+        else:  # LiRA's shadow bank: a random half of the training set each
+            keep = keep_matrix(max(2, n_models + n_models % 2), len(data.train), int(cfg.seed))
+            index_sets = [np.flatnonzero(keep[k]) for k in range(n_models)]
+            seeds = [shadow_seed(int(cfg.seed), k) for k in range(n_models)]
 
         def fresh(k: int) -> Any:
             torch.manual_seed(seeds[k])
             return factory()
 
-        print(f"[audit bench] throughput {setup['name']}: {n_models} x {setup['model']['name']} "
+        print(f"[audit bench] throughput {setup['name']} ({bank} bank): {n_models} x {setup['model']['name']} "
               f"({recipe.epochs} epochs, ~{len(index_sets[0])} samples each)", flush=True)
 
         def sequential() -> list[Any]:
@@ -213,7 +223,8 @@ def throughput(cfg: DictConfig, device: torch.device) -> list[dict]:
             for start in range(0, n_models, chunk):
                 ks = list(range(start, min(n_models, start + chunk)))
                 out += train_batched([fresh(k) for k in ks], data.train, recipe, [index_sets[k] for k in ks],
-                                     [seeds[k] for k in ks], augment=data.augment, device=device)
+                                     [seeds[k] for k in ks], augment=data.augment, device=device,
+                                     matmul_convs=matmul_convs)
             return out
 
         # untimed warm-up of both paths (one epoch on a few batches): CUDA context, kernels and library set-up
@@ -223,7 +234,7 @@ def throughput(cfg: DictConfig, device: torch.device) -> list[dict]:
         train_classifier(fresh(0), data.train, warm, indices=few[0], augment=data.augment, seed=seeds[0],
                          trainer_cfg=trainer_cfg)
         train_batched([fresh(k) for k in range(len(few))], data.train, warm, few, seeds[: len(few)],
-                      augment=data.augment, device=device)
+                      augment=data.augment, device=device, matmul_convs=matmul_convs)
         seq_models, seq_s = timed(sequential, device)
         bat_models, bat_s = timed(batched, device)
         diff = max(_max_diff(a, b) for a, b in zip(seq_models, bat_models, strict=True))
@@ -235,7 +246,8 @@ def throughput(cfg: DictConfig, device: torch.device) -> list[dict]:
                                         augment=data.augment, seed=seeds[0], trainer_cfg=trainer_cfg)
         control = _max_diff(seq_models[0], perturbed)
         cal = calibrate(factory, data.train, recipe, min(chunk, n_models), device=device)
-        rows.append({"setup": setup["name"], "model": setup["model"]["name"], "n_models": n_models,
+        rows.append({"setup": setup["name"], "bank": bank, "matmul_convs": matmul_convs,
+                     "model": setup["model"]["name"], "n_models": n_models,
                      "chunk_size": chunk, "epochs": recipe.epochs, "sequential_s": seq_s, "batched_s": bat_s,
                      "sequential_models_per_s": n_models / seq_s, "batched_models_per_s": n_models / bat_s,
                      "ratio": seq_s / bat_s, "auto_mode": "batched" if cal["speedup"] > 1 else "sequential",
@@ -295,6 +307,16 @@ def _check_setup(setup: Any, name: str, throughput_setup: bool) -> None:
     if throughput_setup:
         integer(1)(s.get("n_models"), f"{name}.n_models")
         optional(integer(1))(s.get("chunk_size"), f"{name}.chunk_size")
+        optional(boolean())(s.get("matmul_convs"), f"{name}.matmul_convs")
+        bank = s.get("bank") or "shadow"
+        if bank not in ("shadow", "retrain"):
+            raise DuckInputError(f"{name}.bank={bank!r}: choose shadow (LiRA's bank) or retrain (the forgetting "
+                                 "audit's)")
+        forget = s.get("forget_classes")
+        if bank == "retrain" and (not isinstance(forget, list) or not forget
+                                  or not all(isinstance(c, int) and not isinstance(c, bool) for c in forget)):
+            raise DuckInputError(f"{name}.forget_classes={forget!r}: bank=retrain needs a list of class ids "
+                                 "(the retain set is every other class)")
     try:
         load_recipe(s.get("recipe"), s.get("recipe_overrides"))
     except FileNotFoundError:
@@ -416,10 +438,12 @@ def throughput_table(rows: list[dict], device: torch.device) -> str:
     headers = ["setup", "models", "chunk", "epochs", "sequential (s)", "batched (s)", "seq models/s",
                "batched models/s", "ratio", "auto picks (calibration)", "max abs Δθ batched vs seq",
                "max abs Δθ from a 1e-7 change (control)"]
-    body = [[r["setup"], r["n_models"], r["chunk_size"], r["epochs"], f"{r['sequential_s']:.1f}",
+    body = [[r["setup"] + (" (retrain bank)" if r.get("bank") == "retrain" else "")
+             + (", im2col convs" if r.get("matmul_convs") else ""), r["n_models"], r["chunk_size"], r["epochs"],
+             f"{r['sequential_s']:.1f}",
              f"{r['batched_s']:.1f}", f"{r['sequential_models_per_s']:.3f}",
              f"{r['batched_models_per_s']:.3f}",
              f"{r['ratio']:.2f}x", f"{r['auto_mode']} ({r['calibrated_speedup']:.2f}x)",
              f"{r['max_param_diff']:.1e}", f"{r['control_param_diff']:.1e}"] for r in rows]
-    title = f"### Shadow training throughput on {device.type} (batched vs one after another)\n\n"
+    title = f"### Bank training throughput on {device.type} (batched vs one after another)\n\n"
     return title + markdown_table(headers, body)

@@ -2,7 +2,7 @@
 # GPU figures for docs/results.md, in one go on a CUDA machine (used on the lent H100 through the
 # device tool; any CUDA machine with the project's dependencies works the same).
 #
-#   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit kmeans lsh spn duck
+#   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit retrain kmeans lsh spn duck
 #
 # Each stage runs `duck-bench SUITE` (through `python -m duck.cli.bench`, so an uninstalled checkout works)
 # into $RUNS/SUITE and copies its bench.json and log to $OUT (default: ./gpu_out). Extra wheels in .whl/
@@ -18,7 +18,7 @@ OUT=${OUT:-$PWD/gpu_out}
 RUNS=${RUNS:-/tmp/duck_gpu_runs}
 PY=${PY:-python3}
 mkdir -p "$OUT" "$RUNS"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" DUCK_CONF_DIR="$PWD/conf"  # uninstalled: no duck.conf package
 if compgen -G ".whl/*.whl" >/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="/tmp/site:$PYTHONPATH"
@@ -53,15 +53,20 @@ torch.cuda.get_device_name(0), 'lightning', lightning.__version__, 'timm', timm.
       timeout 200 $PY scripts/profile_batched.py --models 64 --width 32 2>&1 | tee "$OUT/profile.log" | tail -75 ;;
     audit)  # issue 4: batched vs sequential shadow training, E = 64 small CNNs on digits; ResNet-18 CIFAR-shaped
       bench audit 420 audit bench.device=cuda bench.threads=null bench.correctness.enabled=false \
+        bench.forgetting.enabled=false \
         bench.throughput.setups.0.n_models=64 bench.throughput.setups.0.chunk_size=64 \
         bench.throughput.setups.1.n_models=16 bench.throughput.setups.1.chunk_size=16 \
         bench.throughput.setups.1.data.n_train=10000 bench.throughput.setups.1.recipe_overrides.epochs=3 ;;
+    retrain)  # issue 25: the forgetting audit's retrain bank (64 digits CNNs on the retain set of class 3)
+      bench retrain 330 audit bench.device=cuda bench.threads=null bench.correctness.enabled=false \
+        bench.forgetting.enabled=false \
+        'bench.throughput.setups=[{name: digits, data: {name: digits}, model: {name: smallcnn, width: 32}, recipe: digits, n_models: 64, chunk_size: 64, bank: retrain, forget_classes: [3]}]' ;;
     kmeans)
       bench kmeans 150 kmeans bench.device=cuda bench.datasets=[gaussian] bench.replicates=3 ;;
     lsh)
       bench lsh 150 lsh bench.device=cuda bench.repeats=3 ;;
     spn)
-      bench spn 200 spn bench.device=cuda bench.spflow=false bench.repetitions=3 ;;
+      bench spn 200 spn bench.device=cuda bench.spflow=false bench.repetitions=3 ${SPN_ARGS:-} ;;
     duck)
       bench duck 270 duck bench.trainer=auto bench.recipe_epochs=[24] bench.classes=[0] bench.seeds=[0] ;;
     *) echo "unknown stage $stage"; exit 2 ;;

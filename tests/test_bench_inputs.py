@@ -33,6 +33,9 @@ CASES = [
     ("spn", "train_repeats=0", "bench.train_repeats"), ("spn", "rdc_threshold=abc", "bench.rdc_threshold"),
     ("spn", "loglik_repeats=0", "bench.loglik_repeats"), ("spn", "loglik_rows=0", "bench.loglik_rows"),
     ("audit", "quick=true|quick_throughput.n_models=0", "bench.quick_throughput.n_models"),
+    ("audit", "quick=true|quick_throughput.bank=foo", "bench.quick_throughput.bank"),
+    ("audit", "quick=true|quick_throughput.bank=retrain", "bench.quick_throughput.forget_classes"),
+    ("audit", "quick=true|quick_throughput.matmul_convs=maybe", "bench.quick_throughput.matmul_convs"),
     ("audit", "device=foo", "bench.device"), ("audit", "quick=true|quick_setup.model.width=0", "bench.quick_setup.model.width"),
     ("audit", "quick=true|quick_setup.recipe=foo", "bench.quick_setup.recipe"),
     ("audit", "quick=true|quick_setup.data.name=cifar11", "bench.quick_setup.data.name='cifar11' is not a data set"),
@@ -89,3 +92,28 @@ def test_unknown_bench_keys_are_refused(suite):
     check_known_bench_keys(_cfg(suite, "fraction=0.1" if suite in ("compare", "duck") else "seed=0"), suite)
     with pytest.raises(DuckInputError, match=rf"duck-bench {suite} has no setting\(s\) bench.foo; its settings"):
         check_known_bench_keys(_cfg(suite, "foo=1"), suite)
+
+
+def test_audit_throughput_of_the_retrain_bank_trains_every_model_on_the_retain_set(monkeypatch):
+    """bank=retrain: every model (sequential and batched) trains on the retain set with the retrain seeds."""
+    import benchmarks.audit as audit
+    from attacks.retrain_bank import retrain_seed
+
+    seen = []
+    real = audit.train_batched
+
+    def spy(models, dataset, recipe, index_sets, seeds, **kw):
+        seen.append(([len(ix) for ix in index_sets], list(seeds)))
+        return real(models, dataset, recipe, index_sets, seeds, **kw)
+
+    monkeypatch.setattr(audit, "train_batched", spy)
+    cfg = _cfg("audit", "quick=true|quick_throughput.bank=retrain|quick_throughput.forget_classes=[3]"
+                        "|quick_throughput.recipe_overrides.epochs=1|quick_throughput.model.width=4")
+    cfg.throughput.setups = [cfg.quick_throughput]
+    rows = audit.throughput(cfg, audit.resolve_device("cpu"))
+    sizes, seeds = seen[-1]  # the timed batched call (the first is the warm-up on a few batches)
+    assert rows[0]["bank"] == "retrain"
+    assert seeds == [retrain_seed(0, k) for k in range(2)]
+    labels = audit.build_datasets("digits").train.labels
+    n_retain = int((labels != 3).sum())
+    assert sizes == [n_retain, n_retain] and n_retain < len(labels) and n_retain != len(labels) // 2
