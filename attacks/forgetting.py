@@ -325,6 +325,34 @@ def summarize(values: np.ndarray) -> dict[str, float | int | None]:
             "undefined": int(v.size - ok.size)}
 
 
+def klom_median_interval(unlearned: np.ndarray, retrained: np.ndarray, level: float = 0.95
+                         ) -> tuple[float | None, float | None, float | None]:
+    """``(median KLOM, low, high)``: the median over examples of :func:`klom` with a delete-one-pair jackknife
+    over the models (KLOM needs as many models a side, so model i of both sets is left out together; the
+    two sets are independent, so any pairing serves) and the normal interval ``θ̂ ± z·SE`` clipped at 0, as
+    :func:`jackknife_interval` does for F. ``None`` where KLOM is undefined on every example."""
+    from scipy.stats import norm
+
+    u, r = _check_pair(unlearned, retrained)
+    k = u.shape[0]
+    if r.shape[0] != k:
+        raise DuckInputError(f"KLOM compares as many unlearned as retrained models, got {k} and {r.shape[0]}")
+
+    def median(rows: np.ndarray) -> float:
+        v = klom(u[rows], r[rows])
+        v = v[~np.isnan(v)]
+        return float(np.median(v)) if v.size else math.nan
+
+    theta = median(np.arange(k))
+    if math.isnan(theta):
+        return None, None, None
+    loo = np.array([median(np.delete(np.arange(k), i)) for i in range(k)]) if k > 2 else np.array([theta])
+    loo = loo[~np.isnan(loo)]
+    var = (len(loo) - 1) / len(loo) * float(((loo - loo.mean()) ** 2).sum()) if len(loo) > 1 else 0.0
+    half = float(norm.ppf(0.5 + level / 2)) * math.sqrt(var)
+    return theta, max(0.0, theta - half), theta + half
+
+
 # ----------------------------------------------------------------------------------------------- U-LiRA
 MIN_STD = 1e-6
 #: fewest shadows for U-LiRA: every example must keep two IN pairs after one pair is left out by the attack and

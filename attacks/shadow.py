@@ -51,7 +51,7 @@ from duck.data.loaders import collate_indexed, fetch
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_save_npz, exclusive_lock
 from duck.models import Classifier
-from duck.training import Recipe, train_classifier, training_trainer_settings
+from duck.training import Recipe, single_device, train_classifier, training_trainer_settings
 from duck.utils import warn_line
 
 BANK_FORMAT = 1
@@ -324,7 +324,9 @@ class ShadowBank:
         self.data, self.model_factory, self.recipe = data, model_factory, recipe
         self.n_shadow, self.seed, self.pool = int(n_shadow), int(seed), pool
         self.augment, self.device, self.mode = list(augment), torch.device(device), mode
-        self.chunk_size, self.trainer_cfg, self.progress = int(chunk_size), dict(trainer_cfg or {}), progress
+        # the bank trains in this process on one device (a DDP job's original trains with its workers; bank
+        # models are small and many: one device each, batched where that is faster)
+        self.chunk_size, self.trainer_cfg, self.progress = int(chunk_size), single_device(trainer_cfg), progress
         self.dataset = data.train if pool == "train" else PoolDataset(data.train, data.test)
         self.n_pool = len(self.dataset)
         self.threads = resolve_threads(threads)

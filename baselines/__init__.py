@@ -12,11 +12,13 @@ from baselines import (  # noqa: F401  (imports register the methods)
     finetune,
     l1_sparse,
     neggrad,
+    neggrad_plus,
     random_label,
     retrain,
+    salun,
     scrub,
     ssd,
 )
 
 METHODS = ("retrain", "finetune", "neggrad", "random_label", "boundary_shrink", "boundary_expand", "scrub",
-           "l1_sparse", "ssd", "bad_teacher", "erm_ktp")
+           "l1_sparse", "ssd", "bad_teacher", "erm_ktp", "neggrad_plus", "salun")

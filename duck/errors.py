@@ -7,3 +7,11 @@ and exit with status 2, writing nothing else. Its message must name the bad valu
 
 class DuckInputError(ValueError):
     """Bad user input (config value, file, ids, data)."""
+
+
+class DuckTerminated(RuntimeError):
+    """The job was told to stop (SIGTERM: a scheduler's time limit or pre-emption, ``kill``) while training.
+    Command-line entry points print one ``error:`` line and exit with status 143 (128 + SIGTERM): a stopped
+    job never ends as a success (Lightning's own SIGTERM exit has status 0)."""
+
+    exit_status = 143

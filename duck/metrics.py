@@ -16,14 +16,19 @@ from duck.utils import check_number
 @torch.no_grad()
 def predict_logits(model: torch.nn.Module, dataset: Any, *, indices: Any = None, batch_size: int = 1024,
                    device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Eval-mode logits ``(N, C)`` on CPU, labels ``(N,)`` and stable sample indices ``(N,)``."""
-    was_training = model.training
+    """Eval-mode logits ``(N, C)`` on CPU, labels ``(N,)`` and stable sample indices ``(N,)``. Every submodule's
+    mode is restored afterwards as it was (a BatchNorm the caller froze in eval mode inside a model in train
+    mode stays frozen)."""
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     out, ys, ids = [], [], []
-    for x, y, i in make_loader(dataset, batch_size, indices=indices):
-        out.append(model(x.to(device, non_blocking=True)).float().cpu())
-        ys.append(y), ids.append(torch.as_tensor(i))
-    model.train(was_training)
+    try:
+        for x, y, i in make_loader(dataset, batch_size, indices=indices):
+            out.append(model(x.to(device, non_blocking=True)).float().cpu())
+            ys.append(y), ids.append(torch.as_tensor(i))
+    finally:
+        for m, mode in modes:
+            m.training = mode
     return torch.cat(out), torch.cat(ys), torch.cat(ids)
 
 

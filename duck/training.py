@@ -105,6 +105,71 @@ def check_trainer_settings(trainer_cfg: Mapping[str, Any] | None) -> None:
     build_trainer(trainer_cfg, max_epochs=1, enable_progress_bar=False, callbacks=[], num_sanity_val_steps=0)
 
 
+#: DDP strategies a job accepts, and the strategy it trains with: Lightning's own workers started from this
+#: process (spawn; fork where asked), so that the job's one process prepares, decides, writes files, prints and
+#: holds locks, and the workers only train. Lightning's script launcher (``ddp``) would rerun the whole command
+#: once per rank instead: every stage twice, both ranks writing the same files.
+_DDP_STRATEGIES = {
+    None: "ddp_spawn", "auto": "ddp_spawn", "ddp": "ddp_spawn", "ddp_spawn": "ddp_spawn", "ddp_fork": "ddp_fork",
+    "ddp_notebook": "ddp_notebook", "ddp_find_unused_parameters_true": "ddp_spawn_find_unused_parameters_true",
+    "ddp_spawn_find_unused_parameters_true": "ddp_spawn_find_unused_parameters_true",
+    "ddp_fork_find_unused_parameters_true": "ddp_fork_find_unused_parameters_true",
+}
+#: environment variables that say this process is one of several started by a launcher (torchrun, srun)
+_LAUNCHER_VARIABLES = ("WORLD_SIZE", "SLURM_NTASKS")
+
+
+def single_device(trainer_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``trainer_cfg`` on one device (``devices=1``, no ``strategy`` / ``num_nodes``): for the work that runs in
+    the job's own process (unlearning methods, shadow and retrain banks, evaluation)."""
+    cfg = {**dict(trainer_cfg or {}), "devices": 1}
+    cfg.pop("strategy", None)
+    cfg.pop("num_nodes", None)
+    return cfg
+
+
+def data_parallel_size(trainer_cfg: Mapping[str, Any] | None) -> int:
+    """How many DDP processes ``trainer_cfg`` trains with (Lightning's resolution of ``devices`` x
+    ``num_nodes``: ``devices=-1`` counts the GPUs); 1 for single-device training. Builds (and drops) a
+    Trainer, which launches nothing."""
+    kw = dict(trainer_cfg or {})
+    if kw.get("devices", 1) in (1, "1", [0]) and kw.get("num_nodes", 1) in (1, None):
+        return 1
+    trainer = build_trainer(kw, max_epochs=1, enable_progress_bar=False, callbacks=[], num_sanity_val_steps=0)
+    return int(trainer.world_size)
+
+
+def check_data_parallel(trainer_cfg: Mapping[str, Any] | None, batch_size: int | None = None) -> int:
+    """The DDP process count of ``trainer_cfg`` (:func:`data_parallel_size`) after the checks that keep a DDP
+    job one job: DuckInputError for a strategy other than DDP, several nodes, a process that a launcher started
+    as one of several (the job starts its own workers), or a batch size that does not split evenly."""
+    import os
+
+    cfg = dict(trainer_cfg or {})
+    if cfg.get("devices", 1) in (1, "1", [0]) and cfg.get("num_nodes", 1) in (1, None):
+        return 1
+    strategy = cfg.get("strategy")
+    if not ((strategy is None or isinstance(strategy, str)) and strategy in _DDP_STRATEGIES):
+        raise DuckInputError(f"trainer.strategy={strategy!r} with trainer.devices={cfg.get('devices')!r}: the jobs "
+                             "train on several devices with DDP only; use trainer.strategy=ddp (or trainer=ddp)")
+    if int(cfg.get("num_nodes") or 1) > 1:
+        raise DuckInputError(f"trainer.num_nodes={cfg['num_nodes']}: a job trains on the devices of one node (it "
+                             "starts its DDP workers itself); use trainer.num_nodes=1 with trainer.devices=N, and "
+                             "spread work over nodes as sweep jobs or bank shards (attack.num_shards)")
+    for var in _LAUNCHER_VARIABLES:
+        value = os.environ.get(var, "1")
+        if value.isdigit() and int(value) > 1:
+            raise DuckInputError(f"{var}={value}: this job was started as one of {value} processes (torchrun / srun "
+                                 "--ntasks); start it once (one task per job): it starts its DDP workers itself "
+                                 f"(trainer.devices={cfg.get('devices')!r})")
+    world = data_parallel_size(cfg)
+    if world > 1 and batch_size is not None and batch_size % world:
+        raise DuckInputError(f"recipe.batch_size={batch_size} does not split over {world} DDP processes: each "
+                             f"takes batch_size / {world} samples per step (the recipe's batch, as on one device); "
+                             f"use a multiple of {world}")
+    return world
+
+
 def make_optimizer(spec: Any, params: Any) -> torch.optim.Optimizer:
     """``spec`` is a partial (Hydra ``_partial_``) or a mapping ``{_target_, ...}``."""
     if callable(spec):
@@ -122,6 +187,19 @@ def make_scheduler(spec: Any, optimizer: torch.optim.Optimizer) -> Any:
     from hydra.utils import instantiate
 
     return instantiate(dict(spec), _partial_=True)(optimizer)
+
+
+class QuietWorker(L.Callback):
+    """Carried to every DDP worker with the trainer: unpickling it there silences Lightning's banners and hints
+    in that process (:func:`quiet_lightning`, before the worker's set-up prints them), so the job's output
+    shows each stage once."""
+
+    def __init__(self) -> None:
+        self.quiet = True  # a non-empty state: pickle calls __setstate__ only for one
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        quiet_lightning()
 
 
 class NonFiniteGuard(L.Callback):
@@ -246,6 +324,48 @@ class Recipe:
                                                 False, 1.0, hi_open=True))
 
 
+def worker_trainer_settings(trainer_cfg: Mapping[str, Any] | None, world: int
+                            ) -> tuple[dict[str, Any], list[L.Callback]]:
+    """``(trainer settings, extra callbacks)`` for a fit on ``world`` processes: above one, the DDP strategy
+    that starts its workers from this process (:data:`_DDP_STRATEGIES`; this process gets the trained weights
+    back) and :class:`QuietWorker`."""
+    cfg = dict(trainer_cfg or {})
+    if world == 1:
+        return cfg, []
+    return {**cfg, "strategy": _DDP_STRATEGIES[cfg.get("strategy")]}, [QuietWorker()]
+
+
+def fit(trainer: L.Trainer, module: L.LightningModule, loader: Any, world: int = 1) -> None:
+    """``trainer.fit(module, loader)``; on ``world`` > 1 DDP workers train and this process gets the weights
+    back. A worker's :class:`DuckInputError` is raised here as one (:func:`raise_worker_input_error`)."""
+    # the model and data go to the workers through files in /dev/shm: passing descriptors failed on a
+    # sandboxed Linux here ("unable to resize file ... Invalid argument" in the worker); restored afterwards
+    sharing = torch.multiprocessing.get_sharing_strategy()
+    if world > 1:
+        torch.multiprocessing.set_sharing_strategy("file_system")
+    try:
+        trainer.fit(module, loader)
+    except torch.multiprocessing.ProcessExitedException as e:  # a worker was killed (SIGTERM to the job, ...)
+        from duck.errors import DuckTerminated
+
+        raise DuckTerminated(f"a DDP worker of this job was stopped ({e}); nothing of this training was kept: run "
+                             "the job again (finished models and banks are reused from the cache)") from None
+    except Exception as e:  # a worker's DuckInputError (divergence) arrives as the text of its traceback
+        raise_worker_input_error(e)
+        raise
+    finally:
+        torch.multiprocessing.set_sharing_strategy(sharing)
+
+
+def raise_worker_input_error(error: BaseException) -> None:
+    """Re-raise a DDP worker's :class:`DuckInputError` (``torch.multiprocessing`` passes it on as the text of
+    its traceback) as the DuckInputError it was, so that the job ends in one ``error:`` line."""
+    text = str(error)
+    marker = "DuckInputError: "
+    if marker in text and not isinstance(error, DuckInputError):
+        raise DuckInputError(text.rsplit(marker, 1)[1].strip().splitlines()[0]) from None
+
+
 def train_classifier(model: Classifier, dataset: Any, recipe: Recipe, *, indices: Sequence[int] | np.ndarray | None = None,
                      augment: Sequence[str] = (), seed: int = 0, trainer_cfg: Mapping[str, Any] | None = None,
                      progress: bool = False, callbacks: list[Any] | None = None,
@@ -254,18 +374,22 @@ def train_classifier(model: Classifier, dataset: Any, recipe: Recipe, *, indices
 
     Returns ``(model, wall seconds)``. Same seed, same data, same machine -> same weights on CPU.
     """
+    world = check_data_parallel(trainer_cfg, recipe.batch_size)
     L.seed_everything(seed, workers=True, verbose=False)
     n = len(dataset) if indices is None else len(indices)
-    # drop the ragged last batch (a batch of 3 makes BatchNorm statistics noisy) unless that is all there is
-    loader = make_loader(dataset, recipe.batch_size, shuffle=True, seed=seed, indices=indices,
+    # drop the ragged last batch (a batch of 3 makes BatchNorm statistics noisy) unless that is all there is;
+    # under DDP each of the ``world`` processes takes its share of the recipe's batch (Lightning's
+    # DistributedSampler gives each a disjoint part of every epoch, seeded by the global seed)
+    loader = make_loader(dataset, recipe.batch_size // world, shuffle=True, seed=seed, indices=indices,
                          drop_last=n > recipe.batch_size)
     model.train()  # Lightning keeps submodules' modes: a model handed over in eval mode would train in eval mode
     module = ClassifierModule(model, recipe.optimizer, recipe.scheduler, augment, recipe.label_smoothing)
     guard = NonFiniteGuard("training", "recipe.optimizer.lr")
+    trainer_cfg, extra = worker_trainer_settings(trainer_cfg, world)
     trainer = build_trainer(trainer_cfg, max_epochs=epochs or recipe.epochs, enable_progress_bar=progress,
-                            callbacks=[*(callbacks or []), guard])
+                            callbacks=[*(callbacks or []), guard, *extra])
     t0 = time.perf_counter()
-    trainer.fit(module, loader)
+    fit(trainer, module, loader, world)
     seconds = time.perf_counter() - t0
     check_finite_weights(model, "training", "recipe.optimizer.lr")
     return model, seconds

@@ -25,6 +25,8 @@ CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
 PAPER_METHODS = {"duck", "retrain", "finetune", "neggrad", "random_label", "boundary_shrink", "boundary_expand",
                  "scrub", "l1_sparse", "ssd", "bad_teacher", "erm_ktp"}
 CLASS_REMOVAL_ONLY = {"boundary_shrink", "boundary_expand", "erm_ktp"}
+NEWER_METHODS = {"neggrad_plus", "salun"}  # ALGORITHMS.md §3 "Newer baselines" (issue 27)
+ALL_METHODS = PAPER_METHODS | NEWER_METHODS
 
 
 
@@ -42,18 +44,18 @@ def scenario_of(synthetic, kind: str):
     return build_scenario(kind, synthetic.train.labels, synthetic.test.labels, 4, fraction=0.1, seed=0)
 
 
-def test_registry_holds_the_twelve_methods_of_the_paper():
-    assert PAPER_METHODS <= set(list_unlearners())
+def test_registry_holds_the_twelve_methods_of_the_paper_and_the_newer_baselines():
+    assert ALL_METHODS <= set(list_unlearners())
 
 
-@pytest.mark.parametrize("name", sorted(PAPER_METHODS))
+@pytest.mark.parametrize("name", sorted(ALL_METHODS))
 def test_every_method_has_a_config_named_after_it(name):
     cfg = yaml.safe_load((CONF / f"{name}.yaml").read_text())
     assert next(iter(cfg)) == "name" and cfg["name"] == name
     assert get_unlearner_class(name).method_name == name
 
 
-@pytest.mark.parametrize("name", sorted(PAPER_METHODS - {"duck"}))
+@pytest.mark.parametrize("name", sorted(ALL_METHODS - {"duck"}))
 @pytest.mark.parametrize("dataset", ["cifar10", "cifar100", "tinyimagenet", "digits", "fashion_mnist", "synthetic"])
 def test_configs_resolve_without_missing_values(name, dataset):
     """Every supported (scenario family, data set) gets a value for every hyperparameter."""
@@ -119,8 +121,8 @@ def _changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) ->
     return any(before[k].shape != after[k].shape or not torch.equal(before[k], after[k].cpu()) for k in before)
 
 
-CASES = [(m, "class_removal") for m in sorted(PAPER_METHODS)] + \
-        [(m, "homogeneous_removal") for m in sorted(PAPER_METHODS - CLASS_REMOVAL_ONLY)]
+CASES = [(m, "class_removal") for m in sorted(ALL_METHODS)] + \
+        [(m, "homogeneous_removal") for m in sorted(ALL_METHODS - CLASS_REMOVAL_ONLY)]
 
 
 @pytest.mark.parametrize(("name", "kind"), CASES)

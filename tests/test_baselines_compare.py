@@ -190,3 +190,28 @@ def test_compare_adds_the_forgetting_columns(tmp_path):
                                   "out_dir": str(tmp_path / "out2")}))
     with pytest.raises(DuckInputError, match="n_unlearned"):
         run(OmegaConf.merge(cfg, {"forgetting": {"n_unlearned": 1}, "out_dir": str(tmp_path / "out3")}))
+
+
+def test_failure_flags_name_the_reason_with_the_numbers():
+    """issue 27 item 4: a missed forget target, a collapsed retained accuracy and unlearning slower than
+    retraining each flag the method's row; a method that does none of these has no flag."""
+    from benchmarks.compare import failure_flags
+
+    def rec(method, a_t, time_s, train_forget, target=0.01):
+        return {"method": method, "scenario": "class_removal", "run": "r", "A_t": a_t, "A_f": 0.0, "AUS": 1.0,
+                "time_s": time_s, "epochs": 1.0, "train_forget": train_forget, "forget_target": target,
+                "target_met": train_forget <= target, "reached_target": None}
+
+    records = [rec("original", 0.99, 10.0, 1.0, 1.0), rec("retrain", 0.99, 50.0, 0.0),
+               rec("scrub", 0.98, 20.0, 0.133), rec("scrub", 0.98, 20.0, 0.0),
+               rec("finetune", 0.90, 353.0, 0.0), rec("duck", 0.985, 2.0, 0.0)]
+    rows = {r["method"]: r for r in summarise(records, "class_removal", ["scrub", "finetune", "duck"], {})}
+    assert rows["scrub"]["flags"] == ["forget target not reached in 1/2 runs: 0.133 > 0.010"]
+    assert rows["finetune"]["flags"] == ["retained accuracy collapsed: A_t 90.0 % vs 99.0 % retrained",
+                                         "slower than retraining (353 s vs 50 s)"]
+    assert rows["duck"]["flags"] == [] and "flags" not in rows["retrain"]
+    md = markdown(list(rows.values()), "class_removal")
+    assert "slower than retraining (353 s vs 50 s)" in md
+    assert failure_flags(rows["finetune"], None) == []  # no oracle row: nothing to compare with
+    table = list(csv.DictReader(io.StringIO(csv_text(list(rows.values())))))
+    assert next(r for r in table if r["method"] == "scrub")["flags"].startswith("forget target not reached")

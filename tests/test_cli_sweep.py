@@ -49,7 +49,8 @@ def test_jobs_composed_up_front_cover_every_group_combination_and_every_value():
         assert {tuple(sorted(j)) for j in jobs} >= {("method=scrub", "scenario=homogeneous_removal", "seed=2")}
         jobs = job_overrides("run", ["+sweep=methods"], conf_dir())
         assert sorted(j[-1] for j in jobs)[:2] == ["method=bad_teacher", "method=boundary_expand"]
-        assert len(jobs) == 11
+        assert len(jobs) == 13  # DUCK, the paper's ten baselines, NegGrad+ and SalUn
+        assert {"method=neggrad_plus", "method=salun"} <= {j[-1] for j in jobs}
 
 
 def test_a_valid_sweep_still_runs_and_directories_are_distinct(run_cli, tmp_path):

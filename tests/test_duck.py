@@ -36,15 +36,25 @@ def cr(synthetic, classes=(1,)):
     return build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, 4, forget_classes=list(classes))
 
 
-def test_multi_device_settings_are_reported_not_silently_dropped(synthetic, synthetic_model, capsys):
-    """Unlearning runs on one device; trainer.devices / strategy from trainer=ddp were dropped without a word."""
+def test_multi_device_settings_are_used_by_duck_and_reported_by_one_device_methods(synthetic, synthetic_model,
+                                                                                   capsys):
+    """trainer=ddp: DUCK runs data-parallel (it keeps the settings, silently); a method that runs on one device
+    says so in a warning line instead of dropping them without a word."""
+    import yaml
+
+    from duck.pipeline.config import conf_dir
+
     sc = cr(synthetic)
     data = UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(synthetic_model, synthetic, sc))
-    u = create_unlearner("duck", copy.deepcopy(synthetic_model), data, BASE, seed=0,
-                         trainer_cfg={"accelerator": "cpu", "devices": 2, "strategy": "ddp"})
-    assert u.trainer_cfg["devices"] == 1 and "strategy" not in u.trainer_cfg
+    ddp = {"accelerator": "cpu", "devices": 2, "strategy": "ddp"}
+    u = create_unlearner("duck", copy.deepcopy(synthetic_model), data, BASE, seed=0, trainer_cfg=ddp)
+    assert u.world == 2 and u.trainer_cfg["devices"] == 2
+    assert capsys.readouterr().err == ""
+    hp = yaml.safe_load((conf_dir() / "method" / "finetune.yaml").read_text())
+    f = create_unlearner("finetune", copy.deepcopy(synthetic_model), data, hp, seed=0, trainer_cfg=ddp)
+    assert f.world == 1 and f.trainer_cfg["devices"] == 1 and "strategy" not in f.trainer_cfg
     err = capsys.readouterr().err
-    assert "warning: trainer.devices=2, trainer.strategy='ddp' not used: unlearning methods run on one device" in err
+    assert "warning: trainer.devices=2, trainer.strategy='ddp' not used: method 'finetune' runs on one device" in err
     make_duck(synthetic, synthetic_model, sc)
     assert capsys.readouterr().err == ""
 

@@ -20,6 +20,7 @@ from attacks.forgetting import (
     fit_gaussians,
     forgetting_quality,
     klom,
+    klom_median_interval,
 )
 from duck.errors import DuckInputError
 
@@ -257,3 +258,22 @@ def test_ulira_interval_covers_the_null():
         covered += lo <= 0.5 <= hi
         aucs.append(auc)
     assert abs(np.mean(aucs) - 0.5) < 0.02 and covered >= 0.85 * runs
+
+
+def test_klom_median_interval_covers_and_separates():
+    """The jackknife interval of KLOM's median (one model of each set left out): it holds the estimate, covers
+    the mean of independent repeats of the same experiment in most of them (a null of two identical
+    distributions), and separates a shifted set from the null."""
+    rng = np.random.default_rng(0)
+    runs = []
+    for _ in range(40):
+        u, r = rng.normal(size=(16, 200)), rng.normal(size=(16, 200))
+        runs.append(klom_median_interval(u, r, 0.95))
+    centre = np.mean([t for t, _, _ in runs])
+    assert all(lo <= t <= hi and lo >= 0 for t, lo, hi in runs)
+    covered = np.mean([lo <= centre <= hi for _, lo, hi in runs])
+    assert covered >= 0.8, covered
+    shifted = klom_median_interval(rng.normal(1.5, 1.0, size=(16, 200)), rng.normal(size=(16, 200)), 0.95)
+    assert shifted[1] > max(hi for _, _, hi in runs)  # a real difference lies above every null interval
+    with pytest.raises(DuckInputError, match="as many unlearned as retrained"):
+        klom_median_interval(rng.normal(size=(4, 10)), rng.normal(size=(5, 10)))

@@ -182,6 +182,84 @@ def test_suite_refuses_bad_input_before_work(monkeypatch, changes, match):
         bias.run(_bench_cfg(**changes))
 
 
+def bias_claims(rec: dict) -> list[str]:
+    """What the experiment claims (DUCK paper §IV-J), as the list of claims one run violates: the original learned
+    the bias (patched test zeros called the target class), DUCK and retraining recover the patched test zeros,
+    the patch's SHAP value towards the target class drops after both, and the clean test accuracy stays."""
+    o, d, r = rec["original"], rec["duck"], rec["retrained"]
+    shap = {m: float(np.mean(rec[m]["shap_patch"])) for m in ("original", "duck", "retrained")}
+    checks = {
+        "the original learned the bias": o["target_frac"] >= 0.5,
+        "DUCK recovers the patched test zeros": d["source_acc"] >= 0.8 and d["source_acc"] >= o["source_acc"] + 0.5,
+        "retraining recovers the patched test zeros": r["source_acc"] >= 0.8 and r["source_acc"] >= o["source_acc"] + 0.5,
+        "the patch's SHAP drops after DUCK": shap["duck"] < shap["original"] - 0.1,
+        "the patch's SHAP drops after retraining": shap["retrained"] < shap["original"] - 0.1,
+        "the clean test accuracy stays": min(m["clean_test"] for m in (o, d, r)) >= 0.9,
+    }
+    return [claim for claim, holds in checks.items() if not holds]
+
+
+def _small_bias_run():
+    """One repetition, 10 epochs, SHAP on 12 images: about 20 s."""
+    from benchmarks import bias
+
+    cfg = _bench_cfg(repetitions=1, shap_images=12, shap_background=30, shap_nsamples=40,
+                     overrides=["recipe.epochs=10"])
+    return bias.run(cfg)["runs"][0]
+
+
+def test_bias_experiment_shows_what_it_claims():
+    """issue 27 item 6: the experiment's claims, on a small fast configuration (a shape check passed every
+    mis-wiring; test_bias_claims_fail_when_mis_wired proves these fail on each)."""
+    rec = _small_bias_run()
+    assert bias_claims(rec) == [], rec
+
+
+def test_bias_evaluation_uses_the_patched_test_images(digits):
+    """The evaluation sets are the test images of the two classes with the patch (never training images)."""
+    spec = BiasSpec(source_class=0, target_class=6, n_biased=60, n_confounder=60, patch_size=2, patch_row=0,
+                    patch_col=None)
+    sets = build_biased_sets(digits, spec, 0)
+    test_x, test_y = digits.test.tensors()
+    for cls, ds in ((0, sets.patched_source_test), (6, sets.patched_target_test)):
+        x, y = ds.tensors()
+        clean = test_x[np.asarray(test_y) == cls]
+        assert len(x) == len(clean) and bool((np.asarray(y) == cls).all())
+        outside = torch.from_numpy(~sets.mask)
+        assert torch.equal(x[..., outside], clean[..., outside])  # the test images, patched only inside the mask
+
+
+MIS_WIRINGS = ["retrain_on_biased_labels", "forget_the_confounders", "target_another_class"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wiring", MIS_WIRINGS)
+def test_bias_claims_fail_when_mis_wired(monkeypatch, wiring):
+    """Each mis-wiring of the experiment violates at least one claim (so the claims test can fail)."""
+    import dataclasses
+
+    from benchmarks import bias
+    from duck.data import scenarios
+
+    if wiring == "retrain_on_biased_labels":
+        real = bias.build_biased_sets
+        monkeypatch.setattr(bias, "build_biased_sets",
+                            lambda *a, **k: dataclasses.replace(s := real(*a, **k), corrected=s.biased))
+    else:
+        real_scenario = scenarios.build_scenario
+
+        def wrong(kind, *args, **kw):
+            if kind == "targeted" and wiring == "forget_the_confounders":
+                labels = np.asarray(args[0])
+                kw["forget_ids"] = [i for i in range(len(labels)) if labels[i] == 6][:60]
+            if kind == "targeted" and wiring == "target_another_class":  # 6 itself is refused by build_scenario
+                kw["target_class"] = 5
+            return real_scenario(kind, *args, **kw)
+
+        monkeypatch.setattr(scenarios, "build_scenario", wrong)
+    assert bias_claims(_small_bias_run()) != []
+
+
 def test_suite_smoke():
     """Tiny end-to-end run: original, DUCK and retrained on digits (5 epochs), SHAP on 6 images."""
     from benchmarks import bias

@@ -86,9 +86,15 @@ def test_wheel_runs_the_commands_from_another_directory(wheel_env):
     audit = _run([str(bin_dir / "duck-audit"), f"ckpt={work / 'unlearn' / 'unlearned.safetensors'}",
                   "scenario.forget_classes=[3]", *fast,
                   "attack.n_shadow=4", "attack.svm_mia.enabled=false", "report.analysis.enabled=false",
-                  "report.shareable.enabled=false", f"hydra.run.dir={work / 'audit'}"], cwd=work, env=env)
+                  "report.shareable.enabled=false", f"original_ckpt={ckpt}", "attack.forgetting.enabled=true",
+                  "attack.forgetting.n_unlearned=3", "attack.forgetting.n_retrained=3",
+                  f"hydra.run.dir={work / 'audit'}"], cwd=work, env=env)
     assert audit.returncode == 0, audit.stderr[-3000:]
     assert (work / "audit" / "audit.json").is_file() and (work / "audit" / "report.html").is_file()
+    # the forgetting audit from the wheel: the method rerun from the checkpoint's manifest, N = R = 3
+    report = json.loads((work / "audit" / "audit.json").read_text())
+    assert report["verdict"] in ("forgotten", "not_forgotten", "inconclusive")
+    assert report["forgetting"]["n_unlearned"] == 3 and report["forgetting"]["n_retrained"] == 3
     helped = _run([str(bin_dir / "duck-run"), "--help"], cwd=work, env=env)
     assert helped.returncode == 0 and helped.stdout.startswith("duck-run: the main job")
 

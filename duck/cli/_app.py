@@ -187,6 +187,12 @@ def help_text(command: str, config_name: str, about: str, root: Path) -> str:
     return "\n".join(lines)
 
 
+#: the error line of a job stopped by SIGTERM while training
+TERMINATED = ("the job received SIGTERM (a scheduler's time limit or pre-emption, or kill) and stopped while "
+              "training; its run directory holds only the stages finished before, and unfinished cache entries "
+              "were not written: run it again (finished models and banks are reused from the cache)")
+
+
 def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -> Callable[[], None]:
     """Build a console-script ``main`` that runs ``task(cfg)`` under Hydra.
 
@@ -222,17 +228,24 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
 
 
         @hydra.main(config_path=hydra_config_path(), config_name=config_name, version_base="1.3")
-        def _run(cfg: DictConfig) -> None:
+        def _run(cfg: DictConfig) -> Any:
+            from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+            from duck.errors import DuckTerminated
+
             try:
                 check_required(cfg)
                 resolve_input_paths(cfg)
                 configure_threads(cfg.get("threads", "auto"))
                 check_job_numbers(cfg)
-                task(cfg)
+                return task(cfg)  # a search's trial returns its objective (the Optuna sweeper reads it)
+            except (SIGTERMException, DuckTerminated) as e:  # Lightning's SIGTERM exit would say 0: a success
+                fail(str(e) if isinstance(e, DuckTerminated) else TERMINATED, DuckTerminated.exit_status)
             except DuckInputError as e:
                 if not multirun:
                     fail(str(e))
                 record_failed_job(str(e))  # the sweep's other jobs go on; the sweep exits non-zero at its end
+                return FAILED_TRIAL if cfg.get("tune") is not None else None
 
         _run()
         if multirun:
@@ -245,6 +258,11 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
                      f"{first['error']}")
 
     return main
+
+
+#: the objective of a search trial that failed with an input error (below any real trial's: AUS and the final
+#: score are >= 0, a missed target subtracts 1)
+FAILED_TRIAL = -2.0
 
 
 def record_failed_job(message: str) -> None:
@@ -273,6 +291,12 @@ def job_entry(command: str, about: str) -> Callable[[], None]:
         from duck.pipeline.job import Job
 
         job = Job.from_cfg(cfg, command)
-        return getattr(jobs, command)(job, hydra_output_dir())
+        out = hydra_output_dir()
+        metrics, extra = getattr(jobs, command)(job, out)
+        if command == "run" and cfg.get("tune") is not None:  # a trial of duck-run -m +tune=METHOD
+            from duck.pipeline.tune import tune_objective, write_tune_result
+
+            return write_tune_result(out, tune_objective(job, metrics, extra, str(cfg.tune.get("objective", "auto"))))
+        return None  # nothing travels back to a sweep's launcher (joblib / submitit would pickle the models)
 
     return hydra_entry(command, task, about)

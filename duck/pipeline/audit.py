@@ -226,8 +226,12 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
         def num(v: float | None) -> str:  # KLOM is undefined (None) where the reference's binning empties a side
             return "—" if v is None else f"{v:.3f}"
 
-        return (f"| {name} | {f} | {s['final_score']:.3f} | {num(k['forget']['median'])} / {num(k['forget']['p95'])} | "
-                f"{num(k['retain']['median'])} | {num(k['test']['median'])} | {s['retain_acc']:.4f} | {s['test_acc']:.4f} |")
+        def median(split: dict[str, Any]) -> str:  # with its jackknife interval where there is one
+            ci = split.get("median_ci")
+            return num(split["median"]) + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+        return (f"| {name} | {f} | {s['final_score']:.3f} | {median(k['forget'])} / {num(k['forget']['p95'])} | "
+                f"{median(k['retain'])} | {median(k['test'])} | {s['retain_acc']:.4f} | {s['test_acc']:.4f} |")
 
     rows = [row(f"{block['method']} (N = {block['n_unlearned']})", block)]
     rows += [row(f"control: {name}", s) for name, s in block["controls"].items()]
@@ -249,7 +253,8 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
             "ε-based forgetting quality (1 = indistinguishable from retraining on every forget example, with the "
             "estimator's small-sample ceiling shown by the retrain control; 0 = distinguishable); intervals are "
             f"delete-one jackknife over models at {block.get('ci_level') or 0.95:.0%}. KLOM: KL divergence of the "
-            "margins' histograms (median / 95th percentile), 0 = identical. " + resolution_sentence(block) + "\n\n"
+            "margins' histograms (median [its jackknife interval, one model of each set left out] / 95th "
+            "percentile), 0 = identical. " + resolution_sentence(block) + "\n\n"
             "| models | F [95 % CI] | final score | KLOM forget (median / p95) | KLOM retain | KLOM test | retain acc "
             "| test acc |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
             + (f"\n\nF normalised between the none (0) and retrain (1) controls: {norm:.3f}." if norm is not None

@@ -17,21 +17,24 @@ from duck.metrics import metrics_record
 from duck.models import Classifier
 from duck.pipeline.job import Job
 from duck.pipeline.stages import evaluate, fit_model, save_model
-from duck.training import training_trainer_settings
+from duck.training import data_parallel_size, training_trainer_settings
 from duck.utils import warn_line
 
 
 def cache_key(job: Job, retrain: bool) -> str:
     """Identifies a trained model: data config and content (``DatasetSplits.fingerprint``), model, recipe,
     seed, precision and every other ``trainer.*`` setting that changes training (gradient clipping,
-    accumulation, ...: ``duck.training.training_trainer_settings``), and the forget ids for an oracle."""
+    accumulation, ...: ``duck.training.training_trainer_settings``), the number of DDP processes where there
+    are several (``trainer.devices`` x ``num_nodes``), and the forget ids for an oracle."""
     from duck import __version__
 
     training = training_trainer_settings(job.trainer_cfg, precision=False)
+    world = data_parallel_size(job.trainer_cfg)  # DDP: another sample order per step, other weights
     spec = {"data": job.data_cfg, "model": job.model_cfg, "recipe": job.recipe_cfg,
             "seed": int(job.seed), "precision": str(job.trainer_cfg.get("precision")), "version": __version__,
             "forget": job.scenario.forget_hash if retrain else None,
             **({"trainer": training} if training else {}),  # absent by default: existing cache keys unchanged
+            **({"ddp_processes": world} if world > 1 else {}),
             "content": job.data.fingerprint()}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
 

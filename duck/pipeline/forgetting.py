@@ -34,15 +34,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from attacks.forgetting import epsilon_points, epsilons, final_score, jackknife_interval, klom, summarize
+from attacks.forgetting import (
+    epsilon_points,
+    epsilons,
+    final_score,
+    jackknife_interval,
+    klom,
+    klom_median_interval,
+    summarize,
+)
 from attacks.retrain_bank import RetrainBank
 from duck.errors import DuckInputError
 from duck.io import atomic_save_npz
 from duck.models import Classifier
 from duck.pipeline.job import Job
 from duck.pipeline.stages import model_phi
-from duck.training import training_trainer_settings
-from duck.unlearn import UnlearnData, create_unlearner
+from duck.training import data_parallel_size, training_trainer_settings
+from duck.unlearn import UnlearnData, create_unlearner, get_unlearner_class
 
 
 class OriginalBank(RetrainBank):
@@ -73,6 +81,10 @@ def unlearned_set_key(job: Job, original: Classifier) -> str:
     spec = {"original": _weights_digest(original), "method": job.method, "hparams": job.hparams,
             "forget": job.scenario.forget_hash, "data": job.data.fingerprint(),
             "trainer": training_trainer_settings(job.trainer_cfg), "version": __version__}
+    if get_unlearner_class(job.method).data_parallel:  # DUCK under DDP: other sample order, other weights
+        world = data_parallel_size(job.trainer_cfg)
+        if world > 1:
+            spec["ddp_processes"] = world
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -130,7 +142,8 @@ def _utility(s: dict[str, Any], retain: np.ndarray, test_ids: np.ndarray) -> tup
 def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | None,
               klom_ids: dict[str, np.ndarray]) -> dict[str, Any]:
     """F, the final score and KLOM of set ``s`` against the retrain bank ``ref``; with ``level``, jackknife
-    intervals over models for F and the final score (:func:`attacks.forgetting.jackknife_interval`)."""
+    intervals over models for F and the final score (:func:`attacks.forgetting.jackknife_interval`) and for
+    each split's KLOM median (:func:`attacks.forgetting.klom_median_interval`)."""
     sc = job.scenario
     forget, retain = np.asarray(sc.forget_idx), np.asarray(sc.retain_idx)
     test_ids = (np.asarray(sc.test_retain_idx) if sc.test_retain_idx is not None
@@ -150,10 +163,10 @@ def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | N
         "epsilon": {"median": float(np.median(eps)), "p95": float(np.percentile(eps, 95))},
         "retain_acc": float(ra_u.mean()), "test_acc": float(ta_u.mean()), "n_models": int(n_u)}
     k = min(n_u, n_r)  # KLOM compares as many models a side (the reference asserts it)
-    out["klom"] = {
-        "forget": summarize(klom(u_f[:k], r_f[:k])),
-        "retain": summarize(klom(s["phi_train"][:k, klom_ids["retain"]], ref["phi_train"][:k, klom_ids["retain"]])),
-        "test": summarize(klom(s["phi_test"][:k, klom_ids["test"]], ref["phi_test"][:k, klom_ids["test"]]))}
+    klom_pairs = {"forget": (u_f[:k], r_f[:k]),
+                  "retain": (s["phi_train"][:k, klom_ids["retain"]], ref["phi_train"][:k, klom_ids["retain"]]),
+                  "test": (s["phi_test"][:k, klom_ids["test"]], ref["phi_test"][:k, klom_ids["test"]])}
+    out["klom"] = {split: summarize(klom(pu, pr)) for split, (pu, pr) in klom_pairs.items()}
     if level is not None:
         _, lo, hi = jackknife_interval(quality, n_u, n_r, level)
         out["quality_ci"] = [lo, hi]
@@ -161,7 +174,10 @@ def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | N
             lambda iu, ir: final_score(quality(iu, ir), ra_u[iu], ra_r[ir], ta_u[iu], ta_r[ir]), n_u, n_r, level,
             bounds=(0.0, math.inf))
         out["final_score_ci"] = [lo, hi]
-        out["ci"] = f"delete-one jackknife over models, {100 * level:g} %"
+        for split, (pu, pr) in klom_pairs.items():  # the median's interval: models left out, KLOM recomputed
+            _, lo, hi = klom_median_interval(pu, pr, level)
+            out["klom"][split]["median_ci"] = None if lo is None else [lo, hi]
+        out["ci"] = f"delete-one jackknife over models, {100 * level:g} % (KLOM: one model of each set left out)"
     return out
 
 
@@ -171,7 +187,7 @@ def cached_score(job: Job, s: dict[str, Any], ref: dict[str, Any], level: float 
     forget set score the same for every method, so a second method's audit scores only its own runs."""
     from duck.io import atomic_save_json
 
-    spec = {"set": s["dir"], "ref": ref["dir"], "level": level, "forget": job.scenario.forget_hash,
+    spec = {"set": s["dir"], "ref": ref["dir"], "level": level, "forget": job.scenario.forget_hash, "v": 2,
             "klom": {k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in klom_ids.items()}}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
     path = job.cache_dir / "forgetting_scores" / f"{key}.json"

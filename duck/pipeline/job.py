@@ -31,10 +31,10 @@ from duck.errors import DuckInputError
 from duck.models import Classifier, create_model
 from duck.pipeline.config import conf_dir, container, resolve_progress
 from duck.privacy.shareable import check_shareable_cfg
-from duck.training import Recipe, check_trainer_settings
+from duck.training import Recipe, check_data_parallel, check_trainer_settings, data_parallel_size
 from duck.unlearn import get_unlearner_class
 from duck.unlearn.config import check_known_keys, resolve_method_cfg
-from duck.utils import check_bool, check_number
+from duck.utils import check_bool, check_number, warn_line
 
 #: job commands and what each needs
 COMMANDS = ("train", "unlearn", "audit", "run")
@@ -155,6 +155,7 @@ class Job:
                                  + (" (it defines the members)" if command == "audit" else "") + f": {SCENARIO_KINDS}")
         if command == "train" and cfg.get("retrain") and scenario is None:
             raise DuckInputError("retrain=true needs a scenario (e.g. scenario=class_removal) to define the retain set")
+        check_validation_separation(cfg.get("tuned_on"), data.name, scenario)
         model_name, model_kw = model_settings(cfg)
         job = cls(command=command, data=data, scenario=scenario, model_name=model_name,
                   model_factory=lambda: create_model(model_name, data.num_classes, data.in_chans, data.img_size,
@@ -175,6 +176,11 @@ class Job:
         if cfg.get("recipe") is not None:
             job.recipe = Recipe.from_cfg(job.recipe_cfg)
         check_trainer_settings(job.trainer_cfg)
+        if command in ("train", "run"):  # the original / oracle train with DDP where trainer.devices > 1
+            check_data_parallel(job.trainer_cfg, job.recipe.batch_size if job.recipe is not None else None)
+        elif data_parallel_size(job.trainer_cfg) > 1 and command == "audit":
+            warn_line(f"trainer.devices={job.trainer_cfg.get('devices')!r} not used: duck-audit trains its banks on "
+                      "one device each (batched where faster); DDP is for duck-train / duck-run's original and oracle")
         if cfg.get("cache_dir") is not None:
             job.cache_dir = check_cache_dir(cfg.cache_dir)
         if attack_settings is not None:
@@ -252,6 +258,23 @@ def model_settings(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
     """``(model name, its options)`` from ``cfg.model``."""
     kw = container(cfg.model)
     return kw.pop("name"), kw
+
+
+def check_validation_separation(tuned_on: Any, data_name: str, scenario: Any) -> None:
+    """A tuned preset (``preset/tuned_*.yaml`` from ``duck-run -m +tune=METHOD``) records the validation forget set
+    its search looked at (``tuned_on``); a run that would report the preset on that forget set (the same
+    forget ids, or for class removal any of the same classes) on the same data is refused: a search must never
+    see the forget set its method is reported on."""
+    if not tuned_on or scenario is None or str(tuned_on.get("data")) != data_name:
+        return
+    same_ids = tuned_on.get("forget_hash") == scenario.forget_hash
+    classes = set(tuned_on.get("forget_classes") or []) & set(scenario.forget_classes or [])
+    if same_ids or classes:
+        what = f"classes {sorted(classes)}" if classes else "forget ids"
+        raise DuckInputError(f"this run's preset was tuned on {data_name} with the same {what} as its forget set "
+                             f"(tuned_on: {tuned_on.get('scenario')} {tuned_on.get('forget_classes')}): report a "
+                             "tuned method on forget sets its search did not see (other classes, another seed), or "
+                             "drop the preset")
 
 
 def method_settings(cfg: DictConfig | dict[str, Any]) -> tuple[str, dict[str, Any]]:

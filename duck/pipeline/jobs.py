@@ -9,8 +9,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_only
-
 from duck.checkpoint import save_checkpoint
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_write_text
@@ -49,8 +47,6 @@ def train(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     ``metrics.json``. A model at chance is refused before anything is written."""
     retrain = bool(job.config.get("retrain"))
     model, metrics = fit_model(job, retrain)
-    if rank_zero_only.rank != 0:  # DDP: only the first process writes
-        return metrics, {"model": model}
     try:  # a model trained here at chance is written (the user asked for it) but said loudly
         check_original(job, metrics["acc"], "the trained model")
     except DuckInputError as e:

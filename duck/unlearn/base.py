@@ -6,12 +6,13 @@ A method subclasses :class:`Unlearner`, is registered with ``@register_unlearner
 ``training_step``/``configure_optimizers`` for its phase(s) and ``run()``, which calls :meth:`fit_phase`
 once per phase. Stopping rules are Lightning callbacks (:class:`ForgetAccuracyStop`). ``unlearn()`` times
 ``run()`` (the unlearning wall time reported as ``time_s``) and returns an :class:`UnlearnResult`.
-Unlearning runs in one process on one device (``devices=1``); multi-GPU DDP is for training originals,
-oracles and shadow banks.
+Unlearning runs in the job's process on one device (``devices=1``), except methods marked ``data_parallel``
+(DUCK), whose phases run on DDP workers started from that process when ``trainer.devices`` > 1.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +29,16 @@ from duck.data.loaders import cycle, make_loader
 from duck.data.scenarios import SCENARIOS, Scenario
 from duck.errors import DuckInputError
 from duck.models import Classifier
-from duck.training import NonFiniteGuard, Recipe, build_trainer, check_finite_weights
+from duck.training import (
+    NonFiniteGuard,
+    Recipe,
+    build_trainer,
+    check_data_parallel,
+    check_finite_weights,
+    fit,
+    single_device,
+    worker_trainer_settings,
+)
 from duck.unlearn.config import check_positive, resolve_method_cfg
 from duck.utils import JOB_SEED_MAX, check_number, check_seed, warn_line
 
@@ -124,6 +134,10 @@ def check_unlearn_inputs(model: Any, data: Any, cfg: Any, trainer_cfg: Any, seed
         check_number(value, f"original_acc[{key!r}]", 0.0, False, 1.0)  # fractions, not percentages
 
 
+#: the trainer metric that carries a data-parallel phase's state from DDP worker 0 back to the job's process
+WORKER_STATE = "_unlearner_worker_state"
+
+
 @dataclass
 class UnlearnResult:
     """What unlearning returns: the unlearned ``model``, the unlearning wall time and epochs, whether the
@@ -163,7 +177,8 @@ class ForgetAccuracyStop(Callback):
         a_f = self.unlearner.forget_accuracy()
         self.unlearner.history.append({"phase": self.unlearner.phase, "epoch": round(epoch_progress, 4),
                                        "forget_acc": a_f})
-        if a_f <= self.target:
+        # DDP: every worker measures the same weights on the whole forget set; stop together all the same
+        if trainer.strategy.reduce_boolean_decision(a_f <= self.target, all=False):
             self.reached = True
             self.epochs_done = epoch_progress
             trainer.should_stop = True
@@ -203,6 +218,11 @@ class Unlearner(L.LightningModule):
     #: True for methods that step their optimiser themselves (several losses or steps per batch: DUCK,
     #: SCRUB); Lightning cannot apply trainer.gradient_clip_val / accumulate_grad_batches to those
     manual_optimization: ClassVar[bool] = False
+    #: True for methods that run data-parallel under DDP (``trainer.devices`` > 1): every phase's batches are
+    #: split over the workers, which start from the state this process prepared (DUCK: the centroids and
+    #: targets, computed once here and sent to every worker) and send the weights and the stopping state back.
+    #: The others run on one device and say so.
+    data_parallel: ClassVar[bool] = False
 
     @property
     def automatic_optimization(self) -> bool:
@@ -239,39 +259,65 @@ class Unlearner(L.LightningModule):
         check_positive(self.hp, self.positive_hyperparameters)
         self.seed = int(seed)
         given = dict(trainer_cfg or {})
+        self.world = 1
+        if self.data_parallel:
+            self.world = check_data_parallel(given, self.parallel_batch_size())
         dropped = [f"trainer.{k}={v!r}" for k, v in given.items()
                    if (k == "devices" and v != 1) or (k in ("strategy", "num_nodes") and v not in (None, "auto", 1))]
-        if dropped:  # said, not silently replaced
-            warn_line(f"{', '.join(dropped)} not used: unlearning methods run on one device "
-                      "(duck-train and the oracle use the multi-device settings)")
-        self.trainer_cfg = {**given, "devices": 1}
-        self.trainer_cfg.pop("strategy", None)
-        self.trainer_cfg.pop("num_nodes", None)
+        if dropped and self.world == 1:  # said, not silently replaced
+            warn_line(f"{', '.join(dropped)} not used: method {self.method_name!r} runs on one device (DUCK runs "
+                      "data-parallel; duck-train and the oracle use the multi-device settings)")
+        self.trainer_cfg = given if self.world > 1 else single_device(given)
         self.progress = progress
         self.phase = "init"
         self.history: list[dict[str, Any]] = []
         self.phase_log: dict[str, dict[str, int]] = {}  # phase -> epochs run and optimiser steps taken
         self._retain_iter: Iterator[Any] | None = None
+        self._retain_stream_batch: int | None = None
 
     # ----------------------------------------------------------------- data
+    def parallel_batch_size(self) -> int | None:
+        """The batch size that must split over the DDP workers (data-parallel methods: their ``batch_size``)."""
+        return int(self.hp["batch_size"]) if "batch_size" in self.hp else None
+
     def retain_loader(self, batch_size: int, *, shuffle: bool = True, seed_offset: int = 0,
                       drop_last: bool = False) -> DataLoader:
-        return make_loader(self.data.train, batch_size, shuffle=shuffle, seed=self.seed + seed_offset,
+        """Retain batches; under DDP each of the ``world`` workers takes ``batch_size / world`` of every batch
+        (Lightning gives each a disjoint part of the epoch)."""
+        return make_loader(self.data.train, batch_size // self.world, shuffle=shuffle, seed=self.seed + seed_offset,
                            indices=self.data.retain_idx, drop_last=drop_last and len(self.data.retain_idx) > batch_size)
 
-    def forget_loader(self, batch_size: int, *, shuffle: bool = True, seed_offset: int = 0) -> DataLoader:
-        return make_loader(self.data.train, batch_size, shuffle=shuffle, seed=self.seed + 7919 + seed_offset,
-                           indices=self.data.forget_idx)
+    def forget_loader(self, batch_size: int, *, shuffle: bool = True, seed_offset: int = 0,
+                      per_worker: bool = True) -> DataLoader:
+        """Forget batches (``per_worker=False``: whole batches even under DDP, for a batch every worker
+        slices itself)."""
+        return make_loader(self.data.train, batch_size // (self.world if per_worker else 1), shuffle=shuffle,
+                           seed=self.seed + 7919 + seed_offset, indices=self.data.forget_idx)
 
     def start_retain_stream(self, batch_size: int) -> None:
-        """An endless, reshuffling stream of retain batches for steps that pair them with forget batches."""
-        self._retain_iter = cycle(self.retain_loader(batch_size, seed_offset=104729, drop_last=True))
+        """An endless, reshuffling stream of retain batches for steps that pair them with forget batches (made
+        where it is first drawn from: under DDP in each worker, with a seed of its own)."""
+        self._retain_stream_batch = int(batch_size)
+        self._retain_iter = None
 
     def next_retain_batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self._retain_iter is None:
-            raise RuntimeError("call start_retain_stream() before next_retain_batch()")
+            batch = self._retain_stream_batch
+            if batch is None:
+                raise RuntimeError("call start_retain_stream() before next_retain_batch()")
+            rank = self.trainer.global_rank if self.world > 1 else 0  # each worker its own retain samples
+            self._retain_iter = cycle(self.retain_loader(batch, seed_offset=104729 + 7727 * rank, drop_last=True))
         x, y, i = next(self._retain_iter)
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), i
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a DDP worker receives: no live iterator (the worker makes its own) and no model factory (a
+        closure; data-parallel methods do not build models)."""
+        state = dict(super().__getstate__())
+        state["_retain_iter"] = None
+        if self.data.model_factory is not None:
+            state["data"] = dataclasses.replace(self.data, model_factory=None)
+        return state
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:
         return apply_augment(x, self.data.augment) if self.data.augment else x
@@ -304,11 +350,30 @@ class Unlearner(L.LightningModule):
         self.phase = phase
         self.model.train()  # BatchNorm in train mode while unlearning (Lightning keeps submodules' modes)
         guard = NonFiniteGuard(f"unlearning with {self.method_name}", self.divergence_setting())
-        trainer = build_trainer(self.trainer_cfg, max_epochs=int(max_epochs), enable_progress_bar=self.progress,
-                                callbacks=[*callbacks, guard], num_sanity_val_steps=0, **trainer_overrides)
-        trainer.fit(self, loader)
-        self.phase_log[phase] = {"epochs": int(trainer.current_epoch), "steps": int(trainer.global_step)}
+        cfg, extra = worker_trainer_settings(self.trainer_cfg, self.world)
+        trainer = build_trainer(cfg, max_epochs=int(max_epochs), enable_progress_bar=self.progress,
+                                callbacks=[*callbacks, guard, *extra], num_sanity_val_steps=0, **trainer_overrides)
+        fit(trainer, self, loader, self.world)
+        if self.world > 1:  # the workers' state of the phase (history, epochs, steps, stopping rule)
+            self._restore_worker_state(trainer.callback_metrics.pop(WORKER_STATE), callbacks)
+        self.phase_log[phase] = {"epochs": int(trainer.current_epoch), "steps": int(trainer.global_step)} \
+            if self.world == 1 else self.phase_log[phase]
         return trainer
+
+    def on_train_end(self) -> None:
+        """In DDP worker 0: the phase's state for this process (sent back with the trainer's metrics)."""
+        if self.world > 1 and self.trainer.global_rank == 0:
+            stops = [{"reached": cb.reached, "epochs_done": cb.epochs_done} for cb in self.trainer.callbacks
+                     if isinstance(cb, ForgetAccuracyStop)]
+            self.trainer.callback_metrics[WORKER_STATE] = {  # type: ignore[index]
+                "history": list(self.history), "stops": stops,
+                "log": {"epochs": int(self.trainer.current_epoch), "steps": int(self.trainer.global_step)}}
+
+    def _restore_worker_state(self, state: dict[str, Any], callbacks: Sequence[Callback]) -> None:
+        self.history = list(state["history"])
+        self.phase_log[self.phase] = dict(state["log"])
+        for cb, st in zip([c for c in callbacks if isinstance(c, ForgetAccuracyStop)], state["stops"], strict=True):
+            cb.reached, cb.epochs_done = bool(st["reached"]), float(st["epochs_done"])
 
     def run(self) -> dict[str, Any]:
         """The method's phases; returns ``{"epochs": float, "reached_target": bool | None, ...}``."""

@@ -18,15 +18,18 @@ from duck.utils import check_bool, check_number, check_positive_int
 #: the ranges of the numeric hyperparameters the methods share by name (a method's own keys not listed here
 #: are checked where it reads them); None stays allowed: "unset" or "taken from a preset"
 _POSITIVE = ("lr", "erm_lr", "low_lr", "temperature", "kd_T", "bound", "step", "lr_gamma")
-_NON_NEGATIVE = ("weight_decay", "lambda_fgt", "lambda_ret", "lambda_reg", "lam", "alpha", "gamma",
+_NON_NEGATIVE = ("weight_decay", "lambda_fgt", "lambda_ret", "low_lambda_ret", "lambda_reg", "lam", "alpha", "gamma",
                  "low_lambda_scale_cr", "low_lambda_scale_hr")
 _FINITE = ("tolerance", "prohibit_threshold")  # a negative tolerance: a target never reached (max_epochs epochs)
 _UNIT = {"retain_fraction": (0.0, False, 1.0, False), "mask_density": (0.0, True, 1.0, False),
-         "momentum": (0.0, False, 1.0, True)}  # (lo, lo open, hi, hi open)
+         "momentum": (0.0, False, 1.0, True), "beta": (0.0, False, 1.0, False),
+         "mask_ratio": (0.0, True, 1.0, False), "label_smoothing": (0.0, False, 1.0, True)}  # (lo, lo open, hi, hi open)
 _COUNTS = {"epochs": 1, "max_epochs": 1, "erm_epochs": 1, "batch_size": 1, "forget_batch_size": 1,
            "attack_steps": 1, "max_per_class": 1, "low_epochs": 0, "msteps": 0,
-           "batch_ratio": 1, "low_batch_ratio": 1}  # minimum (batch ratios count retain batches per forget batch)
-_FLAGS = ("recompute_targets", "joint_forward", "low_cosine")  # true / false only: a string such as "no" is refused
+           "batch_ratio": 1, "low_batch_ratio": 1,
+           "low_retain_batch_size": 1}  # minimum (batch ratios count retain batches per forget batch)
+# true / false only: a string such as "no" is refused
+_FLAGS = ("recompute_targets", "joint_forward", "low_joint_forward", "low_cosine", "stop_at_target")
 _CHOICES = {"stop_check": ("epoch", "batch"), "low_pairing": ("ratio", "first_forget")}
 
 

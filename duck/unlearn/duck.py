@@ -79,6 +79,7 @@ class DUCK(Unlearner):
 
     supported_scenarios = SCENARIOS  # targeted: the named class's centroid is every forget sample's target
     manual_optimization = True  # two losses, several optimiser steps per forget batch
+    data_parallel = True  # centroids and targets computed once here, sent to every DDP worker
 
     def run(self) -> dict[str, Any]:
         hp, sc = self.hp, self.data.scenario
@@ -97,10 +98,15 @@ class DUCK(Unlearner):
             self.target_row[torch.as_tensor(sc.forget_idx, device=device)] = int(hit[0])
         else:
             self.assign_targets()
+        if self.world > 1:  # sent to the DDP workers from the host; each moves them to its device
+            self.centroids, self.centroid_classes = self.centroids.cpu(), self.centroid_classes.cpu()
+            self.target_row = self.target_row.cpu()
         # 3-4. high-forget phase
         bs = int(hp["batch_size"])
         self.start_retain_stream(bs)
         self.lambda_fgt = float(hp["lambda_fgt"])
+        self.lambda_ret = float(hp["lambda_ret"])
+        self.joint_forward = bool(hp.get("joint_forward", True))
         self.retain_steps = int(hp["batch_ratio"])
         self.lr = float(hp["lr"])
         self.low_cosine = False
@@ -112,16 +118,24 @@ class DUCK(Unlearner):
         self.lambda_fgt = float(hp["lambda_fgt"]) * float(scale)
         self.lr = float(hp["low_lr"] if hp.get("low_lr") is not None else hp["lr"])
         self.low_cosine = bool(hp.get("low_cosine", False))
+        # per-phase settings (null: the high phase's); the authors' code: joint forward pass and retain CE of
+        # weight 1 (λ2 not applied) in the low phase only, retain batches of 512 there
+        low = {key: hp.get(f"low_{key}") for key in ("joint_forward", "lambda_ret", "retain_batch_size")}
+        self.joint_forward = bool(self.joint_forward if low["joint_forward"] is None else low["joint_forward"])
+        self.lambda_ret = float(self.lambda_ret if low["lambda_ret"] is None else low["lambda_ret"])
+        retain_bs = int(low["retain_batch_size"] or bs)
         low_epochs = int(hp["low_epochs"])
         if low_epochs > 0:
             if hp["low_pairing"] == "first_forget":
                 # the authors' class-removal code: one forget batch paired with every retain batch
-                self.fixed_forget_batch = next(iter(self.forget_loader(bs)))
+                self.fixed_forget_batch = next(iter(self.forget_loader(bs, per_worker=False)))
                 self.retain_steps = 1
-                self.fit_phase("low", self.retain_loader(bs, drop_last=True), low_epochs)
+                self.fit_phase("low", self.retain_loader(retain_bs, drop_last=True), low_epochs)
             elif hp["low_pairing"] == "ratio":
                 self.fixed_forget_batch = None
                 self.retain_steps = int(hp.get("low_batch_ratio") or hp["batch_ratio"])
+                if retain_bs != bs:  # a stream of the low phase's retain batches (else the high phase's goes on)
+                    self.start_retain_stream(retain_bs)
                 self.fit_phase("low", self.forget_loader(bs, seed_offset=1), low_epochs)
             else:
                 raise DuckInputError(f"method.low_pairing={hp['low_pairing']!r}: use 'ratio' or 'first_forget'")
@@ -135,6 +149,12 @@ class DUCK(Unlearner):
         z_f, y_f, idx_f = embed_samples(self.model, self.data.train, self.data.forget_idx, device=self.centroids.device)
         self.target_row[idx_f] = nearest_incorrect_centroid(z_f, y_f, self.centroids, self.centroid_classes)
 
+    def on_fit_start(self) -> None:
+        """Centroids and targets on the device that trains (a DDP worker's own)."""
+        self.centroids = self.centroids.to(self.device)
+        self.centroid_classes = self.centroid_classes.to(self.device)
+        self.target_row = self.target_row.to(self.device)
+
     def on_train_epoch_start(self) -> None:
         if self.phase == "high" and self.hp.get("recompute_targets") and self.current_epoch > 0 \
                 and self.data.scenario.kind != "targeted":
@@ -142,24 +162,28 @@ class DUCK(Unlearner):
 
     def duck_loss(self, x_f: torch.Tensor, idx_f: torch.Tensor, x_r: torch.Tensor, y_r: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``λ1·L_fgt + λ2·L_ret`` (Eq. 5); forget and retain images share one forward pass (BatchNorm in
-        train mode sees both) unless ``joint_forward=false``."""
+        """``λ1·L_fgt + λ2·L_ret`` (Eq. 5), with the phase's λ1, λ2 and forward pass: forget and retain images
+        share one forward pass (BatchNorm in train mode sees both) where the phase's ``joint_forward`` is on;
+        ``label_smoothing`` in the retain cross-entropy (the authors' TinyImageNet setting)."""
         x_f, x_r = self.augment(x_f), self.augment(x_r)
-        if self.hp.get("joint_forward", True):
+        if self.joint_forward:
             z = self.model.embed(torch.cat([x_f, x_r]))
             z_f, z_r = z[: len(x_f)], z[len(x_f):]
         else:
             z_f, z_r = self.model.embed(x_f), self.model.embed(x_r)
         mu = self.centroids[self.target_row[idx_f]]  # (B_f, D) by sample index, not batch position
         l_fgt = cosine_distance(z_f, mu).mean()
-        l_ret = F.cross_entropy(self.model.head(z_r) / float(self.hp["temperature"]), y_r)
-        return self.lambda_fgt * l_fgt + float(self.hp["lambda_ret"]) * l_ret, l_fgt, l_ret
+        l_ret = F.cross_entropy(self.model.head(z_r) / float(self.hp["temperature"]), y_r,
+                                label_smoothing=float(self.hp.get("label_smoothing") or 0.0))
+        return self.lambda_fgt * l_fgt + self.lambda_ret * l_ret, l_fgt, l_ret
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         opt = self.optimizers()
         sched = self.lr_schedulers()
         if self.phase == "low" and self.fixed_forget_batch is not None:
             x_f, _, idx_f = (t.to(self.device) for t in self.fixed_forget_batch)
+            if self.world > 1:  # each DDP worker its share of the one forget batch
+                x_f, idx_f = x_f[self.global_rank::self.world], idx_f[self.global_rank::self.world]
             x_r, y_r, _ = batch
             pairs = [(x_r, y_r)]
         else:

@@ -1,0 +1,61 @@
+"""The objective of a hyperparameter search (``duck-run -m +tune=METHOD``, Hydra's Optuna sweeper; issue 27):
+one number per trial that rewards forgetting and penalises damage.
+
+- ``final_score`` (where the forgetting audit ran, ``attack.forgetting.enabled=true``): the NeurIPS 2023
+  challenge's score ``F × (RA_U / RA_R) × (TA_U / TA_R)`` of the method against models retrained without the
+  forget set (ALGORITHMS.md §10): forgetting quality times retained utility;
+- ``aus`` otherwise: the DUCK paper's AUS (ALGORITHMS.md §2).
+
+Either way a trial whose forget set did not reach its target (class removal: accuracy ``<= tolerance``;
+homogeneous: ``<=`` the original's test accuracy) scores 1 less, so every configuration that reaches the
+target ranks above every one that does not (the target as a constraint). The search runs on a *validation*
+forget set chosen by ``conf/tune/*.yaml`` (docs/tuning.md says how it is kept apart from the reported ones).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from duck.errors import DuckInputError
+from duck.io import atomic_save_json
+from duck.pipeline.job import Job
+
+OBJECTIVES = ("auto", "final_score", "aus")
+#: subtracted from a trial whose forget set missed its target
+MISSED_TARGET_PENALTY = 1.0
+
+
+def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any], objective: str = "auto"
+                   ) -> dict[str, Any]:
+    """The trial's objective and what it is made of, from ``duck-run``'s results (``metrics``: the unlearned
+    model's record; ``extra``: the original's record and, with the audit, the audits)."""
+    if objective not in OBJECTIVES:
+        raise DuckInputError(f"tune.objective={objective!r}: choose one of {', '.join(OBJECTIVES)}")
+    sc = job.scenario
+    tolerance = float(job.hparams.get("tolerance", 0.01) if job.hparams else 0.01)
+    target = tolerance if sc.forget_target_rule == "zero" else float(extra["original"]["acc"]["test"])
+    train_forget = float(metrics["acc"]["train_forget"])
+    reached = train_forget <= round(target, 6) + 1e-9
+    forgetting = ((extra.get("audits") or {}).get("unlearned") or {}).get("forgetting")
+    kind = ("final_score" if forgetting else "aus") if objective == "auto" else objective
+    if kind == "final_score":
+        if not forgetting:
+            raise DuckInputError("tune.objective=final_score needs the forgetting audit: audit=true "
+                                 "attack.forgetting.enabled=true (or tune.objective=aus)")
+        value = float(forgetting["final_score"])
+    else:
+        value = float(metrics["aus"])
+    score = value - (0.0 if reached else MISSED_TARGET_PENALTY)
+    return {"objective": score, "kind": kind, "value": value, "reached_target": reached,
+            "train_forget": train_forget, "target": target, "method": job.method,
+            "hparams": dict(job.hparams or {}), "data": job.data.name, "scenario": sc.summary()}
+
+
+def write_tune_result(out: Path, result: dict[str, Any]) -> float:
+    """``tune.json`` in the trial's directory (read by the sweep's end, :mod:`duck.report.tune`); the objective."""
+    atomic_save_json(Path(out) / "tune.json", result)
+    print(f"tune: objective {result['objective']:.4f} ({result['kind']} {result['value']:.4f}"
+          + ("" if result["reached_target"] else f", forget target missed: {result['train_forget']:.3f} > "
+             f"{result['target']:.3f}") + ")")
+    return float(result["objective"])

@@ -1,0 +1,293 @@
+"""DUCK's options observed to take effect (issue 27 item 7): every setting of ``duck/unlearn/duck.py`` below
+could be ignored, and each refusal removed, without a test failing. Each test here watches the option's
+effect (phase epochs and steps, the learning rate the optimiser used, the calls that recompute targets, the
+refusal and its message), and likewise ``predict_logits`` restoring the model's mode and offline LiRA with
+OUT shadows whose φ have zero variance."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from duck.data.scenarios import Scenario, build_scenario
+from duck.errors import DuckInputError
+from duck.metrics import predict_logits, split_accuracies
+from duck.unlearn import UnlearnData, create_unlearner
+from duck.unlearn.duck import embed_samples, nearest_incorrect_centroid
+
+# conf/method/duck.yaml with the synthetic preset (batch_size 32, batch_ratio 2) written out
+BASE = {"lambda_fgt": 1.5, "lambda_ret": 1.5, "batch_ratio": 2, "temperature": 2.0, "lr": 1e-3, "batch_size": 32,
+        "weight_decay": 5e-4, "tolerance": 0.01, "max_epochs": 10, "stop_check": "epoch", "recompute_targets": False,
+        "max_per_class": None, "joint_forward": True, "low_epochs": 2, "low_lambda_scale_cr": 0.1,
+        "low_lambda_scale_hr": 0.3, "low_pairing": "ratio", "low_batch_ratio": None, "low_lr": None,
+        "low_cosine": False}
+TRAINER = {"accelerator": "cpu", "devices": 1}
+
+
+def make_duck(synthetic, model, scenario, **overrides):
+    orig = split_accuracies(model, synthetic, scenario)
+    data = UnlearnData(synthetic.train, scenario, synthetic.num_classes, "synthetic", orig)
+    return create_unlearner("duck", copy.deepcopy(model), data, {**BASE, **overrides}, seed=0, trainer_cfg=TRAINER)
+
+
+def class_removal(synthetic, classes=(1,)):
+    return build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, 4, forget_classes=list(classes))
+
+
+def forget_batches(scenario) -> int:
+    return -(-len(scenario.forget_idx) // BASE["batch_size"])
+
+
+# ------------------------------------------------------------------------------------- low-forget phase
+def test_one_low_epoch_runs_the_low_phase_once(synthetic, synthetic_model):
+    """``low_epochs=1``: the low phase runs exactly one epoch (a ``> 1`` test would skip it); 0 skips it."""
+    sc = class_removal(synthetic)
+    res = make_duck(synthetic, synthetic_model, sc, tolerance=1.0, low_epochs=1).unlearn()
+    n = forget_batches(sc)
+    assert res.info["phases"]["high"] == {"epochs": 1, "steps": n * 2}
+    assert res.info["phases"]["low"] == {"epochs": 1, "steps": n * 2}
+    assert res.epochs == 1 + 1
+    none = make_duck(synthetic, synthetic_model, sc, tolerance=1.0, low_epochs=0).unlearn()
+    assert "low" not in none.info["phases"] and none.epochs == 1
+
+
+def test_low_batch_ratio_sets_the_low_phase_retain_steps(synthetic, synthetic_model):
+    """``low_batch_ratio``: retain batches (= optimiser steps) per forget batch in the low phase only; ``null``
+    falls back to ``batch_ratio``."""
+    sc = class_removal(synthetic)
+    n = forget_batches(sc)
+    u = make_duck(synthetic, synthetic_model, sc, tolerance=1.0, low_epochs=2, batch_ratio=2, low_batch_ratio=3)
+    res = u.unlearn()
+    assert res.info["phases"]["high"] == {"epochs": 1, "steps": n * 2}  # the high phase keeps batch_ratio
+    assert res.info["phases"]["low"] == {"epochs": 2, "steps": 2 * n * 3}
+    assert u.retain_steps == 3
+    default = make_duck(synthetic, synthetic_model, sc, tolerance=1.0, low_epochs=2, batch_ratio=2,
+                        low_batch_ratio=None).unlearn()
+    assert default.info["phases"]["low"] == {"epochs": 2, "steps": 2 * n * 2}
+
+
+def _lrs_per_step(u) -> list[tuple[str, float]]:
+    """Wrap ``training_step``: the learning rate of the optimiser after every training step, with the phase."""
+    seen: list[tuple[str, float]] = []
+    step = u.training_step
+
+    def spy(*args, **kwargs):
+        out = step(*args, **kwargs)
+        seen.append((u.phase, float(u.trainer.optimizers[0].param_groups[0]["lr"])))
+        return out
+
+    u.training_step = spy
+    return seen
+
+
+def test_low_cosine_anneals_the_low_phase_learning_rate_to_zero(synthetic, synthetic_model):
+    """``low_cosine``: the low-phase learning rate (``low_lr``) follows a cosine over the phase's optimiser
+    steps and ends at 0; the high phase keeps ``lr``. Without it the low phase runs at ``low_lr`` throughout."""
+    sc = class_removal(synthetic)
+    n, ratio, low_epochs, low_lr = forget_batches(sc), 2, 2, 5e-4
+    u = make_duck(synthetic, synthetic_model, sc, tolerance=1.0, low_epochs=low_epochs, batch_ratio=ratio,
+                  lr=1e-3, low_lr=low_lr, low_cosine=True)
+    seen = _lrs_per_step(u)
+    u.unlearn()
+    high = [lr for phase, lr in seen if phase == "high"]
+    low = [lr for phase, lr in seen if phase == "low"]
+    assert high == [1e-3] * n  # one training step per forget batch, one high epoch
+    total = low_epochs * n * ratio  # optimiser steps of the low phase = the schedule's length
+    expected = [low_lr * (1 + math.cos(math.pi * k / total)) / 2 for k in range(ratio, total + 1, ratio)]
+    assert low == pytest.approx(expected, abs=1e-10)
+    assert low[-1] == pytest.approx(0.0, abs=1e-12) and low[0] < low_lr
+
+    flat = make_duck(synthetic, synthetic_model, sc, tolerance=1.0, low_epochs=low_epochs, batch_ratio=ratio,
+                     lr=1e-3, low_lr=low_lr, low_cosine=False)
+    seen = _lrs_per_step(flat)
+    flat.unlearn()
+    assert [lr for phase, lr in seen if phase == "low"] == [low_lr] * (low_epochs * n)
+
+
+# ------------------------------------------------------------------------------------- targets
+def _watch_assign_targets(u, synthetic) -> tuple[list[tuple[str, int]], list[torch.Tensor]]:
+    """Wrap ``assign_targets``: record (phase, epoch) of every call and the targets it stored, checking that
+    they are the nearest incorrect centroids under the model of that moment."""
+    calls: list[tuple[str, int]] = []
+    rows: list[torch.Tensor] = []
+    assign = u.assign_targets
+
+    def spy():
+        assign()
+        calls.append((u.phase, int(u.current_epoch)))
+        rows.append(u.target_row.clone())
+        z, y, idx = embed_samples(u.model, synthetic.train, u.data.forget_idx, device=u.centroids.device)
+        expected = nearest_incorrect_centroid(z, y, u.centroids, u.centroid_classes)
+        assert torch.equal(u.target_row[idx], expected)
+
+    u.assign_targets = spy
+    return calls, rows
+
+
+def test_recompute_targets_recomputes_them_every_high_epoch(synthetic, synthetic_model):
+    """``recompute_targets=true``: c*(x) recomputed with the current model at the start of every high-phase epoch
+    after the first (never in the low phase); ``false``: once, before unlearning, and unchanged afterwards."""
+    sc = class_removal(synthetic)
+    u = make_duck(synthetic, synthetic_model, sc, tolerance=-1.0, max_epochs=3, low_epochs=2, recompute_targets=True)
+    calls, _ = _watch_assign_targets(u, synthetic)
+    res = u.unlearn()
+    assert res.info["phases"]["high"]["epochs"] == 3
+    assert calls == [("init", 0), ("high", 1), ("high", 2)]
+
+    once = make_duck(synthetic, synthetic_model, sc, tolerance=-1.0, max_epochs=3, low_epochs=2,
+                     recompute_targets=False)
+    calls, rows = _watch_assign_targets(once, synthetic)
+    once.unlearn()
+    assert calls == [("init", 0)]
+    assert torch.equal(once.target_row, rows[0])  # the targets of the start, unchanged by the epochs
+
+
+# ------------------------------------------------------------------------------------- refusals
+def test_refuses_forget_samples_without_a_centroid_of_another_class(synthetic, synthetic_model):
+    """A forget sample whose class is the only one retained has no incorrect centroid to go to: refused with a
+    DuckInputError before any training (the argmin over all-inf distances picked its own class)."""
+    y = synthetic.train.labels
+    ids = np.concatenate([np.flatnonzero(y != 0), np.flatnonzero(y == 0)[:5]])  # class 0 alone is retained
+    sc = build_scenario("custom", y, synthetic.test.labels, 4, forget_ids=sorted(ids.tolist()))
+    assert set(y[sc.retain_idx].tolist()) == {0}
+    u = make_duck(synthetic, synthetic_model, sc)
+    with pytest.raises(DuckInputError, match="no centroid of a class other than the forget samples' own; retain at "
+                                             "least one other class"):
+        u.unlearn()
+    assert u.phase_log == {} and u.history == []
+
+
+def test_refuses_a_target_class_without_retained_samples(synthetic, synthetic_model):
+    """Targeted: the named class must keep retained samples to form its centroid (build_scenario ensures it; a
+    Scenario built by hand may not): refused with a DuckInputError that names the class, not an IndexError."""
+    y = synthetic.train.labels
+    forget = np.sort(np.concatenate([np.flatnonzero(y == 0), np.flatnonzero(y == 1)[:5]]))
+    sc = Scenario("targeted", forget, np.setdiff1d(np.arange(len(y)), forget), target_class=0)
+    u = make_duck(synthetic, synthetic_model, sc)
+    with pytest.raises(DuckInputError, match="target class 0 has no retained samples to form a centroid"):
+        u.unlearn()
+    assert u.phase_log == {} and u.history == []
+
+
+# ------------------------------------------------------------------------------------- metrics and LiRA
+@pytest.mark.parametrize("training", [True, False])
+def test_predict_logits_runs_in_eval_mode_and_restores_the_mode(synthetic, training):
+    """Eval-mode logits (independent of the batch composition: BatchNorm running statistics) and the model
+    left in the mode it was in, every submodule included."""
+    from duck.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("smallcnn", synthetic.num_classes, 1, 8, width=4)
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    model.train(training)
+    a, y, idx = predict_logits(model, synthetic.train, indices=np.arange(40), batch_size=7)
+    assert all(m.training == training for m in model.modules())
+    b, _, _ = predict_logits(model, synthetic.train, indices=np.arange(40), batch_size=40)
+    assert all(m.training == training for m in model.modules())
+    torch.testing.assert_close(a, b)
+    assert a.shape == (40, synthetic.num_classes) and idx.tolist() == list(range(40))
+    # a BatchNorm the caller froze in eval mode inside a model in train mode stays frozen
+    model.train()
+    frozen = next(m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    frozen.eval()
+    predict_logits(model, synthetic.train, indices=np.arange(8), batch_size=8)
+    assert model.training and not frozen.training
+
+
+@pytest.mark.parametrize("fixed_variance", [False, True])
+def test_offline_lira_with_zero_out_variance(fixed_variance):
+    """OUT shadows with identical φ (σ_out = 0): offline LiRA stays finite, and orders the target's φ above,
+    at and below μ_out (a one-sided score of +large, log 2, 0; two-sided: +large, 0, +large) instead of
+    giving inf and NaN (0/0)."""
+    from attacks.lira import lira_scores
+
+    n_shadow = 4
+    target = np.array([[2.0], [1.0], [0.0]])  # above, at and below the OUT φ
+    shadow = np.ones((n_shadow, 3, 1))  # every OUT shadow has φ = 1 for every example: zero variance
+    shadow_in = np.zeros((n_shadow, 3), dtype=bool)
+    with np.errstate(divide="raise", invalid="raise"):  # no division by zero, no invalid operation
+        one, info = lira_scores(target, shadow, shadow_in, variant="offline", fixed_variance=fixed_variance)
+        two, _ = lira_scores(target, shadow, shadow_in, variant="offline", offline_test="two_sided",
+                             fixed_variance=fixed_variance)
+    assert info == {"n_out": n_shadow}
+    assert np.isfinite(one).all() and np.isfinite(two).all()
+    assert one[0] > 1e6 and one[1] == pytest.approx(np.log(2.0)) and one[2] == pytest.approx(0.0, abs=1e-12)
+    assert two[0] > 1e6 and two[1] == pytest.approx(0.0, abs=1e-12) and two[2] > 1e6
+
+
+# ------------------------------------------------------------------ per-phase settings (the authors' variant)
+class _PhaseSpy:
+    """Records, per phase, the batch sizes ``embed`` sees in training steps and the λ2 / label smoothing of each
+    retain CE."""
+
+    def __init__(self, unlearner, monkeypatch):
+        import duck.unlearn.duck as duck_module
+
+        self.embeds: dict[str, list[int]] = {}
+        self.ce: dict[str, list[tuple[float, float]]] = {}
+        model, real_embed, real_ce = unlearner.model, unlearner.model.embed, duck_module.F.cross_entropy
+
+        def embed(x):
+            if model.training:  # training steps only (not the stopping rule's evaluation of the forget set)
+                self.embeds.setdefault(unlearner.phase, []).append(len(x))
+            return real_embed(x)
+
+        def cross_entropy(logits, y, **kw):
+            self.ce.setdefault(unlearner.phase, []).append((unlearner.lambda_ret, kw.get("label_smoothing", 0.0)))
+            return real_ce(logits, y, **kw)
+
+        monkeypatch.setattr(model, "embed", embed)
+        monkeypatch.setattr(duck_module.F, "cross_entropy", cross_entropy)
+
+
+def test_forward_pass_lambda_ret_and_label_smoothing_are_set_per_phase(synthetic, synthetic_model, monkeypatch):
+    """The authors' variant: two forward passes in the high phase, one joint pass in the low phase, λ2 there
+    replaced (their retain CE has weight 1), label smoothing in every retain CE."""
+    sc = class_removal(synthetic)
+    u = make_duck(synthetic, synthetic_model, sc, tolerance=1.0, joint_forward=False, low_joint_forward=True,
+                  low_lambda_ret=1.0, label_smoothing=0.2)
+    spy = _PhaseSpy(u, monkeypatch)
+    u.unlearn()
+    bs = BASE["batch_size"]
+    high = [n for n in spy.embeds["high"] if n <= bs]  # separate passes: no batch above one side's size
+    assert high == spy.embeds["high"] and len(high) % 2 == 0
+    assert all(n > bs for n in spy.embeds["low"][1:])  # joint passes: forget + retain images together
+    assert {c for c in spy.ce["high"]} == {(BASE["lambda_ret"], 0.2)}
+    assert {c for c in spy.ce["low"]} == {(1.0, 0.2)}
+
+
+def test_per_phase_settings_default_to_the_high_phase_ones(synthetic, synthetic_model, monkeypatch):
+    sc = class_removal(synthetic)
+    u = make_duck(synthetic, synthetic_model, sc, tolerance=1.0)
+    spy = _PhaseSpy(u, monkeypatch)
+    u.unlearn()
+    assert all(n > BASE["batch_size"] for n in spy.embeds["low"][1:] + spy.embeds["high"][1:])  # joint everywhere
+    assert {c for c in spy.ce["low"]} == {(BASE["lambda_ret"], 0.0)}
+
+
+def test_low_retain_batch_size_sets_the_low_phase_retain_batches(synthetic, synthetic_model):
+    """``low_retain_batch_size`` with the authors' first-forget pairing: one step per retain batch of that size."""
+    sc = class_removal(synthetic)
+    res = make_duck(synthetic, synthetic_model, sc, tolerance=1.0, low_pairing="first_forget", low_epochs=1,
+                    low_retain_batch_size=48).unlearn()
+    assert res.info["phases"]["low"]["steps"] == len(sc.retain_idx) // 48
+    same = make_duck(synthetic, synthetic_model, sc, tolerance=1.0, low_pairing="first_forget", low_epochs=1).unlearn()
+    assert same.info["phases"]["low"]["steps"] == len(sc.retain_idx) // BASE["batch_size"]
+
+
+def test_the_authors_variant_config_sets_every_per_phase_switch():
+    from duck.pipeline.config import compose
+    from duck.pipeline.job import Job
+
+    job = Job.from_cfg(compose("run", ["method=duck_authors", "data=digits"]), "run")
+    assert job.method == "duck"
+    assert {k: job.hparams[k] for k in ("weight_decay", "joint_forward", "low_joint_forward", "low_lambda_ret",
+                                        "low_retain_batch_size", "low_lr", "low_cosine", "low_pairing")} == {
+        "weight_decay": 0.0, "joint_forward": False, "low_joint_forward": True, "low_lambda_ret": 1.0,
+        "low_retain_batch_size": 512, "low_lr": 1e-4, "low_cosine": True, "low_pairing": "first_forget"}
+    tiny = Job.from_cfg(compose("run", ["method=duck", "data=digits"]), "run")
+    assert tiny.hparams["label_smoothing"] == 0.0

@@ -1,0 +1,126 @@
+"""NegGrad+ and SalUn (ALGORITHMS.md §3 "Newer baselines"): NegGrad+'s loss sign and weighting and its pairing
+of retain and forget batches; SalUn's saliency mask (top fraction of |∇ −CE| over all weights, against a
+brute-force computation), its relabelling, and the mask enforced on the weights under momentum and weight
+decay."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from baselines.neggrad_plus import neggrad_plus_loss
+from baselines.salun import saliency_mask
+from duck.data.loaders import make_loader
+from duck.data.scenarios import build_scenario
+from duck.errors import DuckInputError
+from duck.metrics import split_accuracies
+from duck.pipeline.config import conf_dir
+from duck.unlearn import UnlearnData, create_unlearner
+
+CPU = {"accelerator": "cpu", "devices": 1, "deterministic": True}
+
+
+def _hp(name: str, **over):
+    return {**yaml.safe_load((conf_dir() / "method" / f"{name}.yaml").read_text()), **over}
+
+
+def _data(synthetic, model):
+    sc = build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, 4, forget_classes=[1])
+    return UnlearnData(train=synthetic.train, scenario=sc, num_classes=4, dataset_name="synthetic",
+                       original_acc=split_accuracies(model, synthetic, sc)), sc
+
+
+def test_neggrad_plus_loss_weights_retain_up_and_forget_down():
+    torch.manual_seed(0)
+    zr, zf = torch.randn(5, 3, requires_grad=True), torch.randn(4, 3, requires_grad=True)
+    yr, yf = torch.tensor([0, 1, 2, 0, 1]), torch.tensor([2, 2, 1, 0])
+    ce_r, ce_f = F.cross_entropy(zr, yr), F.cross_entropy(zf, yf)
+    assert torch.allclose(neggrad_plus_loss(zr, yr, zf, yf, 0.9), 0.9 * ce_r - 0.1 * ce_f)
+    assert torch.allclose(neggrad_plus_loss(zr, yr, zf, yf, 1.0), ce_r)  # beta = 1: fine-tuning
+    assert torch.allclose(neggrad_plus_loss(zr, yr, zf, yf, 0.0), -ce_f)  # beta = 0: negative gradient
+    neggrad_plus_loss(zr, yr, zf, yf, 0.5).backward()
+    # a step against the gradient lowers the retain loss and raises the forget loss
+    assert float((zr.grad * torch.autograd.grad(F.cross_entropy(zr, yr), zr)[0]).sum()) > 0
+    assert float((zf.grad * torch.autograd.grad(F.cross_entropy(zf, yf), zf)[0]).sum()) < 0
+
+
+def test_neggrad_plus_pairs_every_retain_batch_with_a_forget_batch(synthetic, synthetic_model):
+    data, sc = _data(synthetic, synthetic_model)
+    u = create_unlearner("neggrad_plus", copy.deepcopy(synthetic_model), data,
+                         _hp("neggrad_plus", epochs=2, batch_size=16, forget_batch_size=8), seed=0, trainer_cfg=CPU)
+    seen = []
+    real = u.next_forget_batch
+
+    def spy():
+        x, y = real()
+        seen.append(y.clone())
+        return x, y
+
+    u.next_forget_batch = spy
+    result = u.unlearn()
+    steps_per_epoch = len(sc.retain_idx) // 16  # one epoch = one pass over the retain set (ragged batch dropped)
+    assert result.info["phases"]["neggrad_plus"]["steps"] == 2 * steps_per_epoch == len(seen)
+    assert all(len(y) <= 8 and bool((y == 1).all()) for y in seen)  # forget batches: the forgotten class only
+    assert result.reached_target in (True, False) and 0.0 <= result.info["final_forget_acc"] <= 1.0
+
+
+def test_saliency_mask_keeps_the_top_fraction_of_all_weights_by_gradient(synthetic, synthetic_model):
+    """Against a brute-force computation: summed gradients of −CE over the forget batches, one threshold over
+    every entry of every parameter (biases included)."""
+    model = copy.deepcopy(synthetic_model)
+    data, sc = _data(synthetic, synthetic_model)
+    loader = make_loader(synthetic.train, 16, indices=sc.forget_idx)
+    masks = saliency_mask(model, loader, 0.3, torch.device("cpu"))
+    ref = copy.deepcopy(synthetic_model).eval()
+    total = {n: torch.zeros_like(p) for n, p in ref.named_parameters()}
+    for x, y, _ in loader:
+        ref.zero_grad()
+        (-F.cross_entropy(ref(x), y)).backward()
+        for n, p in ref.named_parameters():
+            total[n] += p.grad
+    flat = torch.cat([g.abs().flatten() for g in total.values()])
+    k = round(0.3 * flat.numel())
+    threshold = flat.sort(descending=True).values[k - 1]
+    for n, g in total.items():
+        assert torch.equal(masks[n], g.abs() >= threshold), n
+    kept = sum(int(m.sum()) for m in masks.values())
+    assert k <= kept <= k + 5  # ties at the threshold only
+    assert any(n.endswith("bias") and bool(m.any()) for n, m in masks.items())  # one ranking for all parameters
+    assert model.training == synthetic_model.training  # the model's mode is restored
+    with pytest.raises(DuckInputError, match="mask_ratio"):
+        saliency_mask(model, loader, 0.0, torch.device("cpu"))
+
+
+def test_salun_changes_only_salient_weights_under_momentum_and_weight_decay(synthetic, synthetic_model):
+    """Momentum 0.9 and weight decay 5e-4 (the authors' settings) would move every weight; the entries outside
+    the mask are restored after every step, exactly."""
+    data, sc = _data(synthetic, synthetic_model)
+    model = copy.deepcopy(synthetic_model)
+    hp = _hp("salun", epochs=2, batch_size=32, mask_ratio=0.5, momentum=0.9, weight_decay=5e-4, lr=0.05)
+    u = create_unlearner("salun", model, data, hp, seed=0, trainer_cfg=CPU)
+    before = {n: p.detach().clone() for n, p in synthetic_model.named_parameters()}
+    result = u.unlearn()
+    named = dict(result.model.named_parameters())
+    moved_salient = 0
+    for p, frozen in zip(u.frozen_entries.params, u.frozen_entries.masks, strict=True):
+        name = next(n for n, q in named.items() if q is p)
+        assert torch.equal(p.detach()[frozen], before[name][frozen]), name  # outside the mask: unchanged
+        moved_salient += int((p.detach()[~frozen] != before[name][~frozen]).sum())
+    assert moved_salient > 0 and result.info["max_frozen_deviation"] == 0.0
+    assert result.info["salient_weights"] + result.info["frozen_weights"] == sum(p.numel() for p in named.values())
+
+
+def test_salun_relabels_forget_samples_with_wrong_labels_and_keeps_retain_labels(synthetic, synthetic_model):
+    data, sc = _data(synthetic, synthetic_model)
+    u = create_unlearner("salun", copy.deepcopy(synthetic_model), data, _hp("salun", epochs=1, batch_size=32),
+                         seed=0, trainer_cfg=CPU)
+    u.unlearn()  # sets up the forget flags and the label generator
+    idx = torch.cat([torch.as_tensor(sc.forget_idx[:10]), torch.as_tensor(sc.retain_idx[:10])])
+    y = torch.as_tensor(synthetic.train.labels)[idx].clone()
+    new = u.relabel(y, idx)
+    assert bool((new[:10] != y[:10]).all()) and bool((new[:10] != 1).all())  # wrong, and not the removed class
+    assert torch.equal(new[10:], y[10:])

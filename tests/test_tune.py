@@ -1,0 +1,98 @@
+"""The hyperparameter search (issue 27 item 2): ``duck-run -m +tune=METHOD`` runs Hydra's Optuna sweeper over
+``conf/tune/METHOD.yaml``'s space, each trial's objective from :mod:`duck.pipeline.tune`, and ends with the
+trials' table, plot and a preset that later runs reuse; a run that would report a tuned preset on the forget
+set its search saw is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from duck.errors import DuckInputError
+from duck.pipeline.config import compose, conf_dir
+from duck.pipeline.job import Job
+from duck.pipeline.tune import MISSED_TARGET_PENALTY, tune_objective
+
+pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+
+DUCK_RUN = str(Path(sys.executable).parent / "duck-run")
+FAST = ["data=synthetic", "model.width=8", "recipe.epochs=3", "progress=false"]
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory):
+    """Two SalUn trials on the synthetic data (about 25 s)."""
+    tmp = tmp_path_factory.mktemp("tune")
+    proc = subprocess.run([DUCK_RUN, "-m", "+tune=salun", *FAST, "hydra.sweeper.n_trials=2",
+                           f"cache_dir={tmp / 'cache'}", f"hydra.sweep.dir={tmp / 'sweep'}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tmp, proc
+
+
+def test_the_search_runs_its_trials_and_writes_table_plot_and_preset(search):
+    tmp, proc = search
+    sweep = tmp / "sweep"
+    trials = json.loads((sweep / "trials.json").read_text())["trials"]
+    assert len(trials) == 2 and {t["kind"] for t in trials} == {"final_score"}  # the forgetting audit ran
+    for t in trials:  # the sampler's values reached the method, inside conf/tune/salun.yaml's space
+        assert t["hparams"]["lr"] == t["searched"]["lr"] and 0.001 <= t["searched"]["lr"] <= 0.1
+        assert 0.1 <= t["searched"]["mask_ratio"] <= 0.9 and 2 <= t["searched"]["epochs"] <= 15
+        assert t["scenario"]["forget_classes"] == [0]  # the validation class
+    best = max(trials, key=lambda t: t["objective"])
+    assert (sweep / "trials.png").stat().st_size > 1000 and "| trial |" in (sweep / "trials.md").read_text()
+    preset = yaml.safe_load((sweep / "preset" / "tuned_synthetic_salun.yaml").read_text())
+    assert preset["method"] == best["searched"] and preset["tuned_on"]["forget_classes"] == [0]
+    optuna_best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["best_value"]
+    assert optuna_best == pytest.approx(best["objective"])  # the sweeper read our objective
+    assert "reuse it: duck-run method=salun +preset=tuned_synthetic_salun" in proc.stdout
+
+
+def test_a_preset_is_reused_and_refused_on_its_validation_forget_set(search):
+    tmp, _ = search
+    searchpath = f"hydra.searchpath=[file://{tmp / 'sweep'}]"
+    cfg = compose("run", ["method=salun", "+preset=tuned_synthetic_salun", searchpath, *FAST,
+                          "scenario=class_removal", "scenario.forget_classes=[2]"])
+    best = json.loads((tmp / "sweep" / "trials.json").read_text())["best"]
+    job = Job.from_cfg(cfg, "run")
+    assert job.hparams["lr"] == best["searched"]["lr"] and job.hparams["mask_ratio"] == best["searched"]["mask_ratio"]
+    seen = compose("run", ["method=salun", "+preset=tuned_synthetic_salun", searchpath, *FAST,
+                           "scenario=class_removal", "scenario.forget_classes=[0,2]"])
+    with pytest.raises(DuckInputError, match=r"tuned on synthetic with the same classes \[0\]"):
+        Job.from_cfg(seen, "run")
+
+
+def test_every_tune_config_composes_with_its_method_and_a_search_space():
+    names = sorted(p.stem for p in (conf_dir() / "tune").glob("*.yaml") if p.stem != "common")
+    assert {"duck", "neggrad_plus", "salun"} <= set(names)
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    for name in names:
+        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+            cfg = hydra_compose("run", [f"+tune={name}", "data=digits"], return_hydra_config=True)
+        assert cfg.method.name == name and cfg.hydra.sweeper.params, name
+        assert all(k.startswith("method.") for k in cfg.hydra.sweeper.params)
+        assert list(cfg.scenario.forget_classes) == [0] and cfg.attack.forgetting.enabled
+
+
+def test_objective_penalises_a_missed_forget_target():
+    job = Job.from_cfg(compose("run", [*FAST, "scenario=class_removal", "scenario.forget_classes=[1]"]), "run")
+    extra = {"original": {"acc": {"test": 0.9}}}
+    ok = tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra)
+    missed = tune_objective(job, {"aus": 0.99, "acc": {"train_forget": 0.2}}, extra)
+    assert ok["kind"] == "aus" and ok["objective"] == 0.97 and ok["reached_target"]
+    assert missed["objective"] == pytest.approx(0.99 - MISSED_TARGET_PENALTY) and not missed["reached_target"]
+    assert missed["objective"] < ok["objective"]
+    scored = tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}},
+                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.4}}}})
+    assert scored["kind"] == "final_score" and scored["objective"] == 0.4
+    with pytest.raises(DuckInputError, match="needs the forgetting audit"):
+        tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "final_score")
+    with pytest.raises(DuckInputError, match="tune.objective='best'"):
+        tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "best")
