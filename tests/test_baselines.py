@@ -138,9 +138,9 @@ def test_method_runs_changes_the_model_and_writes_valid_metrics(name, kind, synt
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     metrics, result = unlearn_model(Job.from_cfg(cfg, "run", data=synthetic, scenario=sc), model, original_acc)
     after = result.model.state_dict()
-    if name == "ssd" and kind == "homogeneous_removal":
-        # SSD dampens only parameters specialised to the forget set; a random 10 % may select none (then
-        # nothing changes, by the rule itself) -- the count is reported
+    if name == "ssd":
+        # SSD dampens only parameters specialised to the forget set; on this tiny model (and a random 10 %)
+        # it may select none (then nothing changes, by the rule itself) -- the count is reported
         assert result.info["dampened"] >= 0 and (result.info["dampened"] == 0) != _changed(before, after)
     else:
         assert _changed(before, after), f"{name} left the model unchanged"

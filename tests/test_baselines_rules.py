@@ -162,7 +162,8 @@ def test_ssd_importance_is_the_mean_squared_batch_gradient():
 
 def test_ssd_end_to_end_touches_only_selected_parameters(synthetic, synthetic_model):
     data = cr_data(synthetic, synthetic_model)
-    u = create_unlearner("ssd", copy.deepcopy(synthetic_model), data, {"alpha": 10.0, "lam": 1.0, "batch_size": 64},
+    # alpha 1: some parameters are selected on this tiny model (at 10 none are, in the authors' order of D)
+    u = create_unlearner("ssd", copy.deepcopy(synthetic_model), data, {"alpha": 1.0, "lam": 1.0, "batch_size": 64},
                          seed=0, trainer_cfg={"accelerator": "cpu"})
     result = u.unlearn()
     changed = sum(int((a != b).sum()) for a, b in zip(result.model.parameters(), synthetic_model.parameters(),
@@ -371,3 +372,30 @@ def test_retrain_equals_the_training_module_on_the_retain_set(synthetic, synthet
                               trainer_cfg={"accelerator": "cpu"})
     for a, b in zip(result.model.state_dict().values(), ref.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_ssd_reads_the_full_data_in_the_authors_order(synthetic, synthetic_model, monkeypatch):
+    """D's Fisher diagonal over the retain set class by class, then the forget set (the authors' unshuffled
+    ConcatDataset((retain, forget)) loader): batches of one class, not the data set's mixed order."""
+    import baselines.ssd as ssd_module
+    from baselines.ssd import authors_order
+
+    labels = np.array([2, 0, 1, 0, 2, 1, 1, 0])
+    order = authors_order(labels, retain_idx=[0, 1, 2, 3, 4, 6, 7], forget_idx=[5])
+    assert order.tolist() == [1, 3, 7, 2, 6, 0, 4, 5]  # class 0, 1, 2 (data order within), then the forget set
+    seen = []
+    real = ssd_module.fisher_diagonal
+
+    def spy(model, dataset, indices, batch_size, device):
+        seen.append(None if indices is None else np.asarray(indices).tolist())
+        return real(model, dataset, indices, batch_size, device)
+
+    monkeypatch.setattr(ssd_module, "fisher_diagonal", spy)
+    sc = build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, 4, forget_classes=[1])
+    data = UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(synthetic_model, synthetic, sc))
+    create_unlearner("ssd", copy.deepcopy(synthetic_model), data, {"alpha": 10.0, "lam": 1.0, "batch_size": 64},
+                     seed=0, trainer_cfg={"accelerator": "cpu"}).unlearn()
+    assert seen[0] == authors_order(synthetic.train.labels, sc.retain_idx, sc.forget_idx).tolist()
+    create_unlearner("ssd", copy.deepcopy(synthetic_model), data, {"alpha": 10.0, "lam": 1.0, "batch_size": 64,
+                     "full_order": "dataset"}, seed=0, trainer_cfg={"accelerator": "cpu"}).unlearn()
+    assert seen[2] is None  # the data set's own order

@@ -96,3 +96,26 @@ def test_objective_penalises_a_missed_forget_target():
         tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "final_score")
     with pytest.raises(DuckInputError, match="tune.objective='best'"):
         tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "best")
+
+
+def test_the_shipped_tuned_preset_is_reused_and_kept_off_its_validation_class():
+    preset = yaml.safe_load((conf_dir() / "preset" / "tuned_digits_salun.yaml").read_text())
+    job = Job.from_cfg(compose("run", ["method=salun", "+preset=tuned_digits_salun", "data=digits"]), "run")
+    assert {k: job.hparams[k] for k in preset["method"]} == preset["method"]  # demo scenario: class 3
+    with pytest.raises(DuckInputError, match="tuned on digits"):
+        Job.from_cfg(compose("run", ["method=salun", "+preset=tuned_digits_salun", "data=digits",
+                                     "scenario.forget_classes=[0]"]), "run")
+
+
+def test_a_search_without_the_plugin_says_how_to_install_it(monkeypatch, capsys):
+    import importlib.util
+
+    from duck.cli._app import check_tune_plugin
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "hydra_plugins.hydra_optuna_sweeper" else real(name, *a))
+    with pytest.raises(SystemExit) as e:
+        check_tune_plugin(["-m", "+tune=salun"])
+    assert e.value.code == 2 and "pip install 'duck-unlearn[tune]'" in capsys.readouterr().err
+    check_tune_plugin(["-m", "+sweep=methods"])  # nothing to check without +tune

@@ -41,6 +41,18 @@ def check_key_lengths(args: list[str]) -> None:
                      "check the command line (--cfg job prints every setting)")
 
 
+def check_tune_plugin(args: list[str]) -> None:
+    """``+tune=METHOD`` needs Hydra's Optuna sweeper plugin: one line saying how to install it (Hydra's own
+    message names a missing config, not the package)."""
+    if not any(a.lstrip("+").startswith("tune=") for a in args):
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        fail("the hyperparameter search (+tune=...) runs on Hydra's Optuna sweeper, which is not installed: "
+             "pip install 'duck-unlearn[tune]' (the hydra-optuna-sweeper package)")
+
+
 def check_group_choices(args: list[str], root: Path) -> None:
     """Fail with one line for an unknown group choice (:func:`unknown_group_choice`; Hydra's own message is a
     page long)."""
@@ -213,6 +225,7 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
             print(help_text(Path(sys.argv[0]).name, config_name, about, root))
             raise SystemExit(0)
         check_key_lengths(args)
+        check_tune_plugin(args)
         check_group_choices(args, root)
         check_override_keys(config_name, args, root)
         check_output_dir(args)

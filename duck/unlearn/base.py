@@ -356,8 +356,8 @@ class Unlearner(L.LightningModule):
         fit(trainer, self, loader, self.world)
         if self.world > 1:  # the workers' state of the phase (history, epochs, steps, stopping rule)
             self._restore_worker_state(trainer.callback_metrics.pop(WORKER_STATE), callbacks)
-        self.phase_log[phase] = {"epochs": int(trainer.current_epoch), "steps": int(trainer.global_step)} \
-            if self.world == 1 else self.phase_log[phase]
+        else:
+            self.phase_log[phase] = {"epochs": int(trainer.current_epoch), "steps": int(trainer.global_step)}
         return trainer
 
     def on_train_end(self) -> None:

@@ -30,7 +30,8 @@ _COUNTS = {"epochs": 1, "max_epochs": 1, "erm_epochs": 1, "batch_size": 1, "forg
            "low_retain_batch_size": 1}  # minimum (batch ratios count retain batches per forget batch)
 # true / false only: a string such as "no" is refused
 _FLAGS = ("recompute_targets", "joint_forward", "low_joint_forward", "low_cosine", "stop_at_target")
-_CHOICES = {"stop_check": ("epoch", "batch"), "low_pairing": ("ratio", "first_forget")}
+_CHOICES = {"stop_check": ("epoch", "batch"), "low_pairing": ("ratio", "first_forget"),
+            "full_order": ("authors", "dataset")}
 
 
 def scenario_family(kind: str) -> str:
