@@ -23,6 +23,12 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
+# an uninstalled checkout declares no entry point, so only DUCK and `none` would be registered: declare the
+# baselines' (importlib.metadata reads *.dist-info folders on sys.path)
+EP=/tmp/duck_ep/duck_unlearn_checkout-0.dist-info
+mkdir -p "$EP" && printf 'Metadata-Version: 2.1\nName: duck-unlearn-checkout\nVersion: 0\n' > "$EP/METADATA" \
+  && printf '[duck_unlearn.methods]\nbaselines = baselines\n' > "$EP/entry_points.txt" \
+  && export PYTHONPATH="/tmp/duck_ep:$PYTHONPATH"
 if [ ! -d /usr/share/datasets/fashion-mnist ] && [ -d .fmnist ]; then
   mkdir -p /usr/share/datasets && ln -sfn "$PWD/.fmnist" /usr/share/datasets/fashion-mnist
 fi

@@ -98,12 +98,16 @@ def test_objective_penalises_a_missed_forget_target():
         tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "best")
 
 
-def test_the_shipped_tuned_preset_is_reused_and_kept_off_its_validation_class():
-    preset = yaml.safe_load((conf_dir() / "preset" / "tuned_digits_salun.yaml").read_text())
-    job = Job.from_cfg(compose("run", ["method=salun", "+preset=tuned_digits_salun", "data=digits"]), "run")
-    assert {k: job.hparams[k] for k in preset["method"]} == preset["method"]  # demo scenario: class 3
-    with pytest.raises(DuckInputError, match="tuned on digits"):
-        Job.from_cfg(compose("run", ["method=salun", "+preset=tuned_digits_salun", "data=digits",
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (conf_dir() / "preset").glob("tuned_*.yaml")))
+def test_the_shipped_tuned_presets_are_reused_and_kept_off_their_validation_class(preset):
+    spec = yaml.safe_load((conf_dir() / "preset" / f"{preset}.yaml").read_text())
+    data, held_out = spec["tuned_on"]["data"], spec["tuned_on"]["forget_classes"]
+    assert preset.startswith(f"tuned_{data}_") and held_out == [0]
+    method = preset[len(f"tuned_{data}_"):]
+    job = Job.from_cfg(compose("run", [f"method={method}", f"+preset={preset}", f"data={data}"]), "run")
+    assert {k: job.hparams[k] for k in spec["method"]} == spec["method"]  # demo scenario: class 3
+    with pytest.raises(DuckInputError, match=f"tuned on {data}"):
+        Job.from_cfg(compose("run", [f"method={method}", f"+preset={preset}", f"data={data}",
                                      "scenario.forget_classes=[0]"]), "run")
 
 
