@@ -91,7 +91,12 @@ def test_objective_penalises_a_missed_forget_target():
     assert missed["objective"] < ok["objective"]
     scored = tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}},
                             {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.4}}}})
-    assert scored["kind"] == "final_score" and scored["objective"] == 0.4
+    assert scored["kind"] == "final_score" and scored["objective"] == pytest.approx(0.4 + 1e-3 * 0.97)
+    tied = tune_objective(job, {"aus": 0.90, "acc": {"train_forget": 0.0}},
+                          {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}})
+    better = tune_objective(job, {"aus": 0.99, "acc": {"train_forget": 0.0}},
+                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}})
+    assert 0 < tied["objective"] < better["objective"] < scored["objective"]  # equal final scores: AUS decides
     with pytest.raises(DuckInputError, match="needs the forgetting audit"):
         tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "final_score")
     with pytest.raises(DuckInputError, match="tune.objective='best'"):

@@ -6,6 +6,9 @@ one number per trial that rewards forgetting and penalises damage.
   forget set (ALGORITHMS.md §10): forgetting quality times retained utility;
 - ``aus`` otherwise: the DUCK paper's AUS (ALGORITHMS.md §2).
 
+With the final score, ``TIE_BREAK × AUS`` (1e-3) is added: configurations that the forgetting audit scores
+alike (often all at 0 for a method told apart from retraining at small N) are then ranked by AUS.
+
 Either way a trial whose forget set did not reach its target (class removal: accuracy ``<= tolerance``;
 homogeneous: ``<=`` the original's test accuracy) scores 1 less, so every configuration that reaches the
 target ranks above every one that does not (the target as a constraint). The search runs on a *validation*
@@ -24,6 +27,9 @@ from duck.pipeline.job import Job
 OBJECTIVES = ("auto", "final_score", "aus")
 #: subtracted from a trial whose forget set missed its target
 MISSED_TARGET_PENALTY = 1.0
+#: weight of AUS added to the final score, so that trials with equal final scores (often 0: every configuration
+#: of a method told apart from retraining at small N, as SCRUB on digits) are ranked by AUS instead of tying
+TIE_BREAK = 1e-3
 
 
 def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any], objective: str = "auto"
@@ -46,7 +52,8 @@ def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any], obj
         value = float(forgetting["final_score"])
     else:
         value = float(metrics["aus"])
-    score = value - (0.0 if reached else MISSED_TARGET_PENALTY)
+    tie_break = TIE_BREAK * float(metrics["aus"]) if kind == "final_score" else 0.0
+    score = value + tie_break - (0.0 if reached else MISSED_TARGET_PENALTY)
     return {"objective": score, "kind": kind, "value": value, "reached_target": reached,
             "train_forget": train_forget, "target": target, "method": job.method,
             "hparams": dict(job.hparams or {}), "data": job.data.name, "scenario": sc.summary()}
