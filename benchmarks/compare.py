@@ -38,6 +38,7 @@ from benchmarks.common import (
     validate,
 )
 from duck.errors import DuckInputError
+from duck.metrics import forget_target
 
 SCENARIO_TITLES = {"class_removal": "Class removal (Table I protocol)",
                    "homogeneous_removal": "Homogeneous removal (Table II protocol)"}
@@ -98,11 +99,6 @@ def _check_distinct(values: list[int], name: str) -> None:
     if dup:
         raise DuckInputError(f"{name}={values} repeats {dup}: a run is identified by its class / seed, so a repeat "
                              "would replace the earlier run's records; list each once")
-
-
-def forget_target(scenario: Any, original_acc: dict[str, float], tolerance: float = 0.01) -> float:
-    """The stopping rules' target for ``A_f`` on the forget set (ALGORITHMS.md §1.4)."""
-    return float(tolerance) if scenario.forget_target_rule == "zero" else float(original_acc["test"])
 
 
 def run_record(label: str, run: dict[str, Any], metrics: dict[str, Any], scenario: Any,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -30,6 +31,12 @@ def predict_logits(model: torch.nn.Module, dataset: Any, *, indices: Any = None,
         for m, mode in modes:
             m.training = mode
     return torch.cat(out), torch.cat(ys), torch.cat(ids)
+
+
+def forget_target(scenario: Any, original_acc: Mapping[str, float], tolerance: float = 0.01) -> float:
+    """The stopping rules' target for the forget-set accuracy ``A_f`` (ALGORITHMS.md §1.4; seeds/003 §III):
+    ``0 + tolerance`` (class removal, targeted) or the original model's test accuracy (homogeneous, custom)."""
+    return float(tolerance) if scenario.forget_target_rule == "zero" else float(original_acc["test"])
 
 
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:

@@ -22,6 +22,7 @@ from typing import Any
 
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json
+from duck.metrics import forget_target
 from duck.pipeline.job import Job
 
 OBJECTIVES = ("auto", "final_score", "aus")
@@ -40,7 +41,7 @@ def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any], obj
         raise DuckInputError(f"tune.objective={objective!r}: choose one of {', '.join(OBJECTIVES)}")
     sc = job.scenario
     tolerance = float(job.hparams.get("tolerance", 0.01) if job.hparams else 0.01)
-    target = tolerance if sc.forget_target_rule == "zero" else float(extra["original"]["acc"]["test"])
+    target = forget_target(sc, extra["original"]["acc"], tolerance)
     train_forget = float(metrics["acc"]["train_forget"])
     reached = train_forget <= round(target, 6) + 1e-9
     forgetting = ((extra.get("audits") or {}).get("unlearned") or {}).get("forgetting")

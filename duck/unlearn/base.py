@@ -28,6 +28,7 @@ from duck.data.augment import apply_augment, check_augment
 from duck.data.loaders import cycle, make_loader
 from duck.data.scenarios import SCENARIOS, Scenario
 from duck.errors import DuckInputError
+from duck.metrics import forget_target
 from duck.models import Classifier
 from duck.training import (
     NonFiniteGuard,
@@ -339,9 +340,7 @@ class Unlearner(L.LightningModule):
     def forget_target(self, tolerance: float = 0.01) -> float:
         """Target of the stopping rule: ``0 + tolerance`` (class removal, targeted) or the original model's
         test accuracy (homogeneous removal, custom ids) — seeds/003 §III."""
-        if self.data.scenario.forget_target_rule == "zero":
-            return float(tolerance)
-        return float(self.data.original_acc["test"])
+        return forget_target(self.data.scenario, self.data.original_acc, tolerance)
 
     # --------------------------------------------------------------- phases
     def fit_phase(self, phase: str, loader: DataLoader, max_epochs: int, callbacks: Sequence[Callback] = (),
