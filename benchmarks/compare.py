@@ -119,8 +119,9 @@ def run_record(label: str, run: dict[str, Any], metrics: dict[str, Any], scenari
 
 
 def summarise(records: list[dict[str, Any]], scenario: str, methods: list[str],
-              unsupported: dict[str, str]) -> list[dict[str, Any]]:
-    """Mean (std) per method over the runs of one scenario."""
+              unsupported: dict[str, str], skipped: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
+    """Mean (std) per method (or tuned row) over the runs of one scenario; ``skipped``: per row, the reasons of
+    the runs it was not run on (a tuned preset on its own validation forget set)."""
     rows = []
     for method in [*REFERENCE_ROWS, *methods]:
         if method in unsupported:
@@ -129,6 +130,8 @@ def summarise(records: list[dict[str, Any]], scenario: str, methods: list[str],
         recs = [r for r in records if r["scenario"] == scenario and r["method"] == method]
         ok = [r for r in recs if "error" not in r]
         row: dict[str, Any] = {"scenario": scenario, "method": method, "n": len(ok), "errors": len(recs) - len(ok)}
+        if (skipped or {}).get(method):
+            row["skipped"] = list(skipped[method])
         if ok:
             for key in ("A_t", "A_f", "AUS", "time_s", "epochs", *FORGETTING_COLUMNS):
                 vals = [float(r[key]) for r in ok if r.get(key) is not None]
@@ -211,6 +214,8 @@ def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
             time_s += f" † ({r['time_from_cache']}/{n} cached)"
         rule = "—" if r.get("stop_rule_reached") is None else f"{r['stop_rule_reached']}/{r['stop_rule_runs']}"
         runs = f"{n}" + (f" ({r['errors']} failed)" if r.get("errors") else "")
+        if r.get("skipped"):
+            runs += f" ({len(r['skipped'])} skipped: {r['skipped'][0]})"
         forgetting = [_fmt(r.get(k)) for k in extra]
         if extra:
             forgetting.append(", ".join(f"{c} {v}" for v, c in (r.get("verdicts") or {}).items()) or "—")
@@ -231,6 +236,8 @@ def csv_text(summary: list[dict[str, Any]]) -> str:
         out = {k: r.get(k) for k in ("scenario", "method", "n", "errors", "time_from_cache", "target_met",
                                      "stop_rule_reached", "stop_rule_runs", "note")}
         out["flags"] = "; ".join(r.get("flags") or [])
+        if r.get("skipped"):
+            out["note"] = f"{len(r['skipped'])} runs skipped: {r['skipped'][0]}"
         for key in ("A_t", "A_f", "AUS", "time_s", "epochs"):
             if r.get(key):
                 out[f"{key}_mean"] = round(r[key]["mean"], 6)
@@ -335,6 +342,7 @@ RULES = {
     "out_dir": optional(dir_path()),
     "progress": boolean(),
     "forgetting": lambda value, name: _check_forgetting_bench(value, name),
+    "presets": lambda value, name: _check_presets(value, name),
 }
 
 
@@ -411,20 +419,76 @@ def check_protocol_overrides(overrides: list[str]) -> None:
                                  f"{PROTOCOL_SET_KEYS[head]}")
 
 
-def check_method_overrides(cfg: DictConfig, base: list[str], methods: list[str], dataset: str) -> None:
-    """Each method's config composed with ``bench.overrides``: its effective hyperparameters checked for every
-    scenario of the protocol (before any training)."""
+def check_method_overrides(cfg: DictConfig, base: list[str], methods: list[str], dataset: str,
+                           tuned: dict[str, tuple[str, str]] | None = None) -> None:
+    """Each method's config (and each tuned row's, with its preset) composed with ``bench.overrides``: its
+    effective hyperparameters checked for every scenario of the protocol (before any training)."""
     from duck.pipeline.job import method_settings
     from duck.unlearn.config import check_hyperparameters, resolve_method_cfg
 
-    for m in methods:
-        run_cfg = compose_run([*base, f"method={m}"])
+    rows = [(m, [f"method={m}"]) for m in methods]
+    rows += [(lab, [f"method={m}", f"+preset={p}"]) for lab, (m, p) in (tuned or {}).items()]
+    for m, extra in rows:
+        run_cfg = compose_run([*base, *extra])
         for kind in cfg.scenarios:
             try:
                 _, hp = method_settings(run_cfg)  # keys the method's config file does not define are refused here
                 check_hyperparameters(resolve_method_cfg(hp, dataset, str(kind)))
             except DuckInputError as e:
                 raise DuckInputError(f"bench.overrides={list(cfg.overrides)} (method {m}, {kind}): {e}") from None
+
+
+def _check_presets(value: Any, name: str) -> str | dict[str, str]:
+    """``bench.presets``: ``tuned`` (every method that has a ``conf/preset/tuned_<data>_<method>.yaml``), ``none``,
+    or a mapping ``{METHOD: PRESET}`` of preset names (``conf/preset/PRESET.yaml``, as ``+preset=PRESET``)."""
+    raw = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if raw is None or raw == {}:
+        return "none"
+    if raw in ("tuned", "none"):
+        return str(raw)
+    if isinstance(raw, dict) and all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in raw.items()):
+        return {str(k): str(v) for k, v in raw.items()}
+    raise DuckInputError(f"{name}={value!r}: give tuned (each method's conf/preset/tuned_<data>_<method>.yaml), none, "
+                         f"or a mapping, e.g. '{name}={{salun: tuned_digits_salun}}'")
+
+
+def preset_rows(cfg: DictConfig, methods: list[str], dataset: str) -> dict[str, tuple[str, str]]:
+    """The tuned rows beside the default ones (issue 27 item 3): ``{row label: (method, preset)}``, label
+    ``METHOD+PRESET``. ``bench.presets=tuned`` takes every listed method's ``tuned_<data>_<method>`` preset
+    that exists in the config tree (methods without one keep only their default row)."""
+    from duck.pipeline.config import conf_dir
+
+    spec = _check_presets(cfg.get("presets"), "bench.presets")
+    if spec == "none":
+        return {}
+    if spec == "tuned":
+        found = {m: f"tuned_{dataset}_{m}" for m in methods}
+        chosen = {m: p for m, p in found.items() if (conf_dir() / "preset" / f"{p}.yaml").is_file()}
+    else:
+        unknown = [m for m in spec if m not in methods]
+        if unknown:
+            raise DuckInputError(f"bench.presets names {unknown}, not in bench.methods={methods}: a tuned row is "
+                                 "shown beside the method's default row; add the method or drop its preset")
+        missing = [p for p in spec.values() if not (conf_dir() / "preset" / f"{p}.yaml").is_file()]
+        if missing:
+            raise DuckInputError(f"bench.presets: no preset {missing} in {conf_dir() / 'preset'}; presets are "
+                                 "written by duck-run -m +tune=METHOD (docs/tuning.md): copy its preset file there")
+        chosen = spec
+    return {f"{m}+{p}": (m, p) for m, p in chosen.items()}
+
+
+def preset_skip_reason(run_cfg: DictConfig, dataset: str, scenario: Any) -> str | None:
+    """Why a tuned row is not run on this forget set: the preset's search saw it (its validation forget set,
+    ``tuned_on``; a Job would refuse it), else None."""
+    from duck.pipeline.job import check_validation_separation
+
+    try:
+        check_validation_separation(run_cfg.get("tuned_on"), dataset, scenario)
+    except DuckInputError:
+        tuned_on = run_cfg.get("tuned_on")
+        return (f"not run on its validation forget set ({tuned_on.get('scenario')} "
+                f"{list(tuned_on.get('forget_classes') or [])}: the search saw it)")
+    return None
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -461,7 +525,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         with hydra_ready():
             job0 = Job.from_cfg(compose_run([*base, f"seed={int(cfg.original_seed)}"]), "run")
             data, device = job0.data, job0.device
-            check_method_overrides(cfg, base, methods, data.name)  # every method has a config, checked
+            tuned = preset_rows(cfg, methods, data.name)
+            labels = [*methods, *tuned]
+            method_of = {**{m: m for m in methods}, **{lab: m for lab, (m, _) in tuned.items()}}
+            extra_of = {**{m: [] for m in methods}, **{lab: [f"+preset={p}"] for lab, (_, p) in tuned.items()}}
+            check_method_overrides(cfg, base, methods, data.name, tuned)  # every method has a config, checked
             bad_classes = [c for c in (cfg.classes or []) if int(c) >= data.num_classes]
             if bad_classes:
                 raise DuckInputError(f"bench.classes={list(cfg.classes)}: {bad_classes} not below the "
@@ -470,19 +538,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             atomic_save_json(out / "protocol.json", protocol_identity(cfg))
             in_protocol = {(r["scenario"], r["label"]) for r in runs}
             records = [r for r in records if (r["scenario"], r["run"]) in in_protocol]
-            unsupported = {kind: {m: f"not applicable to {kind} (as in seeds/003)" for m, c in classes_of.items()
-                                  if kind not in c.supported_scenarios} for kind in cfg.scenarios}
-            n_jobs = sum(1 + sum(m not in unsupported[r["scenario"]] for m in methods) for r in runs)
+            unsupported = {kind: {lab: f"not applicable to {kind} (as in seeds/003)" for lab in labels
+                                  if kind not in classes_of[method_of[lab]].supported_scenarios}
+                           for kind in cfg.scenarios}
+            skipped: dict[str, dict[str, list[str]]] = {kind: {} for kind in cfg.scenarios}
+            n_jobs = sum(1 + sum(m not in unsupported[r["scenario"]] for m in labels) for r in runs)
             bar = tqdm(total=n_jobs, desc=f"compare {cfg.data}", disable=not cfg.progress, unit="run")
             for run_spec in runs:
-                todo = [m for m in methods if m not in unsupported[run_spec["scenario"]]
+                todo = [m for m in labels if m not in unsupported[run_spec["scenario"]]
                         and (run_spec["scenario"], run_spec["label"], m) not in done]
                 key = (run_spec["scenario"], run_spec["label"])
                 if not todo and all((*key, m) in done for m in REFERENCE_ROWS):
-                    bar.update(1 + sum(m not in unsupported[run_spec["scenario"]] for m in methods))
+                    bar.update(1 + sum(m not in unsupported[run_spec["scenario"]] for m in labels))
                     continue
                 records = [r for r in records if (r["scenario"], r["run"]) != key or r["method"] not in REFERENCE_ROWS]
-                bar.update(sum(m not in unsupported[run_spec["scenario"]] for m in methods) - len(todo))
+                bar.update(sum(m not in unsupported[run_spec["scenario"]] for m in labels) - len(todo))
                 run_dir = out / "runs" / run_spec["scenario"] / run_spec["label"]
                 run_job = Job.from_cfg(compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}"]), "run",
                                        data=data)
@@ -508,10 +578,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 for m in todo:
                     records = [r for r in records if (r["scenario"], r["run"], r["method"]) != (*key, m)]
                     bar.set_postfix_str(f"{run_spec['label']}: {m}")
+                    m_cfg = compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}",
+                                         f"method={method_of[m]}", *extra_of[m], *f_overrides])
+                    reason = preset_skip_reason(m_cfg, data.name, scenario) if m in tuned else None
+                    if reason:  # the preset's search saw this forget set: its row is not reported on it
+                        skipped[run_spec["scenario"]].setdefault(m, []).append(f"{run_spec['label']} {reason}")
+                        bar.update(1)
+                        continue
                     try:
-                        m_job = Job.from_cfg(compose_run([*base, *run_spec["overrides"], f"seed={run_spec['seed']}",
-                                                          f"method={m}", *f_overrides]), "run", data=data,
-                                             scenario=scenario)
+                        m_job = Job.from_cfg(m_cfg, "run", data=data, scenario=scenario)
                         metrics, result = unlearn_model(m_job, copy.deepcopy(original), original_acc)
                         rec = run_record(m, run_spec, metrics, scenario, original_acc, target)
                         if f_overrides:  # the forgetting audit of this method and forget set
@@ -536,7 +611,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     atomic_save_json(out / "runs.json", records)
     summary, tables = [], []
     for kind in cfg.scenarios:
-        rows = summarise(records, kind, methods, unsupported[kind])
+        rows = summarise(records, kind, labels, unsupported[kind], skipped[kind])
         summary += rows
         n_runs = sum(r["scenario"] == kind for r in runs)
         controls = controls_text(records, kind)
@@ -557,6 +632,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     atomic_write_text(out / "compare.csv", csv_out)
     return {"table": table, "csv": csv_out, "summary": summary,
             "runs": [{k: v for k, v in r.items() if k != "metrics"} for r in records],
-            "protocol": {"runs": runs, "methods": methods, "data": str(cfg.data), "model": str(cfg.model)},
+            "protocol": {"runs": runs, "methods": methods, "data": str(cfg.data), "model": str(cfg.model),
+                         "presets": {lab: p for lab, (_, p) in tuned.items()}},
             "protocol_wall_time_s": wall, "out_dir": str(out),
             "config_used": OmegaConf.to_container(cfg, resolve=True)}

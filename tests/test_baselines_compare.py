@@ -215,3 +215,40 @@ def test_failure_flags_name_the_reason_with_the_numbers():
     assert failure_flags(rows["finetune"], None) == []  # no oracle row: nothing to compare with
     table = list(csv.DictReader(io.StringIO(csv_text(list(rows.values())))))
     assert next(r for r in table if r["method"] == "scrub")["flags"].startswith("forget target not reached")
+
+
+def test_tuned_presets_add_rows_beside_the_defaults(tmp_path, monkeypatch):
+    """bench.presets (issue 27 item 3): a METHOD+PRESET row runs the method with the preset's values beside its
+    default row; it is not run on the preset's validation forget set (reported as skipped, with the reason);
+    bench.presets=tuned finds tuned_<data>_<method>; unknown methods and missing presets are refused."""
+    import shutil
+
+    from benchmarks.compare import run
+    from duck.pipeline.config import conf_dir
+
+    conf = tmp_path / "conf"
+    shutil.copytree(conf_dir(), conf)
+    (conf / "preset" / "tuned_synthetic_neggrad.yaml").write_text(
+        "# @package _global_\nmethod:\n  lr: 0.0123\ntuned_on:\n  data: synthetic\n  scenario: class_removal\n"
+        "  forget_classes: [0]\n  forget_hash: none\n")
+    monkeypatch.setenv("DUCK_CONF_DIR", str(conf))
+    cfg = bench_cfg(data="synthetic", model="smallcnn", classes=[0, 1], methods=["neggrad"],
+                    scenarios=["class_removal"], cache_dir=str(tmp_path / "cache"), out_dir=str(tmp_path / "out"),
+                    progress=False, presets="tuned",
+                    overrides=["data.n_train=240", "data.n_test=120", "model.width=8", "recipe.epochs=3"])
+    out = run(cfg)
+    runs = json.loads((tmp_path / "out" / "runs.json").read_text())
+    tuned = [r for r in runs if r["method"] == "neggrad+tuned_synthetic_neggrad"]
+    default = [r for r in runs if r["method"] == "neggrad"]
+    assert [r["run"] for r in tuned] == ["class_1"] and [r["run"] for r in default] == ["class_0", "class_1"]
+    assert tuned[0]["metrics"]["hparams"]["lr"] == pytest.approx(0.0123)
+    assert default[0]["metrics"]["hparams"]["lr"] != pytest.approx(0.0123)
+    row = next(r for r in out["summary"] if r["method"] == "neggrad+tuned_synthetic_neggrad")
+    assert row["n"] == 1 and "class_0 not run on its validation forget set" in row["skipped"][0]
+    assert "| neggrad+tuned_synthetic_neggrad |" in out["table"] and "1 skipped: class_0" in out["table"]
+    assert out["protocol"]["presets"] == {"neggrad+tuned_synthetic_neggrad": "tuned_synthetic_neggrad"}
+    for presets, match in [({"scrub": "tuned_synthetic_neggrad"}, r"names \['scrub'\], not in bench.methods"),
+                           ({"neggrad": "tuned_nowhere"}, r"no preset \['tuned_nowhere'\]"),
+                           (["x"], "give tuned")]:
+        with pytest.raises(DuckInputError, match=match):
+            run(OmegaConf.merge(cfg, {"presets": presets, "out_dir": str(tmp_path / "bad")}))
