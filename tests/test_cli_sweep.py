@@ -169,3 +169,18 @@ def test_a_failed_job_does_not_stop_a_parallel_sweep(tmp_path, launcher):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("error: 1 sweep job(s) failed, the others finished") == 1 and "Traceback" not in proc.stderr
     assert (sweep / "0" / "job_error.json").is_file() and (sweep / "1" / "model.ckpt").is_file()
+
+
+def test_group_choices_are_also_looked_up_in_the_search_path(tmp_path):
+    """A tuned preset written by a search lives in its sweep directory: ``+preset=NAME
+    hydra.searchpath=[file://DIR]`` must not be refused as an unknown preset (it was, from the command line)."""
+    from duck.cli._overrides import search_roots, unknown_group_choice
+
+    (tmp_path / "preset").mkdir()
+    (tmp_path / "preset" / "tuned_x.yaml").write_text("# @package _global_\n")
+    root = conf_dir()
+    assert "unknown preset 'tuned_x'" in unknown_group_choice(["+preset=tuned_x"], root)
+    assert unknown_group_choice(["+preset=tuned_x", f"hydra.searchpath=[file://{tmp_path}]"], root) is None
+    message = unknown_group_choice(["+preset=tuned_y", f"hydra.searchpath=['file://{tmp_path}']"], root)
+    assert "unknown preset 'tuned_y'" in message and "tuned_x" in message and "tuned_digits_salun" in message
+    assert search_roots(["hydra.searchpath=[pkg://elsewhere.conf]"], root) is None  # left to Hydra

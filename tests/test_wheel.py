@@ -158,3 +158,23 @@ def test_wheel_python_api_on_a_plain_module(wheel_env):
     assert out.returncode == 0, out.stderr[-3000:]
     method, forgotten, cls = out.stdout.split()
     assert method == "duck" and forgotten == "[2]" and cls == "TinyCNN"
+
+
+def test_wheel_runs_a_hyperparameter_search_and_reuses_its_preset(wheel_env):
+    """``duck-run -m +tune=METHOD`` from the wheel (its tune configs and the sweep-end callback are packaged), one
+    trial; the preset it writes is found by ``hydra.searchpath`` from another directory."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    bin_dir, env, work = wheel_env
+    fast = ["data=synthetic", "model.width=8", "recipe.epochs=3", "progress=false"]
+    sweep = work / "tune"
+    proc = _run([str(bin_dir / "duck-run"), "-m", "+tune=neggrad_plus", *fast, "hydra.sweeper.n_trials=1",
+                 f"hydra.sweep.dir={sweep}"], cwd=work, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    preset = sweep / "preset" / "tuned_synthetic_neggrad_plus.yaml"
+    assert preset.is_file() and (sweep / "trials.png").is_file()
+    reuse = _run([str(bin_dir / "duck-run"), "method=neggrad_plus", "+preset=tuned_synthetic_neggrad_plus",
+                  f"hydra.searchpath=[file://{sweep}]", "scenario.forget_classes=[2]", "audit=false", *fast,
+                  f"hydra.run.dir={work / 'reuse'}"], cwd=work, env=env)
+    assert reuse.returncode == 0, reuse.stderr[-3000:]
+    tuned_lr = json.loads((sweep / "trials.json").read_text())["best"]["searched"]["lr"]
+    assert json.loads((work / "reuse" / "unlearned" / "metrics.json").read_text())["hparams"]["lr"] == tuned_lr
