@@ -46,6 +46,7 @@ def test_the_search_runs_its_trials_and_writes_table_plot_and_preset(search):
         assert t["scenario"]["forget_classes"] == [0]  # the validation class
     best = max(trials, key=lambda t: t["objective"])
     assert (sweep / "trials.png").stat().st_size > 1000 and "| trial |" in (sweep / "trials.md").read_text()
+    assert "| AUS |" in (sweep / "trials.md").read_text() and all(0 < t["aus"] < 1.2 for t in trials)
     preset = yaml.safe_load((sweep / "preset" / "tuned_synthetic_salun.yaml").read_text())
     assert preset["method"] == best["searched"] and preset["tuned_on"]["forget_classes"] == [0]
     optuna_best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["best_value"]
@@ -97,6 +98,7 @@ def test_objective_penalises_a_missed_forget_target():
     better = tune_objective(job, {"aus": 0.99, "acc": {"train_forget": 0.0}},
                             {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}})
     assert 0 < tied["objective"] < better["objective"] < scored["objective"]  # equal final scores: AUS decides
+    assert tied["aus"] == 0.90 and better["aus"] == 0.99  # recorded for the trials table
     with pytest.raises(DuckInputError, match="needs the forgetting audit"):
         tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "final_score")
     with pytest.raises(DuckInputError, match="tune.objective='best'"):

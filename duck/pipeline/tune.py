@@ -55,7 +55,7 @@ def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any], obj
         value = float(metrics["aus"])
     tie_break = TIE_BREAK * float(metrics["aus"]) if kind == "final_score" else 0.0
     score = value + tie_break - (0.0 if reached else MISSED_TARGET_PENALTY)
-    return {"objective": score, "kind": kind, "value": value, "reached_target": reached,
+    return {"objective": score, "kind": kind, "value": value, "aus": float(metrics["aus"]), "reached_target": reached,
             "train_forget": train_forget, "target": target, "method": job.method,
             "hparams": dict(job.hparams or {}), "data": job.data.name, "scenario": sc.summary()}
 

@@ -56,10 +56,11 @@ def summarize_search(sweep_dir: str | Path) -> dict[str, Any]:
         raise DuckInputError(f"{sweep} holds no finished trial (no */tune.json)")
     best = max(trials, key=lambda r: r["objective"])
     keys = sorted({k for r in trials for k in r["searched"]})
-    rows = [[r["trial"], *[r["searched"].get(k, "—") for k in keys], f"{r['objective']:.4f}",
-             f"{r['kind']} {r['value']:.4f}", "yes" if r["reached_target"] else f"no ({r['train_forget']:.3f})"]
-            for r in trials]
-    table = markdown_table(["trial", *keys, "objective", "made of", "forget target reached"], rows)
+    # the objective to 6 decimals: the 1e-3 x AUS tie-break of equal final scores shows in the 4th-6th
+    rows = [[r["trial"], *[r["searched"].get(k, "—") for k in keys], f"{r['objective']:.6f}",
+             f"{r['kind']} {r['value']:.4f}", "—" if r.get("aus") is None else f"{r['aus']:.4f}",
+             "yes" if r["reached_target"] else f"no ({r['train_forget']:.3f})"] for r in trials]
+    table = markdown_table(["trial", *keys, "objective", "made of", "AUS", "forget target reached"], rows)
     data, method = best["data"], best["method"]
     name = f"tuned_{data}_{method}"
     preset = sweep / "preset" / f"{name}.yaml"
