@@ -120,8 +120,8 @@ def run_record(label: str, run: dict[str, Any], metrics: dict[str, Any], scenari
 
 def summarise(records: list[dict[str, Any]], scenario: str, methods: list[str],
               unsupported: dict[str, str], skipped: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
-    """Mean (std) per method (or tuned row) over the runs of one scenario; ``skipped``: per row, the reasons of
-    the runs it was not run on (a tuned preset on its own validation forget set)."""
+    """Mean (std) per method (or tuned row) over the runs of one scenario; ``skipped``: per row, the runs it was
+    not run on (a tuned preset on its own validation forget set)."""
     rows = []
     for method in [*REFERENCE_ROWS, *methods]:
         if method in unsupported:
@@ -181,6 +181,9 @@ def failure_flags(row: dict[str, Any], retrained: dict[str, Any] | None) -> list
     return flags
 
 
+#: why a tuned row has no run on some forget sets (:func:`preset_skip_reason`)
+SKIP_NOTE = "the preset's validation forget set"
+
 #: the forgetting audit's columns (bench.forgetting.enabled): mean (std) over runs
 FORGETTING_COLUMNS = ("F", "F_normalised", "final_score", "klom_forget", "ulira_auc")
 FORGETTING_HEADERS = {"F": "F", "F_normalised": "F normalised", "final_score": "final score",
@@ -215,7 +218,7 @@ def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
         rule = "—" if r.get("stop_rule_reached") is None else f"{r['stop_rule_reached']}/{r['stop_rule_runs']}"
         runs = f"{n}" + (f" ({r['errors']} failed)" if r.get("errors") else "")
         if r.get("skipped"):
-            runs += f" ({len(r['skipped'])} skipped: {r['skipped'][0]})"
+            runs += f" ({', '.join(r['skipped'])} skipped: {SKIP_NOTE})"
         forgetting = [_fmt(r.get(k)) for k in extra]
         if extra:
             forgetting.append(", ".join(f"{c} {v}" for v, c in (r.get("verdicts") or {}).items()) or "—")
@@ -237,7 +240,7 @@ def csv_text(summary: list[dict[str, Any]]) -> str:
                                      "stop_rule_reached", "stop_rule_runs", "note")}
         out["flags"] = "; ".join(r.get("flags") or [])
         if r.get("skipped"):
-            out["note"] = f"{len(r['skipped'])} runs skipped: {r['skipped'][0]}"
+            out["note"] = f"{' '.join(r['skipped'])} skipped: {SKIP_NOTE}"
         for key in ("A_t", "A_f", "AUS", "time_s", "epochs"):
             if r.get(key):
                 out[f"{key}_mean"] = round(r[key]["mean"], 6)
@@ -582,7 +585,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                          f"method={method_of[m]}", *extra_of[m], *f_overrides])
                     reason = preset_skip_reason(m_cfg, data.name, scenario) if m in tuned else None
                     if reason:  # the preset's search saw this forget set: its row is not reported on it
-                        skipped[run_spec["scenario"]].setdefault(m, []).append(f"{run_spec['label']} {reason}")
+                        skipped[run_spec["scenario"]].setdefault(m, []).append(run_spec["label"])
+                        tqdm.write(f"[compare] {m} not run on {run_spec['label']}: {reason}")
                         bar.update(1)
                         continue
                     try:
