@@ -116,6 +116,21 @@ def test_roc_axes_start_at_the_resolvable_rates():
     assert x_min == pytest.approx(1 / 46) and y_min == pytest.approx(1 / 137)
 
 
+def test_roc_of_a_one_sample_request_has_a_real_axis():
+    """One member (a one-sample deletion request): the TPR axis would be the single point 1 (matplotlib warned
+    'identical low and high ylims'); it starts at 0.5 instead and the plot draws without a warning."""
+    import warnings
+
+    from duck.report.plots import resolvable_min, roc_loglog_png
+
+    roc = {"fpr": [0.0, 0.5, 1.0], "tpr": [0.0, 1.0, 1.0]}
+    audits = {"unlearned": {"n_members": 1, "n_nonmembers": 46, "lira": {"roc": roc, "auc": 0.5, "auc_ci": [0.2, 0.8]}}}
+    assert resolvable_min(audits) == (pytest.approx(1 / 46), 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert roc_loglog_png(audits)[:4] == b"\x89PNG"
+
+
 def test_dp_counts_are_shown_rounded_and_clamped():
     from duck.pipeline.audit import display_count
 

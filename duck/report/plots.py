@@ -42,10 +42,11 @@ def _label(name: str, lira: Mapping[str, Any]) -> str:
 
 def resolvable_min(audits: Mapping[str, Mapping[str, Any]]) -> tuple[float, float]:
     """The smallest FPR and TPR the audits can resolve: one non-member / one member out of all of them (the
-    ROC has no information below; a 1e-5 axis over 46 non-members spent 80 % of the plot on nothing)."""
+    ROC has no information below; a 1e-5 axis over 46 non-members spent 80 % of the plot on nothing). At most
+    0.5: with one member (a one-sample deletion request) the axis would otherwise be the single point 1."""
     n_neg = min(int(a.get("n_nonmembers") or a["lira"].get("n_nonmembers") or 1e5) for a in audits.values())
     n_pos = min(int(a.get("n_members") or a["lira"].get("n_members") or 1e5) for a in audits.values())
-    return max(AXIS_MIN, 1.0 / max(n_neg, 1)), max(AXIS_MIN, 1.0 / max(n_pos, 1))
+    return (min(0.5, max(AXIS_MIN, 1.0 / max(n_neg, 1))), min(0.5, max(AXIS_MIN, 1.0 / max(n_pos, 1))))
 
 
 def roc_loglog_png(audits: Mapping[str, Mapping[str, Any]], title: str = "LiRA ROC") -> bytes:
