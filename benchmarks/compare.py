@@ -423,22 +423,26 @@ def check_protocol_overrides(overrides: list[str]) -> None:
 
 
 def check_method_overrides(cfg: DictConfig, base: list[str], methods: list[str], dataset: str,
-                           tuned: dict[str, tuple[str, str]] | None = None) -> None:
+                           tuned: dict[str, tuple[str, str]] | None = None) -> dict[tuple[str, str], dict[str, Any]]:
     """Each method's config (and each tuned row's, with its preset) composed with ``bench.overrides``: its
-    effective hyperparameters checked for every scenario of the protocol (before any training)."""
+    effective hyperparameters checked for every scenario of the protocol (before any training) and returned,
+    ``{(scenario, row label): hyperparameters}`` (a resumed run with other values is rerun)."""
     from duck.pipeline.job import method_settings
     from duck.unlearn.config import check_hyperparameters, resolve_method_cfg
 
     rows = [(m, [f"method={m}"]) for m in methods]
     rows += [(lab, [f"method={m}", f"+preset={p}"]) for lab, (m, p) in (tuned or {}).items()]
+    effective: dict[tuple[str, str], dict[str, Any]] = {}
     for m, extra in rows:
         run_cfg = compose_run([*base, *extra])
         for kind in cfg.scenarios:
             try:
                 _, hp = method_settings(run_cfg)  # keys the method's config file does not define are refused here
-                check_hyperparameters(resolve_method_cfg(hp, dataset, str(kind)))
+                effective[(str(kind), m)] = resolve_method_cfg(hp, dataset, str(kind))
+                check_hyperparameters(effective[(str(kind), m)])
             except DuckInputError as e:
                 raise DuckInputError(f"bench.overrides={list(cfg.overrides)} (method {m}, {kind}): {e}") from None
+    return effective
 
 
 def _check_presets(value: Any, name: str) -> str | dict[str, str]:
@@ -494,6 +498,19 @@ def preset_skip_reason(run_cfg: DictConfig, dataset: str, scenario: Any) -> str 
     return None
 
 
+def same_hyperparameters(record: dict[str, Any], effective: dict[tuple[str, str], dict[str, Any]]) -> bool:
+    """Whether a resumed method record ran with the hyperparameters this protocol would use (a method's config or
+    a tuned preset changed since: the record is rerun, not reported as this protocol's). Reference rows and
+    records without hyperparameters count as the same."""
+    import json
+
+    now = effective.get((record.get("scenario"), record.get("method")))
+    then = (record.get("metrics") or {}).get("hparams")
+    if now is None or then is None:
+        return True
+    return json.dumps(then, sort_keys=True) == json.dumps(json.loads(json.dumps(now, default=str)), sort_keys=True)
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg, RULES)
     from duck.io import atomic_save_json, atomic_write_text
@@ -521,7 +538,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     check_protocol_overrides([str(o) for o in cfg.overrides])
     f_overrides = forgetting_overrides(cfg)
     records = resumed_records(cfg.get("resume"), cfg)
-    done = {(r["scenario"], r["run"], r["method"]) for r in records if "error" not in r}
     n_resumed = len(records)
     t_start = time.perf_counter()
     try:
@@ -532,7 +548,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             labels = [*methods, *tuned]
             method_of = {**{m: m for m in methods}, **{lab: m for lab, (m, _) in tuned.items()}}
             extra_of = {**{m: [] for m in methods}, **{lab: [f"+preset={p}"] for lab, (_, p) in tuned.items()}}
-            check_method_overrides(cfg, base, methods, data.name, tuned)  # every method has a config, checked
+            effective = check_method_overrides(cfg, base, methods, data.name, tuned)  # every config, checked
+            stale = [r for r in records if "error" not in r and not same_hyperparameters(r, effective)]
+            for r in stale:
+                tqdm.write(f"[compare] resumed {r['method']} on {r['run']} is rerun: its hyperparameters changed")
+            done = {(r["scenario"], r["run"], r["method"]) for r in records
+                    if "error" not in r and same_hyperparameters(r, effective)}
             bad_classes = [c for c in (cfg.classes or []) if int(c) >= data.num_classes]
             if bad_classes:
                 raise DuckInputError(f"bench.classes={list(cfg.classes)}: {bad_classes} not below the "
@@ -623,6 +644,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                       + markdown(rows, kind) + (f"\n\n{controls}" if controls else ""))
     wall = time.perf_counter() - t_start
     resumed = f"; {n_resumed} records resumed from {cfg.resume}" if n_resumed else ""
+    if n_resumed and stale:
+        resumed += f", {len(stale)} of them rerun (hyperparameters changed)"
     cached = any(r.get("time_from_cache") for r in summary)
     quick = "quick run (first class and first seed only); " if cfg.quick else ""
     table = "\n\n".join(tables) + (

@@ -248,6 +248,16 @@ def test_tuned_presets_add_rows_beside_the_defaults(tmp_path, monkeypatch):
     assert "| neggrad+tuned_synthetic_neggrad |" in out["table"]
     assert "1 (class_0 skipped: the preset's validation forget set) |" in out["table"]
     assert out["protocol"]["presets"] == {"neggrad+tuned_synthetic_neggrad": "tuned_synthetic_neggrad"}
+    # a resumed protocol reruns a row whose hyperparameters changed since (here: the preset), keeps the others
+    (conf / "preset" / "tuned_synthetic_neggrad.yaml").write_text(
+        (conf / "preset" / "tuned_synthetic_neggrad.yaml").read_text().replace("0.0123", "0.0456"))
+    again = run(OmegaConf.merge(cfg, {"out_dir": str(tmp_path / "again"), "resume": str(tmp_path / "out")}))
+    rerun = json.loads((tmp_path / "again" / "runs.json").read_text())
+    tuned2 = [r for r in rerun if r["method"] == "neggrad+tuned_synthetic_neggrad"]
+    assert [r["metrics"]["hparams"]["lr"] for r in tuned2] == [pytest.approx(0.0456)]
+    kept = {r["run"]: r["time_s"] for r in rerun if r["method"] == "neggrad"}
+    assert kept == {r["run"]: r["time_s"] for r in default}
+    assert "1 of them rerun (hyperparameters changed)" in again["table"]
     for presets, match in [({"scrub": "tuned_synthetic_neggrad"}, r"names \['scrub'\], not in bench.methods"),
                            ({"neggrad": "tuned_nowhere"}, r"no preset \['tuned_nowhere'\]"),
                            (["x"], "give tuned")]:
