@@ -105,6 +105,30 @@ def test_objective_penalises_a_missed_forget_target():
         tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "best")
 
 
+def test_the_retained_accuracy_constraint_penalises_a_collapsed_trial():
+    """tune.retained_margin: a trial whose retained test accuracy fell more than the margin below the original's
+    scores 1 less (as a missed forget target); off by default; a bad margin is refused."""
+    from duck.pipeline.tune import check_tune_settings
+
+    job = Job.from_cfg(compose("run", [*FAST, "scenario=class_removal", "scenario.forget_classes=[1]"]), "run")
+    extra = {"original": {"acc": {"test": 0.9, "test_retain": 0.95}},
+             "audits": {"unlearned": {"forgetting": {"final_score": 0.3}}}}
+    collapsed = {"aus": 0.85, "acc": {"train_forget": 0.0, "test_retain": 0.85, "test_forget": 0.0}}
+    fine = {"aus": 0.99, "acc": {"train_forget": 0.0, "test_retain": 0.93, "test_forget": 0.0}}
+    off = tune_objective(job, collapsed, extra)
+    assert off["retained"] is None and off["objective"] == pytest.approx(0.3 + 1e-3 * 0.85)
+    on = tune_objective(job, collapsed, extra, retained_margin=0.05)
+    assert on["retained"] == {"A_t": 0.85, "original": 0.95, "margin": 0.05, "kept": False}
+    assert on["objective"] == pytest.approx(0.3 + 1e-3 * 0.85 - MISSED_TARGET_PENALTY)
+    kept = tune_objective(job, fine, extra, retained_margin=0.05)
+    assert kept["retained"]["kept"] and kept["objective"] == pytest.approx(0.3 + 1e-3 * 0.99)
+    for bad in (-0.1, 2, "x", True):
+        with pytest.raises(DuckInputError, match="tune.retained_margin"):
+            check_tune_settings("auto", bad)
+    with pytest.raises(DuckInputError, match="tune.objective"):
+        check_tune_settings("best", None)
+
+
 #: the validation class each data set's shipped presets were searched on (docs/tuning.md): digits 0; Fashion-MNIST
 #: 1, since its comparison table reports classes 0, 4 and 8
 VALIDATION_CLASS = {"digits": [0], "fashion_mnist": [1]}
