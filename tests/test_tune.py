@@ -162,3 +162,19 @@ def test_a_search_without_the_plugin_says_how_to_install_it(monkeypatch, capsys)
         check_tune_plugin(["-m", "+tune=salun"])
     assert e.value.code == 2 and "pip install 'duck-unlearn[tune]'" in capsys.readouterr().err
     check_tune_plugin(["-m", "+sweep=methods"])  # nothing to check without +tune
+
+
+def test_the_trials_table_says_which_trials_lost_too_much_retained_accuracy(tmp_path):
+    from duck.report.tune import summarize_search
+
+    sc = {"scenario": "class_removal", "forget_classes": [0], "forget_hash": "h"}
+    for i, (kept, objective) in enumerate([(True, 0.2), (False, -0.7)]):
+        (tmp_path / f"{i}_salun" / ".hydra").mkdir(parents=True)
+        (tmp_path / f"{i}_salun" / ".hydra" / "overrides.yaml").write_text(f"- method.lr={0.01 * (i + 1)}\n")
+        (tmp_path / f"{i}_salun" / "tune.json").write_text(json.dumps({
+            "objective": objective, "kind": "final_score", "value": 0.2 if kept else 0.3, "aus": 0.9,
+            "reached_target": True, "train_forget": 0.0, "method": "salun", "data": "digits", "scenario": sc,
+            "retained": {"A_t": 0.97 if kept else 0.8, "original": 0.99, "margin": 0.05, "kept": kept}}))
+    out = summarize_search(tmp_path)
+    assert "| retained accuracy kept |" in out["table"] and "no (0.800 < 0.990 − 0.05)" in out["table"]
+    assert out["best"]["trial"] == "0_salun"

@@ -60,7 +60,14 @@ def summarize_search(sweep_dir: str | Path) -> dict[str, Any]:
     rows = [[r["trial"], *[r["searched"].get(k, "—") for k in keys], f"{r['objective']:.6f}",
              f"{r['kind']} {r['value']:.4f}", "—" if r.get("aus") is None else f"{r['aus']:.4f}",
              "yes" if r["reached_target"] else f"no ({r['train_forget']:.3f})"] for r in trials]
-    table = markdown_table(["trial", *keys, "objective", "made of", "AUS", "forget target reached"], rows)
+    headers = ["trial", *keys, "objective", "made of", "AUS", "forget target reached"]
+    if any(r.get("retained") for r in trials):  # tune.retained_margin was set: its verdict per trial
+        headers.append("retained accuracy kept")
+        for row, r in zip(rows, trials, strict=True):
+            kept = r.get("retained")
+            row.append("—" if not kept else "yes" if kept["kept"] else
+                       f"no ({kept['A_t']:.3f} < {kept['original']:.3f} − {kept['margin']:g})")
+    table = markdown_table(headers, rows)
     data, method = best["data"], best["method"]
     name = f"tuned_{data}_{method}"
     preset = sweep / "preset" / f"{name}.yaml"
