@@ -549,11 +549,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             method_of = {**{m: m for m in methods}, **{lab: m for lab, (m, _) in tuned.items()}}
             extra_of = {**{m: [] for m in methods}, **{lab: [f"+preset={p}"] for lab, (_, p) in tuned.items()}}
             effective = check_method_overrides(cfg, base, methods, data.name, tuned)  # every config, checked
-            stale = [r for r in records if "error" not in r and not same_hyperparameters(r, effective)]
+            fresh, stale = [], []  # finished runs kept / rerun (their hyperparameters changed since)
+            for r in records:
+                if "error" not in r:
+                    (fresh if same_hyperparameters(r, effective) else stale).append(r)
             for r in stale:
                 tqdm.write(f"[compare] resumed {r['method']} on {r['run']} is rerun: its hyperparameters changed")
-            done = {(r["scenario"], r["run"], r["method"]) for r in records
-                    if "error" not in r and same_hyperparameters(r, effective)}
+            done = {(r["scenario"], r["run"], r["method"]) for r in fresh}
             bad_classes = [c for c in (cfg.classes or []) if int(c) >= data.num_classes]
             if bad_classes:
                 raise DuckInputError(f"bench.classes={list(cfg.classes)}: {bad_classes} not below the "

@@ -311,11 +311,11 @@ def job_entry(command: str, about: str) -> Callable[[], None]:
             check_tune_settings(str(tune.get("objective", "auto")), tune.get("retained_margin"))
         out = hydra_output_dir()
         metrics, extra = getattr(jobs, command)(job, out)
-        if command == "run" and cfg.get("tune") is not None:  # a trial of duck-run -m +tune=METHOD
+        if tune is not None:  # a trial of duck-run -m +tune=METHOD
             from duck.pipeline.tune import tune_objective, write_tune_result
 
-            return write_tune_result(out, tune_objective(job, metrics, extra, str(cfg.tune.get("objective", "auto")),
-                                                           cfg.tune.get("retained_margin")))
+            return write_tune_result(out, tune_objective(job, metrics, extra, str(tune.get("objective", "auto")),
+                                                           tune.get("retained_margin")))
         return None  # nothing travels back to a sweep's launcher (joblib / submitit would pickle the models)
 
     return hydra_entry(command, task, about)
