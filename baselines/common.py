@@ -107,9 +107,16 @@ class BaselineUnlearner(Unlearner):
         return ref
 
     def stopping_rule(self) -> ForgetAccuracyStop:
-        """DUCK's stopping rule (seeds/003 §III): stop once ``A_f <= target``."""
+        """DUCK's stopping rule (seeds/003 §III): stop once ``A_f <= target``; with ``min_epochs`` (NegGrad+,
+        SalUn) not before that many epochs, so the rule extends the method's own recipe up to ``epochs``."""
         return ForgetAccuracyStop(self, self.forget_target(float(self.hp.get("tolerance", 0.01))),
-                                  every=str(self.hp.get("stop_check", "epoch")))
+                                  every=str(self.hp.get("stop_check", "epoch")), after_epochs=self.min_epochs())
+
+    def min_epochs(self) -> int:
+        """``method.min_epochs`` (null: 0): epochs run before the stopping rule may stop (checked with the other
+        hyperparameters, ``duck.unlearn.config.check_hyperparameters``: an integer <= ``epochs``, with
+        ``stop_at_target=true``)."""
+        return int(self.hp.get("min_epochs") or 0)
 
     def forget_classes(self) -> list[int]:
         return list(self.data.scenario.forget_classes or [])

@@ -501,14 +501,16 @@ def preset_skip_reason(run_cfg: DictConfig, dataset: str, scenario: Any) -> str 
 def same_hyperparameters(record: dict[str, Any], effective: dict[tuple[str, str], dict[str, Any]]) -> bool:
     """Whether a resumed method record ran with the hyperparameters this protocol would use (a method's config or
     a tuned preset changed since: the record is rerun, not reported as this protocol's). Reference rows and
-    records without hyperparameters count as the same."""
+    records without hyperparameters count as the same, and so does a setting the record lacks whose value is
+    null now (added to the method's config since, left off: NegGrad+'s and SalUn's ``min_epochs``)."""
     import json
 
     now = effective.get((record.get("scenario"), record.get("method")))
     then = (record.get("metrics") or {}).get("hparams")
     if now is None or then is None:
         return True
-    return json.dumps(then, sort_keys=True) == json.dumps(json.loads(json.dumps(now, default=str)), sort_keys=True)
+    now = {k: v for k, v in json.loads(json.dumps(now, default=str)).items() if k in then or v is not None}
+    return json.dumps(then, sort_keys=True) == json.dumps(now, sort_keys=True)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

@@ -263,3 +263,18 @@ def test_tuned_presets_add_rows_beside_the_defaults(tmp_path, monkeypatch):
                            (["x"], "give tuned")]:
         with pytest.raises(DuckInputError, match=match):
             run(OmegaConf.merge(cfg, {"presets": presets, "out_dir": str(tmp_path / "bad")}))
+
+
+def test_a_setting_added_since_with_no_value_does_not_rerun_a_resumed_record():
+    """Resume compares a record's hyperparameters with the protocol's: a key the record lacks whose value is null
+    now (a setting added to the method's config since, e.g. NegGrad+'s ``min_epochs``) changes nothing; a key
+    added with a value, or a changed value, does."""
+    from benchmarks.compare import same_hyperparameters
+
+    record = {"scenario": "class_removal", "method": "salun", "metrics": {"hparams": {"lr": 0.01, "epochs": 10}}}
+    key = ("class_removal", "salun")
+    assert same_hyperparameters(record, {key: {"lr": 0.01, "epochs": 10, "min_epochs": None}})
+    assert not same_hyperparameters(record, {key: {"lr": 0.01, "epochs": 10, "min_epochs": 3}})
+    assert not same_hyperparameters(record, {key: {"lr": 0.02, "epochs": 10, "min_epochs": None}})
+    assert not same_hyperparameters(record, {key: {"lr": 0.01}})  # a setting gone counts as a change
+    assert same_hyperparameters(record, {})  # no protocol value to compare with (a reference row)

@@ -124,3 +124,40 @@ def test_salun_relabels_forget_samples_with_wrong_labels_and_keeps_retain_labels
     new = u.relabel(y, idx)
     assert bool((new[:10] != y[:10]).all()) and bool((new[:10] != 1).all())  # wrong, and not the removed class
     assert torch.equal(new[10:], y[10:])
+
+
+@pytest.mark.parametrize("method", ["neggrad_plus", "salun"])
+def test_min_epochs_delays_the_stopping_rule_then_the_rule_stops_at_the_target(synthetic, synthetic_model, method):
+    """``min_epochs`` (the tuned presets): the method's own epochs first, then DUCK's stopping rule, capped by
+    ``epochs``. Forgetting class 1 of the synthetic data takes less than one epoch at this learning rate, so the
+    rule alone stops inside epoch 1; with ``min_epochs=3`` the run must go on to exactly 3 epochs (it fails if
+    the delay is ignored), and the forget set is still at the target when it stops."""
+    data, _ = _data(synthetic, synthetic_model)
+    fast = {"lr": 0.05, "batch_size": 16, "epochs": 8, "stop_at_target": True, "stop_check": "batch"}
+    if method == "neggrad_plus":
+        fast.update(beta=0.5, forget_batch_size=8)
+
+    def run(**over):
+        u = create_unlearner(method, copy.deepcopy(synthetic_model), data, _hp(method, **fast, **over), seed=0,
+                             trainer_cfg=CPU)
+        return u, u.unlearn()
+
+    _, alone = run()
+    assert alone.reached_target and alone.epochs < 1.0  # the rule alone: inside the first epoch
+    u3, delayed = run(min_epochs=3)
+    assert delayed.reached_target and delayed.epochs == 3.0
+    assert u3.phase_log[method]["epochs"] == 3  # Lightning ran three epochs, not one
+    assert min(h["epoch"] for h in u3.history) >= 3.0 - 1e-9  # no check before the delay
+    assert u3.forget_accuracy() <= u3.forget_target(0.01)
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"min_epochs": 2}, "only acts with method.stop_at_target=true"),
+    ({"min_epochs": 9, "stop_at_target": True, "epochs": 5}, "above method.epochs=5"),
+    ({"min_epochs": -1, "stop_at_target": True}, "method.min_epochs"),
+])
+def test_min_epochs_is_refused_where_it_cannot_act(synthetic, synthetic_model, over, match):
+    data, _ = _data(synthetic, synthetic_model)
+    with pytest.raises(DuckInputError, match=match):
+        create_unlearner("neggrad_plus", copy.deepcopy(synthetic_model), data, _hp("neggrad_plus", **over), seed=0,
+                         trainer_cfg=CPU)

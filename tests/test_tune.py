@@ -42,7 +42,11 @@ def test_the_search_runs_its_trials_and_writes_table_plot_and_preset(search):
     assert len(trials) == 2 and {t["kind"] for t in trials} == {"final_score"}  # the forgetting audit ran
     for t in trials:  # the sampler's values reached the method, inside conf/tune/salun.yaml's space
         assert t["hparams"]["lr"] == t["searched"]["lr"] and 0.001 <= t["searched"]["lr"] <= 0.1
-        assert 0.1 <= t["searched"]["mask_ratio"] <= 0.9 and 2 <= t["searched"]["epochs"] <= 15
+        assert 0.1 <= t["searched"]["mask_ratio"] <= 0.9
+        # the stopping rule and the epoch cap are fixed in the space: they reach the method and the preset
+        assert 0 <= t["searched"]["min_epochs"] <= 15 and t["hparams"]["min_epochs"] == t["searched"]["min_epochs"]
+        fixed = {"stop_at_target": True, "epochs": 30, "stop_check": "batch"}
+        assert {k: t["searched"][k] for k in fixed} == fixed and {k: t["hparams"][k] for k in fixed} == fixed
         assert t["scenario"]["forget_classes"] == [0]  # the validation class
     best = max(trials, key=lambda t: t["objective"])
     assert (sweep / "trials.png").stat().st_size > 1000 and "| trial |" in (sweep / "trials.md").read_text()
@@ -80,6 +84,7 @@ def test_every_tune_config_composes_with_its_method_and_a_search_space():
         assert cfg.method.name == name and cfg.hydra.sweeper.params, name
         assert all(k.startswith("method.") for k in cfg.hydra.sweeper.params)
         assert list(cfg.scenario.forget_classes) == [0] and cfg.attack.forgetting.enabled
+        assert cfg.tune.retained_margin == 0.05, name  # the searches' default constraint (docs/tuning.md)
 
 
 def test_objective_penalises_a_missed_forget_target():
@@ -107,7 +112,8 @@ def test_objective_penalises_a_missed_forget_target():
 
 def test_the_retained_accuracy_constraint_penalises_a_collapsed_trial():
     """tune.retained_margin: a trial whose retained test accuracy fell more than the margin below the original's
-    scores 1 less (as a missed forget target); off by default; a bad margin is refused."""
+    scores 1 less (as a missed forget target); off unless given (conf/tune/common.yaml gives 0.05); a bad margin
+    is refused."""
     from duck.pipeline.tune import check_tune_settings
 
     job = Job.from_cfg(compose("run", [*FAST, "scenario=class_removal", "scenario.forget_classes=[1]"]), "run")

@@ -165,16 +165,20 @@ class UnlearnResult:
 class ForgetAccuracyStop(Callback):
     """Stop a phase as soon as the forget-set accuracy ``A_f`` (eval mode) is ``<= target``
     (seeds/003 §III "forget regimes"; ALGORITHMS.md §1.4). ``every="epoch"`` checks after each epoch,
-    ``every="batch"`` after each forget batch."""
+    ``every="batch"`` after each forget batch. ``after_epochs`` (``min_epochs`` of NegGrad+ and SalUn): no check
+    before that many epochs are done, so a method first runs its own recipe and the rule only extends it."""
 
-    def __init__(self, unlearner: Unlearner, target: float, every: str = "epoch") -> None:
+    def __init__(self, unlearner: Unlearner, target: float, every: str = "epoch", after_epochs: int = 0) -> None:
         if every not in ("epoch", "batch"):
             raise DuckInputError(f"stop_check={every!r}: use 'epoch' or 'batch'")
         self.unlearner, self.target, self.every = unlearner, float(target), every
+        self.after_epochs = int(after_epochs)
         self.reached = False
         self.epochs_done = 0.0
 
     def _check(self, trainer: L.Trainer, epoch_progress: float) -> None:
+        if epoch_progress < self.after_epochs - 1e-9:
+            return
         a_f = self.unlearner.forget_accuracy()
         self.unlearner.history.append({"phase": self.unlearner.phase, "epoch": round(epoch_progress, 4),
                                        "forget_acc": a_f})

@@ -25,7 +25,7 @@ _UNIT = {"retain_fraction": (0.0, False, 1.0, False), "mask_density": (0.0, True
          "momentum": (0.0, False, 1.0, True), "beta": (0.0, False, 1.0, False),
          "mask_ratio": (0.0, True, 1.0, False), "label_smoothing": (0.0, False, 1.0, True)}  # (lo, lo open, hi, hi open)
 _COUNTS = {"epochs": 1, "max_epochs": 1, "erm_epochs": 1, "batch_size": 1, "forget_batch_size": 1,
-           "attack_steps": 1, "max_per_class": 1, "low_epochs": 0, "msteps": 0,
+           "attack_steps": 1, "max_per_class": 1, "low_epochs": 0, "msteps": 0, "min_epochs": 0,
            "batch_ratio": 1, "low_batch_ratio": 1,
            "low_retain_batch_size": 1}  # minimum (batch ratios count retain batches per forget batch)
 # true / false only: a string such as "no" is refused
@@ -83,6 +83,13 @@ def check_hyperparameters(hp: Mapping[str, Any]) -> None:
                                  "a constant learning rate")
         elif key in _CHOICES and value not in _CHOICES[key]:
             raise DuckInputError(f"{name}={value!r} must be one of {', '.join(_CHOICES[key])}")
+    if hp.get("min_epochs") is not None:  # NegGrad+, SalUn: the stopping rule's delay, refused where it cannot act
+        if not hp.get("stop_at_target"):
+            raise DuckInputError(f"method.min_epochs={hp['min_epochs']} only acts with method.stop_at_target=true (it "
+                                 "delays the stopping rule); set that or drop min_epochs")
+        if hp.get("epochs") is not None and hp["min_epochs"] > hp["epochs"]:
+            raise DuckInputError(f"method.min_epochs={hp['min_epochs']} is above method.epochs={hp['epochs']} (the "
+                                 "cap of the stopping rule); raise epochs or lower min_epochs")
 
 
 def check_positive(hp: Mapping[str, Any], keys: tuple[str, ...]) -> None:
