@@ -167,8 +167,9 @@ def test_wheel_runs_a_hyperparameter_search_and_reuses_its_preset(wheel_env):
     bin_dir, env, work = wheel_env
     fast = ["data=synthetic", "model.width=8", "recipe.epochs=3", "progress=false"]
     sweep = work / "tune"
+    # the space's epoch cap and min_epochs range cut down for speed (CLI values replace the config's sweep params)
     proc = _run([str(bin_dir / "duck-run"), "-m", "+tune=neggrad_plus", *fast, "hydra.sweeper.n_trials=1",
-                 f"hydra.sweep.dir={sweep}"], cwd=work, env=env)
+                 "method.epochs=4", "method.min_epochs=range(0,2)", f"hydra.sweep.dir={sweep}"], cwd=work, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     preset = sweep / "preset" / "tuned_synthetic_neggrad_plus.yaml"
     assert preset.is_file() and (sweep / "trials.png").is_file()
