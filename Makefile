@@ -33,6 +33,7 @@ demo: install
 test: install fashion-mnist
 	$(BIN)/lint-imports --no-logo --no-cache
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 test-all: install fashion-mnist
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

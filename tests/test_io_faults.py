@@ -165,6 +165,7 @@ def test_two_jobs_on_one_cache_train_the_original_and_the_oracle_once(tmp_path):
         assert reused == [False, True], (role, outs)
 
 
+@pytest.mark.slow  # a promise (wheel / sharded banks): run by make test's second pass
 def test_two_shard_tasks_build_one_bank_and_the_audit_trains_nothing(tmp_path):
     """attack.num_shards=2: two duck-run array tasks started together each train their slice of the LiRA
     bank and of the forgetting audit's banks (disjoint models, side by side); the job without shards then

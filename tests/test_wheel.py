@@ -69,6 +69,7 @@ def test_wheel_imports_its_own_copy_and_finds_the_packaged_configs(wheel_env):
     assert conf.endswith("duck/conf") and str(REPO) not in conf
 
 
+@pytest.mark.slow  # a promise (wheel / sharded banks): run by make test's second pass
 def test_wheel_runs_the_commands_from_another_directory(wheel_env):
     bin_dir, env, work = wheel_env
     fast = ["recipe.epochs=2", "progress=false"]
