@@ -12,10 +12,11 @@ alike (often all at 0 for a method told apart from retraining at small N) are th
 Either way a trial whose forget set did not reach its target (class removal: accuracy ``<= tolerance``;
 homogeneous: ``<=`` the original's test accuracy) scores 1 less, so every configuration that reaches the
 target ranks above every one that does not (the target as a constraint). With ``retained_margin`` (``tune.
-retained_margin``, a fraction; off by default) a trial whose retained test accuracy ``A_t`` (ALGORITHMS.md §2)
-fell more than that below the original's is penalised the same way: the final score alone let a search on a
-small Fashion-MNIST subset pick configurations that cost 5-10 points of ``A_t``. The search runs on a *validation*
-forget set chosen by ``conf/tune/*.yaml`` (docs/tuning.md says how it is kept apart from the reported ones).
+retained_margin``, a fraction; 0.05 in ``conf/tune/common.yaml``, off when null or not passed) a trial whose
+retained test accuracy ``A_t`` (ALGORITHMS.md §2) fell more than that below the original's is penalised the same
+way: the final score alone let a search on a small Fashion-MNIST subset pick configurations that cost 5-10 points
+of ``A_t``. The search runs on a *validation* forget set chosen by ``conf/tune/*.yaml`` (docs/tuning.md says how
+it is kept apart from the reported ones).
 """
 
 from __future__ import annotations
