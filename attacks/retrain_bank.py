@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from attacks.shadow import ShadowBank
+from attacks.shadow import CORRUPT_ERRORS, ShadowBank
 from duck.data.base import DatasetSplits
 from duck.errors import DuckInputError
+from duck.io import atomic_save_npz
 from duck.models import Classifier
 from duck.training import Recipe
 
@@ -73,18 +74,35 @@ class RetrainBank(ShadowBank):
 
     def accuracies(self, *, batch_size: int = 1024) -> np.ndarray:
         """``(R, N_train + N_test)`` bool: is model k right on each train then test sample (from the stored
-        models; used for the retain / test accuracies of the final score)."""
+        models; used for the retain / test accuracies of the final score). Cached in ``correct.npz`` beside
+        the φ file, so a later audit of the same forget set (another method, trial or comparison row) does not
+        run the R models again; a damaged file is recomputed with a warning."""
         from duck.metrics import predict_logits
 
+        path = self.dir / "correct.npz"
+        self._check_layout()
+        self._clear(path, "file")
+        shape = (self.n_shadow, len(self.data.train) + len(self.data.test))
+        if path.is_file():
+            try:
+                with np.load(path, allow_pickle=False) as f:
+                    cached = np.asarray(f["correct"])
+                if cached.shape != shape or cached.dtype != np.bool_:
+                    raise ValueError(f"correct is a {cached.shape} {cached.dtype} array, expected {shape} bool")
+                return cached
+            except CORRUPT_ERRORS as e:
+                self.warn_corrupt(path, e)
         rows = []
         for k in range(self.n_shadow):
-            model = self.load_shadow(k).to(self.device)
+            model = self._load_or_retrain(k).to(self.device)
             correct = []
             for ds in (self.data.train, self.data.test):
                 logits, labels, _ = predict_logits(model, ds, batch_size=batch_size, device=self.device)
                 correct.append((logits.argmax(1) == labels).numpy())
             rows.append(np.concatenate(correct))
-        return np.stack(rows)
+        out = np.stack(rows)
+        atomic_save_npz(path, correct=out)
+        return out
 
 
 

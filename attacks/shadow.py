@@ -667,9 +667,13 @@ class ShadowBank:
                 if not np.isfinite(arrays[k]).all():
                     raise ValueError(f"{k} holds {int((~np.isfinite(arrays[k])).sum())} NaN or inf values")
         except CORRUPT_ERRORS as e:
-            warn_line(f"{self.label} {self.dir}: corrupt {path.name} ({_first_line(e)}); recomputing it")
+            self.warn_corrupt(path, e)
             return None
         return arrays["phi_train"], arrays["phi_test"]
+
+    def warn_corrupt(self, path: Path, e: BaseException) -> None:
+        """One warning line for a damaged cached file of this bank that is about to be recomputed."""
+        warn_line(f"{self.label} {self.dir}: corrupt {path.name} ({_first_line(e)}); recomputing it")
 
     def _load_or_retrain(self, k: int) -> Classifier:
         """Shadow ``k``; a corrupt, unloadable or misplaced checkpoint (see :meth:`load_shadow`) is deleted and

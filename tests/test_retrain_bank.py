@@ -83,6 +83,27 @@ def test_retrained_models_never_learn_the_forgotten_class(data, tmp_path):
     assert acc[:, retain].mean() > 0.5
 
 
+def test_accuracies_are_cached_and_a_damaged_file_recomputed(data, tmp_path, monkeypatch, capsys):
+    bank = make(data, tmp_path)
+    bank.train()
+    first = bank.accuracies()
+    assert (bank.dir / "correct.npz").is_file()
+
+    def no_models(self, k):
+        raise AssertionError("the cached correctness should have been read")
+
+    with monkeypatch.context() as m:
+        m.setattr(RetrainBank, "_load_or_retrain", no_models)
+        again = make(data, tmp_path).accuracies()  # another audit of the same forget set
+    assert again.dtype == np.bool_ and np.array_equal(again, first)
+    (bank.dir / "correct.npz").write_bytes(b"not a zip")
+    capsys.readouterr()
+    assert np.array_equal(make(data, tmp_path).accuracies(), first)
+    assert "corrupt correct.npz" in capsys.readouterr().err
+    np.savez(bank.dir / "correct.npz", correct=first[:, :5])  # intact but the wrong shape: recomputed too
+    assert np.array_equal(make(data, tmp_path).accuracies(), first)
+
+
 def test_bad_settings_are_refused(data, tmp_path):
     with pytest.raises(DuckInputError, match="at least 2 models"):
         make(data, tmp_path, n_models=1)
