@@ -118,3 +118,47 @@ def test_ulira_on_shadow_pairs_with_its_controls(run_cli):
 def test_ulira_needs_eight_shadows_checked_before_any_work(run_cli):
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, *FAST, "attack.forgetting.ulira=true")  # n_shadow=4
     assert code == 2 and "U-LiRA needs attack.n_shadow >= 8" in err and written_files(run_dir) == set(), err
+
+
+def test_score_set_intervals_compute_each_left_out_subset_once(monkeypatch):
+    """F's and the final score's jackknife intervals leave out the same models: the ε of each subset is
+    computed once (1 + N + R calls to ``epsilons``), and the figures equal those of the unshared computation."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import duck.pipeline.forgetting as fg
+    from attacks.forgetting import epsilon_points, epsilons, final_score, jackknife_interval
+
+    rng = np.random.default_rng(0)
+    n_u, n_r, n_train, n_test = 4, 5, 60, 30
+    forget, retain = np.arange(20), np.arange(20, n_train)
+    sets = [{"phi_train": rng.normal(shift, 1.0, (n, n_train)), "phi_test": rng.normal(0, 1.0, (n, n_test)),
+             "correct_train": rng.random((n, n_train)) < 0.9, "correct_test": rng.random((n, n_test)) < 0.9}
+            for n, shift in ((n_u, 0.6), (n_r, 0.0))]
+    s, ref = sets
+    job = SimpleNamespace(scenario=SimpleNamespace(forget_idx=forget, retain_idx=retain, test_retain_idx=None))
+    calls = []
+
+    def counted(u, r, *a, **k):
+        calls.append(1)
+        return epsilons(u, r, *a, **k)
+
+    monkeypatch.setattr(fg, "epsilons", counted)
+    out = fg.score_set(s, ref, job, 0.95, {"retain": retain[:10], "test": np.arange(10)})
+    assert len(calls) == 1 + n_u + n_r
+
+    def quality(iu, ir):
+        return float(epsilon_points(epsilons(s["phi_train"][iu][:, forget], ref["phi_train"][ir][:, forget]),
+                                    n_u).mean())
+
+    def acc(x, rows, ids):
+        return x[rows][:, ids].mean(axis=1)
+
+    def fs(iu, ir):
+        return final_score(quality(iu, ir), acc(s["correct_train"], iu, retain), acc(ref["correct_train"], ir, retain),
+                           acc(s["correct_test"], iu, np.arange(n_test)), acc(ref["correct_test"], ir, np.arange(n_test)))
+
+    assert out["quality_ci"] == list(jackknife_interval(quality, n_u, n_r, 0.95)[1:])
+    assert out["final_score_ci"] == list(jackknife_interval(fs, n_u, n_r, 0.95, bounds=(0.0, np.inf))[1:])
+    assert out["quality"] == quality(np.arange(n_u), np.arange(n_r)) > 0

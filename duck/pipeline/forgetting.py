@@ -153,11 +153,16 @@ def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | N
     ra_u, ta_u = _utility(s, retain, test_ids)
     ra_r, ta_r = _utility(ref, retain, test_ids)
 
-    def quality(iu: np.ndarray, ir: np.ndarray) -> float:  # F of a subset of the models, on N's bucket scale
-        return float(epsilon_points(epsilons(u_f[iu], r_f[ir]), n_u).mean())
-
     eps = epsilons(u_f, r_f)
     q = float(epsilon_points(eps, n_u).mean())
+    seen: dict[tuple[bytes, bytes], float] = {(np.arange(n_u).tobytes(), np.arange(n_r).tobytes()): q}
+
+    def quality(iu: np.ndarray, ir: np.ndarray) -> float:  # F of a subset of the models, on N's bucket scale
+        key = (np.asarray(iu, dtype=np.int64).tobytes(), np.asarray(ir, dtype=np.int64).tobytes())
+        if key not in seen:  # the F and final-score intervals leave out the same models: ε computed once each
+            seen[key] = float(epsilon_points(epsilons(u_f[iu], r_f[ir]), n_u).mean())
+        return seen[key]
+
     out: dict[str, Any] = {
         "quality": q, "final_score": final_score(q, ra_u, ra_r, ta_u, ta_r),
         "epsilon": {"median": float(np.median(eps)), "p95": float(np.percentile(eps, 95))},
