@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from attacks.shadow import CORRUPT_ERRORS, ShadowBank
+from attacks.shadow import ShadowBank
 from duck.data.base import DatasetSplits
 from duck.errors import DuckInputError
 from duck.io import atomic_save_npz
@@ -82,16 +82,11 @@ class RetrainBank(ShadowBank):
         path = self.dir / "correct.npz"
         self._check_layout()
         self._clear(path, "file")
-        shape = (self.n_shadow, len(self.data.train) + len(self.data.test))
         if path.is_file():
-            try:
-                with np.load(path, allow_pickle=False) as f:
-                    cached = np.asarray(f["correct"])
-                if cached.shape != shape or cached.dtype != np.bool_:
-                    raise ValueError(f"correct is a {cached.shape} {cached.dtype} array, expected {shape} bool")
-                return cached
-            except CORRUPT_ERRORS as e:
-                self.warn_corrupt(path, e)
+            shape = (self.n_shadow, len(self.data.train) + len(self.data.test))
+            cached = self.read_arrays(path, {"correct": shape}, kind="b")
+            if cached is not None:
+                return cached["correct"]
         rows = []
         for k in range(self.n_shadow):
             model = self._load_or_retrain(k).to(self.device)

@@ -654,22 +654,33 @@ class ShadowBank:
     def _read_phi(self, path: Path, views: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
         """The cached φ arrays if ``path`` is intact and matches this bank; otherwise warn and return None
         (the file is then recomputed)."""
-        shapes = {"phi_train": (self.n_shadow, len(self.data.train), len(views)),
-                  "phi_test": (self.n_shadow, len(self.data.test), len(views))}
+        def same_views(f: Any) -> None:
+            if list(f["views"]) != list(views):
+                raise ValueError(f"views {list(f['views'])}, expected {list(views)}")
+
+        arrays = self.read_arrays(path, {"phi_train": (self.n_shadow, len(self.data.train), len(views)),
+                                         "phi_test": (self.n_shadow, len(self.data.test), len(views))},
+                                  kind="f", check=same_views)
+        return None if arrays is None else (arrays["phi_train"], arrays["phi_test"])
+
+    def read_arrays(self, path: Path, shapes: Mapping[str, tuple[int, ...]], *, kind: str,
+                    check: Callable[[Any], None] | None = None) -> dict[str, np.ndarray] | None:
+        """The arrays ``shapes`` names from the cached ``path`` if each has its shape and dtype kind (``"f"``:
+        finite floats, ``"b"``: bool) and ``check(npz)`` passes; otherwise one warning and None (recompute)."""
         try:
             with np.load(path, allow_pickle=False) as f:
-                if list(f["views"]) != list(views):
-                    raise ValueError(f"views {list(f['views'])}, expected {list(views)}")
+                if check is not None:
+                    check(f)
                 arrays = {k: np.asarray(f[k]) for k in shapes}
             for k, shape in shapes.items():
-                if arrays[k].shape != shape or arrays[k].dtype.kind != "f":
+                if arrays[k].shape != shape or arrays[k].dtype.kind != kind:
                     raise ValueError(f"{k} is a {arrays[k].shape} {arrays[k].dtype} array, expected {shape}")
-                if not np.isfinite(arrays[k]).all():
+                if kind == "f" and not np.isfinite(arrays[k]).all():
                     raise ValueError(f"{k} holds {int((~np.isfinite(arrays[k])).sum())} NaN or inf values")
         except CORRUPT_ERRORS as e:
             self.warn_corrupt(path, e)
             return None
-        return arrays["phi_train"], arrays["phi_test"]
+        return arrays
 
     def warn_corrupt(self, path: Path, e: BaseException) -> None:
         """One warning line for a damaged cached file of this bank that is about to be recomputed."""
