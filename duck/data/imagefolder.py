@@ -8,7 +8,9 @@ stable across runs and machines.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import numpy as np
@@ -149,10 +151,30 @@ def _scan_class_folders(split_dir: Path, classes: list[str] | None = None) -> tu
     return files, np.asarray(labels, dtype=np.int64), classes
 
 
+#: whether building an ImageFolder data set checks the images' size against ``data.img_size`` (False inside
+#: :func:`listing_only`)
+_RESIZE_CHECK: ContextVar[bool] = ContextVar("duck_imagefolder_resize_check", default=True)
+
+
+@contextmanager
+def listing_only() -> Iterator[None]:
+    """Data sets built inside this block are only listed (their files' paths and labels, as ``duck-data index``
+    does), never loaded: no image is opened, and there is no warning that the images are resized to
+    ``data.img_size`` (nothing is resized)."""
+    token = _RESIZE_CHECK.set(False)
+    try:
+        yield
+    finally:
+        _RESIZE_CHECK.reset(token)
+
+
 def _warn_resize(first: Path, img_size: int) -> None:
     """A warning when the images are not ``img_size`` pixels a side (read from the first file's header): they
     are resized, which is right only if the model was trained on resized images too (a user's 28x28 images
-    read at the default data.img_size=32 lost 7 points of accuracy without a word)."""
+    read at the default data.img_size=32 lost 7 points of accuracy without a word). Skipped inside
+    :func:`listing_only`, where nothing is loaded."""
+    if not _RESIZE_CHECK.get():
+        return
     try:
         with Image.open(first) as im:
             w, h = im.size
