@@ -60,6 +60,35 @@ def lira_verdict(lira: Mapping[str, Any]) -> str:
     return "inconclusive"
 
 
+def lira_summary(audits: Mapping[str, Mapping[str, Any]]) -> str:
+    """One sentence on what LiRA says about the audited model (``unlearned`` where present) and whether it
+    could say anything: LiRA has power on a forget set only where the original itself is attackable there; an
+    original at chance makes every other model's chance-level AUC meaningless, and without the original the
+    audit cannot tell."""
+    def auc(name: str) -> str:
+        lira = audits[name]["lira"]
+        lo, hi = lira["auc_ci"]
+        return f"AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}], {lira.get('verdict') or lira_verdict(lira)}"
+
+    others = [n for n in audits if n != "original"]
+    target = "unlearned" if "unlearned" in audits else (others[0] if others else "original")
+    if "original" not in audits:
+        return (f"LiRA on the {target} model: {auc(target)}. Without the original (original_ckpt=PATH) the audit "
+                "cannot tell whether LiRA has power on this forget set: a chance-level AUC is evidence of "
+                "forgetting only where the original is attackable.")
+    if target == "original":
+        return f"LiRA on the original: {auc('original')}."
+    if not audits["original"]["lira"].get("separated_from_chance"):
+        return (f"LiRA had no power on this forget set: the original itself is not attackable ({auc('original')}), "
+                f"so the {target} model's result ({auc(target)}) says nothing about forgetting. Use the forgetting "
+                "audit against retrained models (attack.forgetting.enabled=true), more shadow models "
+                "(attack.n_shadow), or a forget set the original memorises.")
+    text = f"LiRA: the original is attackable ({auc('original')}); the {target} model: {auc(target)}"
+    if "retrained" in audits and target != "retrained":
+        text += f"; the retrained oracle: {auc('retrained')}"
+    return text + "."
+
+
 @dataclass
 class AuditSettings:
     """``conf/attack/lira.yaml`` as a typed object (validated on construction)."""

@@ -10,7 +10,7 @@ from attacks.audit import AuditSettings
 from attacks.audit import lira_verdict as verdict
 from attacks.svm_mia import svm_mia
 from duck.errors import DuckInputError
-from duck.pipeline.audit import check_recorded_recipes, resolve_role
+from duck.pipeline.audit import check_recorded_recipes, resolve_role, source_recipe_recorded
 from duck.privacy.shareable import check_shareable_cfg
 from duck.report.plots import auc_ci_png
 
@@ -55,6 +55,24 @@ def test_recipe_warning_only_for_checkpoints_that_record_their_training(capsys):
                             "retrained": {"method": "retrain", "config": {"recipe": requested}}}, requested)
     err = capsys.readouterr().err
     assert err.count("warning:") == 1 and "the original checkpoint was trained with another recipe" in err
+
+
+def test_recipe_warning_when_the_original_was_trained_outside(capsys):
+    """A plain state dict records no recipe: its audit (given as the original, or as the source of an unlearned
+    checkpoint) warns that the shadows' recipe is a guess; a toolkit-trained original does not."""
+    requested = {"epochs": 2, "batch_size": 64}
+    unlearned = {"method": "duck", "config": {"recipe": requested}}
+    for manifests in ({"unlearned": unlearned, "original": None}, {"original": None},
+                      {"unlearned": {**unlearned, "source_recipe_recorded": False}}):
+        check_recorded_recipes(manifests, requested)
+        err = capsys.readouterr().err
+        assert err.count("warning:") == 1 and "trained outside this toolkit" in err and "recipe=NAME" in err
+    check_recorded_recipes({"unlearned": {**unlearned, "source_recipe_recorded": True},
+                            "original": {"method": "original", "config": {"recipe": requested}}}, requested)
+    assert capsys.readouterr().err == ""
+    assert not source_recipe_recorded(None) and not source_recipe_recorded({"method": "original", "config": {}})
+    assert source_recipe_recorded({"method": "original", "config": {"recipe": requested}})
+    assert not source_recipe_recorded({**unlearned, "source_recipe_recorded": False})
 
 
 @pytest.mark.parametrize("role", ["", "  ", "shadow"])

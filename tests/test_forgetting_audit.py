@@ -33,7 +33,12 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     assert all(s["computed_now"] == 4 for s in block["sets"].values())
     report = (run_dir / "report.md").read_text()
     assert "Forgetting audit (against retrained models)" in report and "**Verdict:" in report
+    # the report opens with the verdict and its evidence table, before the accuracies and LiRA
+    assert report.index("**Verdict:") < report.index("| models | F [95 % CI]") < report.index("## Accuracy and AUS")
+    assert report.index("## Membership inference in one sentence") < report.index("## LiRA membership inference")
     assert "forgetting audit (N = 4, R = 4):" in out
+    # the method's N runs announce how long they will take, from the first one measured
+    assert "forgetting audit: duck run 1 of 4 from the original took" in out and "the other 3 (not cached) about" in out
     # before any bank is trained, its size on disk; after the first epoch of its first model, the time it will take
     assert "retrain bank" in out and "MB on disk" in out and "s each, from the first measured)" in out
     # a second audit of the same forget set and method trains nothing and reruns no unlearning
@@ -68,6 +73,10 @@ def _set(q, lo, hi):
     (_set(0.02, 0.0, 0.05), _set(0.0, 0.0, 0.01), _set(0.2, 0.1, 0.3), "not_forgotten", "lies below"),
     (_set(0.18, 0.1, 0.25), _set(0.0, 0.0, 0.01), _set(0.2, 0.1, 0.3), "forgotten", "the audit had power"),
     (_set(0.18, 0.1, 0.25), _set(0.15, 0.08, 0.22), _set(0.2, 0.1, 0.3), "inconclusive", "no power"),
+    # a user's N = R = 3 audit: none far below the ceiling's point, but the ceiling's interval reaches 0
+    (_set(0.0, 0.0, 0.0), _set(0.0, 0.0, 0.0), _set(0.33, 0.0, 0.62), "inconclusive",
+     "could not resolve the retrain-vs-retrain ceiling: its interval F(retrain) = 0.330 [0.000, 0.620] reaches "
+     "down to F(none) = 0.000 [0.000, 0.000]; the method's F is at the none control's level"),
 ])
 def test_verdict_rules(method, none, retrain, verdict, words):
     got, rule = forgetting_verdict(method, {"none": none, "retrain": retrain})

@@ -135,3 +135,30 @@ def test_dp_counts_are_shown_rounded_and_clamped():
     from duck.pipeline.audit import display_count
 
     assert [display_count(v, 137) for v in (-8.7, 3.4, 3.6, 151.2)] == [0, 3, 4, 137]
+
+
+def test_lira_summary_says_when_lira_had_no_power(audits: dict) -> None:
+    """An original at chance makes every chance-level AUC meaningless: the sentence says so; an attackable
+    original gives the unlearned model's result; without the original the sentence says the power is unknown."""
+    from attacks.audit import lira_summary
+
+    powered = lira_summary(audits)
+    assert powered.startswith("LiRA: the original is attackable") and "the unlearned model: AUC" in powered
+    assert "the retrained oracle: AUC" in powered
+    at_chance = {**audits, "original": fake_audit("original", 0.0, 4)}
+    assert not at_chance["original"]["lira"]["separated_from_chance"]
+    text = lira_summary(at_chance)
+    assert text.startswith("LiRA had no power on this forget set: the original itself is not attackable")
+    assert "attack.forgetting.enabled=true" in text
+    alone = lira_summary({"unlearned": audits["unlearned"]})
+    assert "Without the original (original_ckpt=PATH)" in alone
+    assert lira_summary({"original": audits["original"]}).startswith("LiRA on the original: AUC")
+
+
+def test_lead_sections_open_the_report(tmp_path: Path, audits: dict) -> None:
+    paths = write_report(tmp_path, summary_rows=[{"model": "original", "A_t": 0.9}], audits=audits, config={},
+                         scenario=None, lead_sections=[("Verdict", "**Verdict: forgotten.** because")],
+                         extra_sections=[("Later", "text")])
+    md = paths["md"].read_text()
+    assert md.index("**Verdict: forgotten.**") < md.index("Membership inference: members") \
+        < md.index("## Accuracy and AUS") < md.index("## Later")

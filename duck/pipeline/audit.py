@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attacks.audit import REFERENCE_NAMES, audit_models
+from attacks.audit import REFERENCE_NAMES, audit_models, lira_summary
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json
 from duck.metrics import aus_inputs, scenario_aus
 from duck.pipeline.job import Job, feature_samples
 
-__all__ = ["REFERENCE_NAMES", "audit_and_report", "audit_lines"]
+__all__ = ["REFERENCE_NAMES", "audit_and_report", "audit_lines", "verdict_lines"]
 from duck.privacy.shareable import check_shareable_cfg
 from duck.report import write_report
 from duck.utils import warn_line
@@ -51,6 +51,37 @@ def check_recorded_recipes(manifests: dict[str, dict[str, Any] | None], requeste
             warn_line(f"the {name} checkpoint was trained with another recipe than recipe=... (epochs "
                       f"{recorded.get('epochs')} vs {requested.get('epochs')}); the shadows are trained with the "
                       "configured recipe, which should be the one the target models were trained with")
+    if recipe_unknown(manifests):
+        warn_line("the audited model's original was trained outside this toolkit (a plain state dict records no "
+                  f"training recipe): the shadow models are trained with the configured one ({requested.get('epochs')} "
+                  f"epochs, batch {requested.get('batch_size')}); pass recipe=NAME (or recipe.* settings: optimizer, "
+                  "lr, epochs) matching how it was trained, else the audit compares it with differently trained models")
+
+
+def source_recipe_recorded(manifest: dict[str, Any] | None) -> bool:
+    """Does a checkpoint given to duck-unlearn record the recipe its original was trained with (a duck-train /
+    duck-run original or oracle, or an unlearned checkpoint whose source did)? Stored in the unlearned
+    checkpoint's manifest, so that its audit can warn when the shadows' recipe is a guess."""
+    m = manifest or {}
+    if m.get("method") in ("original", "retrain"):
+        return isinstance((m.get("config") or {}).get("recipe"), dict)
+    return bool(m.get("source_recipe_recorded", bool(m)))
+
+
+def recipe_unknown(manifests: dict[str, dict[str, Any] | None]) -> bool:
+    """Was the original of the audited checkpoints trained with a recipe nobody recorded? True when no
+    checkpoint records a recipe (plain state dicts), when the given original records no training of its own,
+    or when an unlearned checkpoint says its source checkpoint recorded none (``source_recipe_recorded``,
+    written by duck-unlearn)."""
+    def records(m: dict[str, Any] | None) -> bool:
+        return bool(m) and isinstance((m.get("config") or {}).get("recipe"), dict)
+
+    if not any(records(m) for m in manifests.values()):
+        return True
+    original = manifests.get("original", {"method": "original", "config": {"recipe": {}}})
+    if not (records(original) and (original or {}).get("method") in ("original", "retrain")):
+        return True
+    return any((m or {}).get("source_recipe_recorded") is False for m in manifests.values())
 
 
 def accuracy_rows(job: Job, models: dict[str, Any], methods: dict[str, str]
@@ -167,7 +198,8 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
     if job.audit is None:
         raise DuckInputError("this job has no audit settings (attack=..., report=...)")
     data, scenario, device, opts = job.data, job.scenario, job.device, job.audit
-    extra = []
+    extra: list[tuple[str, str]] = []
+    lead: list[tuple[str, str]] = []  # the verdict and its evidence open the report
     released: dict[str, Any] = {}
     if opts.shareable["enabled"]:  # before the bank and before any file: data-dependent bounds fail here
         md, released = shareable_section(opts.shareable, models, data, scenario, device)
@@ -196,7 +228,8 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
         audits["unlearned"]["verdict"] = forgetting["verdict"]
         audits["unlearned"]["verdict_rule"] = forgetting["rule"]
         atomic_save_json(Path(out_dirs["unlearned"]) / "audit.json", audits["unlearned"])
-        extra.insert(0, ("Forgetting audit (against retrained models)", forgetting_markdown(forgetting)))
+        lead.append(("Forgetting audit (against retrained models)", forgetting_markdown(forgetting)))
+    lead.append(("Membership inference in one sentence", lira_summary(audits)))
     if feature_space is not None:
         times["feature space (density, t-SNE)"] = feature_s
     rows_by_model = {str(r.get("model", "")).split(" ")[0]: r for r in summary_rows}
@@ -211,7 +244,8 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
             audits[name]["feature_space"] = feature_space  # every model's file holds the comparison
         atomic_save_json(Path(out_dirs[name]) / "audit.json", audits[name])
     paths = write_report(out, summary_rows=summary_rows, audits=audits, config=job.config, scenario=scenario,
-                         run_times=times, title=title, extra_sections=extra, feature_space=feature_space,
+                         run_times=times, title=title, extra_sections=extra, lead_sections=lead,
+                         feature_space=feature_space,
                          tsne_png=tsne_png)
     return audits, paths
 
@@ -248,17 +282,17 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
             parts.append(f"the audited checkpoint against the retrained oracle {auc(u['target'])}")
         ulira_text = (f"\n\nU-LiRA ({u['n_pairs']} shadow pairs, leave one pair out; AUC 0.5 = an attacker cannot "
                       "tell the unlearned models from retrained ones): " + "; ".join(parts) + ".")
-    return (f"**Verdict: {block['verdict'].replace('_', ' ')}.** {block['rule']}.\n\n"
+    table = ("| models | F [95 % CI] | final score | KLOM forget (median / p95) | KLOM retain | KLOM test | retain acc "
+             "| test acc |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+    return (f"**Verdict: {block['verdict'].replace('_', ' ')}.** {block['rule']}.\n\n" + table
+            + (f"\n\nF normalised between the none (0) and retrain (1) controls: {norm:.3f}." if norm is not None
+               else "") + ulira_text + "\n\n"
             f"Each row's models against R = {block['n_retrained']} models retrained on the retain set. F: the "
             "ε-based forgetting quality (1 = indistinguishable from retraining on every forget example, with the "
             "estimator's small-sample ceiling shown by the retrain control; 0 = distinguishable); intervals are "
             f"delete-one jackknife over models at {block.get('ci_level') or 0.95:.0%}. KLOM: KL divergence of the "
             "margins' histograms (median [its jackknife interval, one model of each set left out] / 95th "
-            "percentile), 0 = identical. " + resolution_sentence(block) + "\n\n"
-            "| models | F [95 % CI] | final score | KLOM forget (median / p95) | KLOM retain | KLOM test | retain acc "
-            "| test acc |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
-            + (f"\n\nF normalised between the none (0) and retrain (1) controls: {norm:.3f}." if norm is not None
-               else "") + ulira_text)
+            "percentile), 0 = identical. " + resolution_sentence(block))
 
 
 def resolution_sentence(block: dict[str, Any]) -> str:
@@ -285,10 +319,18 @@ def audit_lines(audits: dict[str, Any]) -> str:
         lo, hi = lira["auc_ci"]
         lines.append(f"  LiRA {name:>10}: AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}], "
                      f"TPR@1% FPR {lira['tpr_at_fpr'].get('0.01', float('nan')):.3f}")
+    return "\n".join([*lines, verdict_lines(audits)])
+
+
+def verdict_lines(audits: dict[str, Any]) -> str:
+    """The forgetting audit's verdict with its rule (where it ran) and LiRA's one sentence with its power, for
+    the console."""
+    lines = []
+    for a in audits.values():
         if "forgetting" in a:
             f = a["forgetting"]
             ci = f.get("quality_ci")
             lines.append(f"  forgetting audit (N = {f['n_unlearned']}, R = {f['n_retrained']}): {f['verdict']}, "
                          f"F = {f['quality']:.3f}"
                          + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f" ({f['rule']})")
-    return "\n".join(lines)
+    return "\n".join([*lines, f"  {lira_summary(audits)}"])

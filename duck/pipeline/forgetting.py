@@ -106,6 +106,7 @@ def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float]
                 continue
             except (OSError, ValueError, KeyError, EOFError):
                 path.unlink(missing_ok=True)  # a damaged entry is recomputed
+        t_first = time.perf_counter()
         udata = UnlearnData(train=job.data.train, scenario=job.scenario, num_classes=job.data.num_classes,
                             dataset_name=job.data.name, original_acc=original_acc, augment=job.data.augment,
                             recipe=job.recipe, model_factory=job.model_factory)
@@ -118,6 +119,11 @@ def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float]
         runs.append(arrays)
         seconds.append(result.time_s)
         trained += 1
+        left = sum(not (folder / f"run_{j:03d}.npz").is_file() for j in range(i + 1, n))
+        if trained == 1 and left:  # the time the user waits for, from the first run measured
+            per = time.perf_counter() - t_first
+            print(f"forgetting audit: {job.method} run {i + 1} of {n} from the original took {per:.2f} s; the other "
+                  f"{left} (not cached) about {left * per:.0f} s", flush=True)
     stacked = {k: np.stack([r[k] for r in runs]) for k in ("phi_train", "phi_test", "correct_train", "correct_test")}
     return {**stacked, "dir": str(folder), "computed_now": trained, "unlearning_s": seconds}
 
@@ -246,6 +252,13 @@ def forgetting_verdict(method: dict[str, Any], controls: dict[str, dict[str, Any
                              "method's U-LiRA AUC from the retrain control's, and the audit had power: U-LiRA tells "
                              f"the none control from retraining (AUC {n['auc']:.3f} [{n['auc_ci'][0]:.3f}, "
                              f"{n['auc_ci'][1]:.3f}] above {r['auc']:.3f} [{r['auc_ci'][0]:.3f}, {r['auc_ci'][1]:.3f}])")
+    if interval(none)[1] < ceiling["quality"]:  # the ceiling's own interval is too wide to resolve anything
+        at_none = (" the method's F is at the none control's level, but" if interval(method)[1] <= interval(none)[1]
+                   else "")
+        return "inconclusive", (f"the audit could not resolve the retrain-vs-retrain ceiling: its interval "
+                                f"{fmt('retrain', ceiling)} reaches down to {fmt('none', none)};{at_none} with these "
+                                "few models no difference is significant; raise attack.forgetting.n_unlearned / "
+                                "n_retrained (8, 32)")
     return "inconclusive", (f"the audit had no power: {fmt('none', none)} is not separated from "
                             f"{fmt('retrain', ceiling)} (the original's own models look like retrained ones on "
                             "this forget set); raise attack.forgetting.n_unlearned / n_retrained, or audit a "

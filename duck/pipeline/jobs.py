@@ -20,6 +20,8 @@ from duck.pipeline.audit import (
     audit_lines,
     check_recorded_recipes,
     resolve_role,
+    source_recipe_recorded,
+    verdict_lines,
 )
 from duck.pipeline.cache import train_or_reuse
 from duck.pipeline.job import Job, method_settings
@@ -70,10 +72,13 @@ def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     check_original(job, original_acc)
     print("original: " + ", ".join(f"{k}={v:.4f}" for k, v in original_acc.items()))
     reference = copy.deepcopy(model) if job.audit is not None else None  # the unlearner modifies its model
+    if job.audit is not None:  # the shadows are trained with recipe=...: is it the one the original had?
+        check_recorded_recipes({"original": manifest}, job.recipe_cfg)
     metrics, result = unlearn_model(job, model, original_acc)
     path = unlearned_path(out, job)
     write_unlearned(path, result.model, rule, manifest_of(job, result.model, metrics["method"],
-                                                          source_checkpoint=str(job.inputs["ckpt"])))
+                                                          source_checkpoint=str(job.inputs["ckpt"]),
+                                                          source_recipe_recorded=source_recipe_recorded(manifest)))
     atomic_save_json(out / "metrics.json", metrics)
     write_forget_ids(out / "forget_ids.txt", job.scenario)
     print(format_metrics_line(metrics))
@@ -118,11 +123,6 @@ def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     check_recorded_recipes(manifests, job.recipe_cfg)
     if job.audit.attack.forgetting["enabled"]:
         method_from_manifest(job, role, manifest, ckpt)
-    if all(m is None or not (m.get("config") or {}).get("recipe") for m in manifests.values()):
-        warn_line("the audited checkpoints record no training recipe (plain state dicts): the shadow models are "
-                  f"trained with the configured one ({job.recipe.epochs} epochs, batch {job.recipe.batch_size}); "
-                  "pass recipe=NAME (or recipe.* settings) matching how the audited model was trained, else the "
-                  "audit compares it with differently trained models")
     first = "original" if "original" in models else role
     check_inputs(job, models[first], f"the {first} model")
     rows, accs = accuracy_rows(job, models, methods)
@@ -135,6 +135,7 @@ def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     lo, hi = lira["auc_ci"]
     print(f"LiRA {lira['variant']} on {role}: AUC {lira['auc']:.3f} [{lo:.3f}, {hi:.3f}], "
           + ", ".join(f"TPR@{float(k):.1%} FPR {v:.3f}" for k, v in lira["tpr_at_fpr"].items()))
+    print(verdict_lines(audits))
     print(f"wrote {out / 'audit.json'}\nreport: {paths['html']}")
     return audits[role], {"audits": audits, "paths": paths, "out": out}
 

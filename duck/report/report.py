@@ -153,6 +153,7 @@ def write_report(out_dir: str | Path, *, summary_rows: Sequence[Mapping[str, Any
                  audits: Mapping[str, Mapping[str, Any]], config: Any, scenario: Any,
                  run_times: Mapping[str, float] | None = None,
                  extra_sections: Sequence[tuple[str, str]] | None = None,
+                 lead_sections: Sequence[tuple[str, str]] | None = None,
                  title: str | None = None, feature_space: Mapping[str, Any] | None = None,
                  tsne_png: bytes | None = None) -> dict[str, Path]:
     """Write ``report.html``, ``report.md`` and ``plots/{roc_loglog,auc_ci}.png`` into ``out_dir``.
@@ -160,7 +161,8 @@ def write_report(out_dir: str | Path, *, summary_rows: Sequence[Mapping[str, Any
     ``summary_rows``: accuracy/AUS records (duck-run's summary records: model, method, A_t, A_f, AUS, ...);
     ``audits``: name -> ``audit.json`` dict as returned by ``attacks.audit.audit_models``; ``config``: the
     resolved job configuration (shown verbatim); ``scenario``: a ``Scenario`` or its summary dict;
-    ``run_times``: stage -> seconds; ``extra_sections``: ``(title, markdown)`` pairs appended at the end;
+    ``run_times``: stage -> seconds; ``extra_sections``: ``(title, markdown)`` pairs appended at the end,
+    ``lead_sections`` such pairs that open the report (the verdict and its evidence), before everything else;
     ``feature_space``: :func:`duck.analysis.density.model_densities`'s dict and ``tsne_png`` the t-SNE panels
     (a "Feature space" section with ``plots/feature_density.png`` and ``plots/tsne.png``).
     Returns ``{"html": ..., "md": ..., "roc_png": ..., "auc_png": ...}`` paths (plus ``density_png`` and
@@ -173,6 +175,8 @@ def write_report(out_dir: str | Path, *, summary_rows: Sequence[Mapping[str, Any
     shown = ("scenario", "forget_classes", "n_forget", "seed")
     what = ", ".join(f"{k}={v}" for k, v in sc.items() if k in shown and v is not None)
     blocks.append(Paragraph(f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}. Scenario: {what or 'n/a'}."))
+    for sec_title, text in lead_sections or ():
+        blocks += [Heading(sec_title), Markdown(text)]
     if audits:
         a0 = next(iter(audits.values()))
         lira0 = a0["lira"]
