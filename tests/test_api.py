@@ -225,7 +225,7 @@ def test_a_test_set_normalised_otherwise_is_refused_by_the_input_check(user_setu
     test split (the accuracy check alone would pass it: a new user's report)."""
     model, train, test, _ = user_setup
     x, y = test.tensors
-    with pytest.raises(DuckInputError, match=r"the test data reach the original prepared differently.*Normalize"):
+    with pytest.raises(DuckInputError, match=r"the test data, as this job prepares them, do not look like the inputs.*Normalize"):
         duck.unlearn(model, train, test=TensorDataset(x * 2.0 + 0.5, y), forget_classes=[1])
 
 

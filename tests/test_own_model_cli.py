@@ -232,12 +232,18 @@ def test_wrongly_normalised_images_are_refused_before_any_unlearning(run_cli, us
             "trainer=cpu", "model=custom", f"model._target_={user_package}.TinyCNN", f"ckpt={ckpt}",
             "scenario.forget_classes=[c1]")
     code, _, err, run_dir = run_cli("unlearn", *args)
-    assert code == 2 and "prepared differently from its training data" in err and "data.mean" in err, err
+    assert code == 2 and "do not look like the inputs the original was trained on" in err and "data.mean" in err, err
     assert written_files(run_dir) == set()
     code, _, err, run_dir = run_cli("unlearn", *args, "data.mean=[0.286]", "data.std=[0.353]", "method.batch_size=32")
     assert code == 0, err
+    assert "may not be prepared" not in err, err
     m = json.loads((run_dir / "metrics.json").read_text())
     assert m["original_acc"]["test"] > 0.75 and m["acc"]["test_forget"] <= 0.1
+    # a standard deviation 20 % off is under the refusal limit but far from the right preparation: a warning
+    code, _, err, run_dir = run_cli("unlearn", *args, "data.mean=[0.286]", "data.std=[0.42]", "method.batch_size=32")
+    assert code == 0, err
+    assert "warning: the training data may not be prepared as the data the original was trained on" in err, err
+    assert "expect_acc=" in err
 
 
 def test_forget_ids_txt_reads_back_as_a_custom_forget_set(run_cli, user_package, trained):

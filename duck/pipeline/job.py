@@ -44,7 +44,7 @@ SCENARIO_KINDS = "scenario=class_removal|homogeneous_removal|custom|targeted"
 #: what messages name, per interface (:meth:`Job.hint`)
 HINTS = {
     "cli": {"prep": "the normalisation (data.mean / data.std), data.in_chans and data.img_size, and the model "
-                    "settings (model.cifar_stem, or the model / checkpoint itself)",
+                    "settings (model.cifar_stem for a ResNet-style model, or the model / checkpoint itself)",
             "input_check": "input_check=false", "min_acc": "min_acc_factor=0"},
     "python": {"prep": "the transforms of the data sets you pass (Normalize, Resize, Grayscale / channels: the ones "
                        "the model was trained with, for train and test alike) and the model you pass",

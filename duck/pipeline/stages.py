@@ -21,6 +21,7 @@ from duck.pipeline.job import Job
 from duck.report.tables import markdown_table
 from duck.training import train_classifier
 from duck.unlearn import UnlearnData, UnlearnResult, create_unlearner
+from duck.utils import warn_line
 
 
 def evaluate(job: Job, model: Classifier) -> dict[str, float]:
@@ -93,6 +94,15 @@ def check_original(job: Job, acc: dict[str, float], what: str = "the original") 
 #: Fashion-MNIST, the right preparation gives 0.002 / 0.04, ImageNet's normalisation instead of the data's
 #: 0.56 / 0.93 (accuracy 0.15 instead of 0.81), (x - 0.5) / 0.5 0.29 / 0.63, unnormalised pixels 0.18 / 2.1
 INPUT_SHIFT_LIMIT = 0.5
+#: warn (not refuse) above this: a user's 16x16 ImageFolder net trained on (x - 0.3) / 0.4 measures 0.014 / 0.034
+#: with it and 0.35 / 0.34 with (x - 0.5) / 0.5 (test accuracy 0.711 instead of 0.986), under the limit; a
+#: mean or standard deviation 0.05 off already gives 0.1-0.3. Heavy training augmentation can also move the
+#: statistics by this much, hence a warning with the way to make it a check (expect_acc)
+INPUT_SHIFT_WARN = 0.2
+#: warn when unlearning raises the retained test accuracy A_t above the original's A_or by more than this: an
+#: unlearned model far better than its original on the data it kept usually means the original was evaluated on
+#: inputs prepared differently from its training, and the method's retain training adapted the model to them
+ADAPTATION_WARN = 0.1
 
 
 def _first_batchnorm(model: Classifier) -> tuple[str, Any] | None:
@@ -152,12 +162,18 @@ def check_inputs(job: Job, model: Classifier, what: str = "the original", n: int
     for split, dataset in splits:
         shift, log_var = input_shift(model, bn, dataset, job.device, n)
         stats[split] = {"mean_shift": round(shift, 4), "log_var_ratio": round(log_var, 4)}
+        seen = (f"its first BatchNorm layer ({name.removeprefix('net.')}) sees per-channel means {shift:.2f} running "
+                f"std away from its running statistics and variances {math.exp(log_var):.2f}x off")
         if max(shift, log_var) > INPUT_SHIFT_LIMIT:
             raise DuckInputError(
-                f"the {split} data reach {what} prepared differently from its training data: its first BatchNorm "
-                f"layer ({name}) sees per-channel means {shift:.2f} running std away from its running statistics "
-                f"and variances {math.exp(log_var):.1f}x off (limit {INPUT_SHIFT_LIMIT}); check {job.hint('prep')}; "
-                f"{job.hint('input_check')} skips this check")
+                f"the {split} data, as this job prepares them, do not look like the inputs {what} was trained on: "
+                f"{seen} (limit {INPUT_SHIFT_LIMIT}); check {job.hint('prep')}; {job.hint('input_check')} skips this "
+                "check")
+        if max(shift, log_var) > INPUT_SHIFT_WARN and "warned" not in stats:
+            stats["warned"] = True
+            warn_line(f"the {split} data may not be prepared as the data {what} was trained on: {seen} (refused above "
+                      f"{INPUT_SHIFT_LIMIT}; the right preparation typically gives < 0.05); check {job.hint('prep')}; "
+                      "pass expect_acc=<the accuracy you measured> to make this a check")
     return stats
 
 
@@ -171,12 +187,43 @@ def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float]) -
     result = unlearner.unlearn()
     result.model.to(job.device)
     acc = evaluate(job, result.model)
+    target = unlearner.forget_target(float(unlearner.hp.get("tolerance", 0.01)))
+    forget_acc = acc.get("train_forget")
+    met = None if forget_acc is None else bool(forget_acc <= target + 1e-9)
     metrics = metrics_record(method=job.method, data_name=job.data.name, model_name=job.model_name, seed=job.seed,
                              acc=acc, original_acc=original_acc, scenario=job.scenario, time_s=result.time_s,
                              epochs=round(result.epochs, 4), reached_target=result.reached_target,
-                             forget_target=unlearner.forget_target(float(unlearner.hp.get("tolerance", 0.01))),
+                             forget_target=target, forget_target_met=met,
                              hparams=dict(unlearner.hp))  # the values used, presets resolved
+    warnings = unlearning_warnings(job, metrics)
+    for text in warnings:
+        warn_line(text)
+    if warnings:
+        metrics["warnings"] = warnings
     return metrics, result
+
+
+def unlearning_warnings(job: Job, metrics: dict[str, Any]) -> list[str]:
+    """What makes an unlearning result doubtful although the job ran: a forget target missed at the end (also
+    after a stopping rule reached it mid-way: ``reached_target`` is the rule's, ``forget_target_met`` the final
+    model's), and a retained accuracy far above the original's (:data:`ADAPTATION_WARN`)."""
+    out = []
+    target, forget_acc = metrics.get("forget_target"), metrics["acc"].get("train_forget")
+    if metrics.get("forget_target_met") is False and job.scenario.forget_target_rule == "zero":
+        rule = (" (its stopping rule reached the target during unlearning; a later phase raised it again)"
+                if metrics.get("reached_target") else "")
+        out.append(f"{job.method}: the forget set's accuracy is {forget_acc:.4f} at the end, above the forget target "
+                   f"{target:.4g}{rule}; see forget_target_met in metrics.json and the method's settings (more "
+                   "epochs, a larger lr)")
+    if "aus" in metrics and metrics["aus"] is not None:
+        a_or, a_t, _ = aus_inputs(metrics["acc"], metrics["original_acc"], job.scenario)
+        if a_t - a_or > ADAPTATION_WARN:
+            out.append(f"the unlearned model is {a_t - a_or:.4f} more accurate on the retained test data than the "
+                       f"original (A_t {a_t:.4f} vs A_or {a_or:.4f}): the original was probably evaluated on inputs "
+                       f"prepared differently from its training and the method's retain training adapted the model "
+                       f"to them, so the unlearned model may be worse in your own pipeline; check {job.hint('prep')}, "
+                       "or pass expect_acc=<the accuracy you measured>")
+    return out
 
 
 def model_phi(model: Classifier, job: Job) -> dict[str, np.ndarray]:
