@@ -40,6 +40,7 @@ class RetrainBank(ShadowBank):
     label = "retrain bank"
     role = "retrain_bank"
     size_setting = "attack.forgetting.n_retrained"
+    shares_models_across_sizes = True  # model k: the retain set, seed retrain_seed(seed, k), whatever R
 
     def __init__(self, cache_dir: str | Path, data: DatasetSplits, model_factory: Callable[[], Classifier],
                  recipe: Recipe, retain_idx: np.ndarray, *, n_models: int, seed: int = 0, **kwargs: Any) -> None:

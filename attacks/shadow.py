@@ -566,9 +566,55 @@ class ShadowBank:
         with self._locked(shared=True):
             return self._train_unlocked(lambda k: k % num_shards == shard)
 
+    #: may model k be taken from a bank of the same setup with another number of models? Only where model k's
+    #: training set and seed do not depend on the number of models (every model trains on the same set:
+    #: the retrain banks); a LiRA shadow's IN set comes from a keep matrix drawn for E models
+    shares_models_across_sizes = False
+
+    def _siblings(self) -> list[tuple[Path, str]]:
+        """``(directory, key)`` of the banks of this setup with another number of models, largest first."""
+        folder = self.dir.parent
+        if not self.shares_models_across_sizes or not folder.is_dir():
+            return []
+        present = {p.name for p in folder.iterdir() if p.is_dir()}
+        keys = {(m, _spec_key({**self.spec, "n_shadow": m})) for m in range(2, max(4 * self.n_shadow, 256) + 1)
+                if m != self.n_shadow}
+        return [(folder / key, key) for m, key in sorted(keys, reverse=True) if key in present]
+
+    def _adopt(self, todo: Sequence[int]) -> list[int]:
+        """Copy the models in ``todo`` that a sibling bank (:meth:`_siblings`) holds already, re-labelled as this
+        bank's: raising R (``attack.forgetting.n_retrained`` 3 -> 4) trains only the new models. A sibling's
+        checkpoint is taken only if its manifest names that model of that bank with this model's seed."""
+        adopted = []
+        for k in todo:
+            for directory, key in self._siblings():
+                path = directory / "shadows" / self.shadow_path(k).name
+                try:
+                    sd, manifest = load_checkpoint(path)
+                except (DuckInputError, *CORRUPT_ERRORS):
+                    continue
+                if not isinstance(manifest, Mapping) or (manifest.get("shadow_id"), manifest.get("bank_key"),
+                                                         manifest.get("seed")) != (k, key, self.model_seed(k)):
+                    continue
+                manifest = {**manifest, "bank_key": self.key, "adopted_from": key}
+                save_checkpoint(self.shadow_path(k), sd, manifest)
+                adopted.append(k)
+                break
+        if adopted:
+            print(f"{self.label} {self.key[:8]}: {len(adopted)} of its {self.n_shadow} models taken from a bank of "
+                  "the same setup with another number of models", flush=True)
+            meta = self._meta()
+            meta["trained"] = sorted(set(meta.get("trained", [])) | set(adopted))
+            meta["adopted"] = sorted(set(meta.get("adopted", [])) | set(adopted))
+            atomic_save_json(self.dir / "meta.json", meta)
+        return adopted
+
     def _train_unlocked(self, only: Callable[[int], bool] | None = None) -> dict[str, Any]:
         _ = self.keep  # creates meta.json and keep.npy first
         todo = [k for k in self.missing() if only is None or only(k)]
+        if todo and self.shares_models_across_sizes:
+            adopted = set(self._adopt(todo))
+            todo = [k for k in todo if k not in adopted]
         if not todo:
             return {"trained": [], "seconds": 0.0, "mode": None, "mode_info": {}}
         from tqdm.auto import tqdm

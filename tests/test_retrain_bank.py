@@ -109,3 +109,29 @@ def test_bad_settings_are_refused(data, tmp_path):
         make(data, tmp_path, n_models=1)
     with pytest.raises(DuckInputError, match="training indices"):
         RetrainBank(tmp_path, data, factory(data), recipe(), np.array([500]), n_models=2)
+
+
+def test_a_larger_bank_takes_the_models_a_smaller_one_trained(data, tmp_path, capsys):
+    """Raising R (the inconclusive verdict's advice) trains only the new models: model k's training set and
+    seed do not depend on R, so a bank of 4 takes models 0-2 of the bank of 3 (same weights, re-labelled as its
+    own); a bank of 2 then trains nothing. LiRA shadow banks never share (their IN sets depend on E)."""
+    import torch
+
+    small = make(data, tmp_path)
+    assert small.train()["trained"] == [0, 1, 2]
+    big = make(data, tmp_path, n_models=4)
+    assert big.key != small.key and big.train()["trained"] == [3]
+    assert "3 of its 4 models taken from a bank of the same setup" in capsys.readouterr().out
+    for k in range(3):
+        a, b = small.load_shadow(k).state_dict(), big.load_shadow(k).state_dict()
+        assert all(torch.equal(a[n], b[n]) for n in a)
+    assert make(data, tmp_path, n_models=2).train()["trained"] == []
+    # another forget set or seed is another setup: nothing to take
+    assert make(data, tmp_path, classes=(2,), n_models=4).train()["trained"] == [0, 1, 2, 3]
+    assert make(data, tmp_path, seed=1, n_models=2).train()["trained"] == [0, 1]
+    # a damaged checkpoint, or one of another model, is not taken: that model is trained
+    for n in (2, 3):
+        make(data, tmp_path, n_models=n).shadow_path(0).write_bytes(b"junk")
+    big.shadow_path(0).write_bytes(big.shadow_path(1).read_bytes())  # model 1's file under model 0's name
+    assert make(data, tmp_path, n_models=6).train()["trained"] == [0, 4, 5]
+    assert not ShadowBank.shares_models_across_sizes and RetrainBank.shares_models_across_sizes
