@@ -60,11 +60,11 @@ def lira_verdict(lira: Mapping[str, Any]) -> str:
     return "inconclusive"
 
 
-def lira_summary(audits: Mapping[str, Mapping[str, Any]]) -> str:
+def lira_summary(audits: Mapping[str, Mapping[str, Any]], *, forgetting_ran: bool = False) -> str:
     """One sentence on what LiRA says about the audited model (``unlearned`` where present) and whether it
     could say anything: LiRA has power on a forget set only where the original itself is attackable there; an
     original at chance makes every other model's chance-level AUC meaningless, and without the original the
-    audit cannot tell."""
+    audit cannot tell. ``forgetting_ran``: the forgetting audit ran beside (its verdict is the one to read)."""
     def auc(name: str) -> str:
         lira = audits[name]["lira"]
         lo, hi = lira["auc_ci"]
@@ -79,10 +79,11 @@ def lira_summary(audits: Mapping[str, Mapping[str, Any]]) -> str:
     if target == "original":
         return f"LiRA on the original: {auc('original')}."
     if not audits["original"]["lira"].get("separated_from_chance"):
+        advice = ("Read the forgetting audit's verdict instead" if forgetting_ran else
+                  "Use the forgetting audit against retrained models (attack.forgetting.enabled=true)")
         return (f"LiRA had no power on this forget set: the original itself is not attackable ({auc('original')}), "
-                f"so the {target} model's result ({auc(target)}) says nothing about forgetting. Use the forgetting "
-                "audit against retrained models (attack.forgetting.enabled=true), more shadow models "
-                "(attack.n_shadow), or a forget set the original memorises.")
+                f"so the {target} model's result ({auc(target)}) says nothing about forgetting. {advice}, more "
+                "shadow models (attack.n_shadow), or a forget set the original memorises.")
     text = f"LiRA: the original is attackable ({auc('original')}); the {target} model: {auc(target)}"
     if "retrained" in audits and target != "retrained":
         text += f"; the retrained oracle: {auc('retrained')}"

@@ -354,7 +354,8 @@ class ShadowBank:
         self._estimate = None  # said once
         total = seconds_per_model * n_models
         when = f"{total / 60:.1f} min" if total >= 90 else f"{total:.0f} s"
-        print(f"{self.label} {self.key[:8]}: about {when} for {n_models} models ({seconds_per_model:.1f} s each, "
+        print(f"{self.label} {self.key[:8]}: about {when} for {n_models} model{'s' if n_models != 1 else ''} "
+              f"({seconds_per_model:.1f} s each, "
               "from the first measured)", flush=True)
 
     # -- what each model trains on ------------------------------------------------------------------------

@@ -187,10 +187,10 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
               input_check=check_bool(input_check, "input_check"), interface="python", seed=setup.seed,
               progress=bool(progress), config=OmegaConf.to_container(cfg, resolve=True))
     classifier.to(torch_device)
-    check_inputs(job, classifier)
+    stats = check_inputs(job, classifier) or {}
     original_acc = evaluate(job, classifier)
     check_original(job, original_acc)
-    metrics, result = unlearn_model(job, classifier, original_acc)
+    metrics, result = unlearn_model(job, classifier, original_acc, earlier=[stats["warning"]] if "warning" in stats else [])
     unlearned = result.model
     return UnlearnResult(model=unlearned.net if setup.user_module else unlearned, time_s=result.time_s,
                          epochs=result.epochs, reached_target=result.reached_target, history=result.history,

@@ -21,7 +21,11 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     audit = json.loads((run_dir / "unlearned" / "audit.json").read_text())
     block = audit["forgetting"]
     assert audit["verdict"] == block["verdict"] in ("forgotten", "not_forgotten", "inconclusive")
-    summary = json.loads((run_dir / "summary.json").read_text())["rows"][1]
+    summary_json = json.loads((run_dir / "summary.json").read_text())
+    assert summary_json["verdict"] == audit["verdict"] and summary_json["verdict_rule"] == block["rule"]
+    verdict_line = f"**Forgetting audit (N = 4, R = 4): {audit['verdict'].replace('_', ' ')}.**"
+    assert verdict_line in (run_dir / "summary.md").read_text()
+    summary = summary_json["rows"][1]
     assert audit["accuracies"]["A_f"] == summary["A_f"] and audit["AUS"] == summary["AUS"]
     assert block["n_unlearned"] == 4 and block["n_retrained"] == 4 and block["method"] == "duck"
     assert 0.0 <= block["quality"] <= 1.0 and set(block["klom"]) == {"forget", "retain", "test"}

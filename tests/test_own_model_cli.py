@@ -244,6 +244,8 @@ def test_wrongly_normalised_images_are_refused_before_any_unlearning(run_cli, us
     assert code == 0, err
     assert "warning: the training data may not be prepared as the data the original was trained on" in err, err
     assert "expect_acc=" in err
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["warnings"][0].startswith("the training data may not be prepared")  # recorded, not only printed
 
 
 def test_forget_ids_txt_reads_back_as_a_custom_forget_set(run_cli, user_package, trained):
@@ -285,3 +287,20 @@ def test_a_deletion_request_must_name_its_forget_set(run_cli, trained, command):
                                     f"ckpt={path}", "scenario=class_removal")
     assert code == 2 and "required setting scenario.forget_classes not given" in err, err
     assert written_files(run_dir) == set()
+
+
+def test_auditing_a_plain_state_dict_records_the_recipe_warning(run_cli, user_package, trained):
+    """A plain state dict records no training recipe: duck-unlearn audit=true says the shadows' recipe is a guess
+    on stderr, in audit.json and in the report (whose opening sections hold the verdict, then the warnings)."""
+    path, _ = trained
+    code, _, err, run_dir = run_cli("unlearn", *DATA, "model=custom", f"model._target_={user_package}.TinyCNN",
+                                    f"ckpt={path}", "scenario.forget_classes=[1]", "audit=true", "attack.n_shadow=4",
+                                    "attack.svm_mia.enabled=false", "report.shareable.enabled=false",
+                                    "report.analysis.enabled=false", "recipe=synthetic", "recipe.epochs=2")
+    assert code == 0, err
+    assert "warning: the audited model's original was trained outside this toolkit" in err, err
+    audit = json.loads((run_dir / "audit.json").read_text())
+    assert any("outside this toolkit" in w for w in audit["warnings"])
+    report = (run_dir / "report.md").read_text()
+    assert report.index("## Membership inference in one sentence") < report.index("## Warnings") \
+        < report.index("## Accuracy and AUS")

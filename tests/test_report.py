@@ -150,6 +150,7 @@ def test_lira_summary_says_when_lira_had_no_power(audits: dict) -> None:
     text = lira_summary(at_chance)
     assert text.startswith("LiRA had no power on this forget set: the original itself is not attackable")
     assert "attack.forgetting.enabled=true" in text
+    assert "Read the forgetting audit's verdict instead" in lira_summary(at_chance, forgetting_ran=True)
     alone = lira_summary({"unlearned": audits["unlearned"]})
     assert "Without the original (original_ckpt=PATH)" in alone
     assert lira_summary({"original": audits["original"]}).startswith("LiRA on the original: AUC")

@@ -38,24 +38,33 @@ def resolve_role(role: str, manifest: dict[str, Any] | None) -> str:
     return MANIFEST_ROLES.get(str(method), "unlearned")
 
 
-def check_recorded_recipes(manifests: dict[str, dict[str, Any] | None], requested: Any) -> None:
+def check_recorded_recipes(manifests: dict[str, dict[str, Any] | None], requested: Any) -> list[str]:
     """Warn when a checkpoint that records its own training (an original or a retrained oracle: duck-train,
     duck-run) was trained with another recipe than ``recipe=...``, which trains the shadows. An unlearned
     checkpoint's manifest holds the unlearning job's recipe setting, not the one its original was trained
-    with, so it says nothing here (it warned for the right recipe before)."""
+    with, so it says nothing here (it warned for the right recipe before). Returns the warnings (also printed),
+    for audit.json and the report."""
+    out = []
     for name, manifest in manifests.items():
         if (manifest or {}).get("method") not in ("original", "retrain"):
             continue
         recorded = (manifest.get("config") or {}).get("recipe")
         if isinstance(recorded, dict) and recorded != requested:
-            warn_line(f"the {name} checkpoint was trained with another recipe than recipe=... (epochs "
-                      f"{recorded.get('epochs')} vs {requested.get('epochs')}); the shadows are trained with the "
-                      "configured recipe, which should be the one the target models were trained with")
+            out.append(f"the {name} checkpoint was trained with another recipe than recipe=... (epochs "
+                       f"{recorded.get('epochs')} vs {requested.get('epochs')}); the shadows are trained with the "
+                       "configured recipe, which should be the one the target models were trained with")
     if recipe_unknown(manifests):
-        warn_line("the audited model's original was trained outside this toolkit (a plain state dict records no "
-                  f"training recipe): the shadow models are trained with the configured one ({requested.get('epochs')} "
-                  f"epochs, batch {requested.get('batch_size')}); pass recipe=NAME (or recipe.* settings: optimizer, "
-                  "lr, epochs) matching how it was trained, else the audit compares it with differently trained models")
+        opt = requested.get("optimizer") or {}
+        name = str(opt.get("_target_", "?")).rsplit(".", 1)[-1] if isinstance(opt, dict) else "?"
+        lr = opt.get("lr") if isinstance(opt, dict) else None
+        out.append("the audited model's original was trained outside this toolkit (a plain state dict records no "
+                   f"training recipe): the shadow and retrained models are trained with the configured one ({name} "
+                   f"lr {lr}, {requested.get('epochs')} epochs, batch {requested.get('batch_size')}); pass "
+                   "recipe=NAME or recipe.* settings (recipe.optimizer._target_, recipe.optimizer.lr, recipe.epochs) "
+                   "matching how it was trained, else the audit compares it with differently trained models")
+    for text in out:
+        warn_line(text)
+    return out
 
 
 def source_recipe_recorded(manifest: dict[str, Any] | None) -> bool:
@@ -191,10 +200,11 @@ def display_count(value: float, n: int) -> int:
 
 
 def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_rows: list[dict[str, Any]],
-                     run_times: dict[str, float], title: str,
-                     out_dirs: dict[str, Path]) -> tuple[dict[str, Any], dict[str, Path]]:
+                     run_times: dict[str, float], title: str, out_dirs: dict[str, Path],
+                     warnings: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """LiRA + SVM MIA of ``models`` with one shadow bank, the DP "shareable statistics", the feature-space
-    analysis, and the report in ``out``; each model's ``audit.json`` goes to ``out_dirs[name]``."""
+    analysis, and the report in ``out``; each model's ``audit.json`` goes to ``out_dirs[name]``. ``warnings``
+    (the job's ``warning:`` lines about the audit's inputs) go into every ``audit.json`` and open the report."""
     if job.audit is None:
         raise DuckInputError("this job has no audit settings (attack=..., report=...)")
     data, scenario, device, opts = job.data, job.scenario, job.device, job.audit
@@ -229,7 +239,9 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
         audits["unlearned"]["verdict_rule"] = forgetting["rule"]
         atomic_save_json(Path(out_dirs["unlearned"]) / "audit.json", audits["unlearned"])
         lead.append(("Forgetting audit (against retrained models)", forgetting_markdown(forgetting)))
-    lead.append(("Membership inference in one sentence", lira_summary(audits)))
+    lead.append(("Membership inference in one sentence", lira_summary(audits, forgetting_ran=forgetting is not None)))
+    if warnings:
+        lead.append(("Warnings", "\n".join(f"- {w}" for w in warnings)))
     if feature_space is not None:
         times["feature space (density, t-SNE)"] = feature_s
     rows_by_model = {str(r.get("model", "")).split(" ")[0]: r for r in summary_rows}
@@ -238,6 +250,8 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
         if row is not None:  # the accuracies and AUS beside the verdict (summary.json's row of this model)
             audits[name]["accuracies"] = {k: row[k] for k in ("A_t", "A_f", "train_forget") if k in row}
             audits[name]["AUS"] = row.get("AUS")
+        if warnings:
+            audits[name]["warnings"] = list(warnings)
         if name in released:
             audits[name]["shareable"] = released[name]
         if feature_space is not None:
@@ -284,7 +298,8 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
                       "tell the unlearned models from retrained ones): " + "; ".join(parts) + ".")
     table = ("| models | F [95 % CI] | final score | KLOM forget (median / p95) | KLOM retain | KLOM test | retain acc "
              "| test acc |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
-    return (f"**Verdict: {block['verdict'].replace('_', ' ')}.** {block['rule']}.\n\n" + table
+    rule = block["rule"][:1].upper() + block["rule"][1:]
+    return (f"**Verdict: {block['verdict'].replace('_', ' ')}.** {rule}.\n\n" + table
             + (f"\n\nF normalised between the none (0) and retrain (1) controls: {norm:.3f}." if norm is not None
                else "") + ulira_text + "\n\n"
             f"Each row's models against R = {block['n_retrained']} models retrained on the retain set. F: the "
@@ -333,4 +348,4 @@ def verdict_lines(audits: dict[str, Any]) -> str:
             lines.append(f"  forgetting audit (N = {f['n_unlearned']}, R = {f['n_retrained']}): {f['verdict']}, "
                          f"F = {f['quality']:.3f}"
                          + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f" ({f['rule']})")
-    return "\n".join([*lines, f"  {lira_summary(audits)}"])
+    return "\n".join([*lines, f"  {lira_summary(audits, forgetting_ran=bool(lines))}"])

@@ -67,14 +67,14 @@ def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     ``metrics.json`` and ``forget_ids.txt``; with the audit, ``audit.json`` and the report too."""
     model, manifest, rule = load_model(job, job.inputs["ckpt"])
     model.to(job.device)
-    check_inputs(job, model)
+    stats = check_inputs(job, model) or {}
     original_acc = evaluate(job, model)
     check_original(job, original_acc)
     print("original: " + ", ".join(f"{k}={v:.4f}" for k, v in original_acc.items()))
     reference = copy.deepcopy(model) if job.audit is not None else None  # the unlearner modifies its model
-    if job.audit is not None:  # the shadows are trained with recipe=...: is it the one the original had?
-        check_recorded_recipes({"original": manifest}, job.recipe_cfg)
-    metrics, result = unlearn_model(job, model, original_acc)
+    # the shadows are trained with recipe=...: is it the one the original had?
+    audit_warnings = check_recorded_recipes({"original": manifest}, job.recipe_cfg) if job.audit is not None else []
+    metrics, result = unlearn_model(job, model, original_acc, earlier=[stats["warning"]] if "warning" in stats else [])
     path = unlearned_path(out, job)
     write_unlearned(path, result.model, rule, manifest_of(job, result.model, metrics["method"],
                                                           source_checkpoint=str(job.inputs["ckpt"]),
@@ -91,7 +91,7 @@ def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         audits, paths = audit_and_report(
             job, {"original": reference, "unlearned": result.model}, out, summary_rows=rows,
             run_times={"unlearning": metrics["time_s"]}, title=f"duck-unlearn: {metrics['method']} on {job.data.name}",
-            out_dirs={"original": out / "original", "unlearned": out})
+            out_dirs={"original": out / "original", "unlearned": out}, warnings=audit_warnings)
         print(audit_lines(audits))
         print(f"wrote {out / 'audit.json'}\nreport: {paths['html']}")
         extra = {"audits": audits, "report": paths}
@@ -120,7 +120,7 @@ def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             models[ref], ref_manifest, _ = load_model(job, path, check_forget=True)
             methods[ref] = (ref_manifest or {}).get("method") or ref
             manifests[ref] = ref_manifest
-    check_recorded_recipes(manifests, job.recipe_cfg)
+    warnings = check_recorded_recipes(manifests, job.recipe_cfg)
     if job.audit.attack.forgetting["enabled"]:
         method_from_manifest(job, role, manifest, ckpt)
     first = "original" if "original" in models else role
@@ -129,7 +129,8 @@ def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     check_original(job, accs[first], f"the {first} model")
     out_dirs = {name: out if name == role else out / name for name in models}
     audits, paths = audit_and_report(job, models, out, summary_rows=rows, run_times={},
-                                     title=f"duck-audit: {Path(str(ckpt)).name} ({role})", out_dirs=out_dirs)
+                                     title=f"duck-audit: {Path(str(ckpt)).name} ({role})", out_dirs=out_dirs,
+                                     warnings=warnings)
     write_forget_ids(out / "forget_ids.txt", job.scenario)
     lira = audits[role]["lira"]
     lo, hi = lira["auc_ci"]
@@ -157,6 +158,20 @@ def method_from_manifest(job: Job, role: str, manifest: dict[str, Any] | None, c
     get_unlearner_class(job.method).check_trainer_cfg(job.trainer_cfg)
     if manifest.get("seed") is not None:
         job.seed = int(manifest["seed"])  # run 0 of the N unlearning runs is the audited checkpoint's own seed
+
+
+def write_summary(out: Path, header: str, table: str, scenario: dict[str, Any], records: list[dict[str, Any]],
+                  forgetting: dict[str, Any] | None = None) -> None:
+    """duck-run's ``summary.md`` and ``summary.json``: the accuracy/AUS table and, once the forgetting audit has
+    run, its verdict (top-level ``verdict`` / ``verdict_rule``), since an AUS near 1 alone can read as a pass."""
+    data: dict[str, Any] = {"scenario": scenario, "rows": records}
+    verdict = ""
+    if forgetting is not None:
+        data.update(verdict=forgetting["verdict"], verdict_rule=forgetting["rule"])
+        verdict = (f"**Forgetting audit (N = {forgetting['n_unlearned']}, R = {forgetting['n_retrained']}): "
+                   f"{forgetting['verdict'].replace('_', ' ')}.** {forgetting['rule']}; details in report.md.\n\n")
+    atomic_write_text(out / "summary.md", header + verdict + table + "\n")
+    atomic_save_json(out / "summary.json", data)
 
 
 def run(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -187,8 +202,7 @@ def run(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     header = (f"# duck-run: {name} on {job.data.name} / {job.model_name}, {scenario.kind}"
               + (f" of classes {scenario.forget_classes}" if scenario.forget_classes else "")
               + f", {len(scenario.forget_idx)} forget samples, seed {job.seed}\n\n")
-    atomic_write_text(out / "summary.md", header + table + "\n")
-    atomic_save_json(out / "summary.json", {"scenario": scenario.summary(), "rows": records})
+    write_summary(out, header, table, scenario.summary(), records)
     print("\n" + header + table)
     extra: dict[str, Any] = {}
     if job.audit is not None:
@@ -203,5 +217,7 @@ def run(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         print(audit_lines(audits))
         print(f"report: {paths['html']}")
         extra = {"audits": audits, "report": paths}
+        if "forgetting" in audits["unlearned"]:  # the verdict beside the accuracies it qualifies
+            write_summary(out, header, table, scenario.summary(), records, audits["unlearned"]["forgetting"])
     print(f"results in {out}")
     return metrics, {"original": orig_metrics, "unlearned": metrics, "retrained": retr_metrics, "out": out, **extra}

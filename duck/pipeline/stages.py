@@ -5,6 +5,7 @@ an untrustworthy original, unlearn, and the records and files they produce (metr
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,16 +170,19 @@ def check_inputs(job: Job, model: Classifier, what: str = "the original", n: int
                 f"the {split} data, as this job prepares them, do not look like the inputs {what} was trained on: "
                 f"{seen} (limit {INPUT_SHIFT_LIMIT}); check {job.hint('prep')}; {job.hint('input_check')} skips this "
                 "check")
-        if max(shift, log_var) > INPUT_SHIFT_WARN and "warned" not in stats:
-            stats["warned"] = True
-            warn_line(f"the {split} data may not be prepared as the data {what} was trained on: {seen} (refused above "
-                      f"{INPUT_SHIFT_LIMIT}; the right preparation typically gives < 0.05); check {job.hint('prep')}; "
-                      "pass expect_acc=<the accuracy you measured> to make this a check")
+        if max(shift, log_var) > INPUT_SHIFT_WARN and "warning" not in stats:
+            stats["warning"] = (f"the {split} data may not be prepared as the data {what} was trained on: {seen} "
+                                f"(refused above {INPUT_SHIFT_LIMIT}; the right preparation typically gives < 0.05); "
+                                f"check {job.hint('prep')}; pass expect_acc=<the accuracy you measured> to make this "
+                                "a check")
+            warn_line(stats["warning"])
     return stats
 
 
-def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float]) -> tuple[dict[str, Any], UnlearnResult]:
-    """Unlearn ``model`` (in place) with the job's method and evaluate it: ``(metrics record, UnlearnResult)``."""
+def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float], earlier: Sequence[str] = ()
+                  ) -> tuple[dict[str, Any], UnlearnResult]:
+    """Unlearn ``model`` (in place) with the job's method and evaluate it: ``(metrics record, UnlearnResult)``.
+    ``earlier``: warnings printed before (the input check's), recorded with the run's own in ``warnings``."""
     udata = UnlearnData(train=job.data.train, scenario=job.scenario, num_classes=job.data.num_classes,
                         dataset_name=job.data.name, original_acc=original_acc, augment=job.data.augment,
                         recipe=job.recipe, model_factory=job.model_factory)
@@ -198,8 +202,8 @@ def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float]) -
     warnings = unlearning_warnings(job, metrics)
     for text in warnings:
         warn_line(text)
-    if warnings:
-        metrics["warnings"] = warnings
+    if earlier or warnings:
+        metrics["warnings"] = [*earlier, *warnings]
     return metrics, result
 
 

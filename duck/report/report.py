@@ -173,6 +173,8 @@ def write_report(out_dir: str | Path, *, summary_rows: Sequence[Mapping[str, Any
     title = title or "duck-unlearn audit report"
     blocks: list[Block] = [Heading(title, 1)]
     shown = ("scenario", "forget_classes", "n_forget", "seed")
+    if sc.get("forget_class_names"):  # the data set's names, as the user gave them
+        sc = {**sc, "forget_classes": sc["forget_class_names"]}
     what = ", ".join(f"{k}={v}" for k, v in sc.items() if k in shown and v is not None)
     blocks.append(Paragraph(f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}. Scenario: {what or 'n/a'}."))
     for sec_title, text in lead_sections or ():
