@@ -40,6 +40,7 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     # the report opens with the verdict and its evidence table, before the accuracies and LiRA
     assert report.index("**Verdict:") < report.index("| models | F [95 % CI]") < report.index("## Accuracy and AUS")
     assert report.index("## Membership inference in one sentence") < report.index("## LiRA membership inference")
+    assert "at N = 4, R = 4 most of its 20 bins are empty" in report  # KLOM's floor explained at small N
     assert "forgetting audit (N = 4, R = 4):" in out
     # the method's N runs announce how long they will take, from the first one measured
     assert "forgetting audit: duck run 1 of 4 from the original took" in out and "the other 3 (not cached) about" in out
