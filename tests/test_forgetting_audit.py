@@ -43,6 +43,7 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     assert "at N = 4, R = 4 most of its 20 bins are empty" in report  # KLOM's floor explained at small N
     assert "forgetting audit (N = 4, R = 4):" in out
     # the method's N runs announce how long they will take, from the first one measured
+    assert "forgetting audit: 4 of the 4 runs of duck from the original to compute (0 cached)" in out
     assert "forgetting audit: duck run 1 of 4 from the original took" in out and "the other 3 (not cached) about" in out
     # before any bank is trained, its size on disk; after the first epoch of its first model, the time it will take
     assert "retrain bank" in out and "MB on disk" in out and "s each, from the first measured)" in out

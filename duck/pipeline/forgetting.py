@@ -96,6 +96,10 @@ def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float]
 
     folder = job.cache_dir / "unlearned_sets" / unlearned_set_key(job, original)
     runs, trained, seconds = [], 0, []
+    todo = sum(not (folder / f"run_{i:03d}.npz").is_file() for i in range(n))
+    if todo:
+        print(f"forgetting audit: {todo} of the {n} runs of {job.method} from the original to compute "
+              f"({n - todo} cached)", flush=True)
     for i in tqdm(range(n), desc=f"unlearning runs ({job.method})", disable=not progress):
         path = folder / f"run_{i:03d}.npz"
         if path.is_file():
