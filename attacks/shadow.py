@@ -586,16 +586,15 @@ class ShadowBank:
         """Copy the models in ``todo`` that a sibling bank (:meth:`_siblings`) holds already, re-labelled as this
         bank's: raising R (``attack.forgetting.n_retrained`` 3 -> 4) trains only the new models. A sibling's
         checkpoint is taken only if its manifest names that model of that bank with this model's seed."""
-        adopted = []
+        adopted, siblings = [], self._siblings()
         for k in todo:
-            for directory, key in self._siblings():
+            for directory, key in siblings:
                 path = directory / "shadows" / self.shadow_path(k).name
                 try:
                     sd, manifest = load_checkpoint(path)
                 except (DuckInputError, *CORRUPT_ERRORS):
                     continue
-                if not isinstance(manifest, Mapping) or (manifest.get("shadow_id"), manifest.get("bank_key"),
-                                                         manifest.get("seed")) != (k, key, self.model_seed(k)):
+                if self._names(manifest, k, key) is not None:
                     continue
                 manifest = {**manifest, "bank_key": self.key, "adopted_from": key}
                 save_checkpoint(self.shadow_path(k), sd, manifest)
@@ -654,14 +653,21 @@ class ShadowBank:
         atomic_save_json(self.dir / "meta.json", meta)
         return {"trained": todo, "seconds": seconds, "mode": mode, "mode_info": info}
 
+    def _names(self, manifest: Any, k: int, key: str) -> tuple[Any, Any, Any] | None:
+        """None if ``manifest`` names model ``k`` of bank ``key`` with this bank's seed for it; else what it
+        names instead ``(shadow_id, bank_key, seed)``."""
+        got = ((manifest.get("shadow_id"), manifest.get("bank_key"), manifest.get("seed"))
+               if isinstance(manifest, Mapping) else (None, None, None))
+        return None if got == (k, key, self.model_seed(k)) else got
+
     def load_shadow(self, k: int) -> Classifier:
         """Shadow ``k`` from its checkpoint; :class:`DuckInputError` if it does not load or its manifest does
         not name shadow ``k`` of this bank (e.g. another shadow's checkpoint copied over it)."""
         sd, manifest = load_checkpoint(self.shadow_path(k))
         if not isinstance(manifest, Mapping):
             raise DuckInputError(f"checkpoint {self.shadow_path(k)} has no manifest naming its shadow")
-        got = (manifest.get("shadow_id"), manifest.get("bank_key"), manifest.get("seed"))
-        if got != (k, self.key, self.model_seed(k)):
+        got = self._names(manifest, k, self.key)
+        if got is not None:
             raise DuckInputError(f"checkpoint {self.shadow_path(k)} holds shadow {str(got[0])[:20]} of bank "
                                  f"{str(got[1])[:40]}, not shadow {k} of bank {self.key}")
         model = self.model_factory()

@@ -46,10 +46,8 @@ def check_recorded_recipes(manifests: dict[str, dict[str, Any] | None], requeste
     for audit.json and the report."""
     out = []
     for name, manifest in manifests.items():
-        if (manifest or {}).get("method") not in ("original", "retrain"):
-            continue
-        recorded = (manifest.get("config") or {}).get("recipe")
-        if isinstance(recorded, dict) and recorded != requested:
+        recorded = recorded_recipe(manifest)
+        if recorded is not None and recorded != requested:
             out.append(f"the {name} checkpoint was trained with another recipe than recipe=... (epochs "
                        f"{recorded.get('epochs')} vs {requested.get('epochs')}); the shadows are trained with the "
                        "configured recipe, which should be the one the target models were trained with")
@@ -67,13 +65,21 @@ def check_recorded_recipes(manifests: dict[str, dict[str, Any] | None], requeste
     return out
 
 
+def recorded_recipe(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The recipe a checkpoint that records its own training (a duck-train / duck-run original or oracle) was
+    trained with; None for any other checkpoint (an unlearned one records the unlearning job's setting)."""
+    m = manifest or {}
+    recipe = (m.get("config") or {}).get("recipe")
+    return recipe if m.get("method") in ("original", "retrain") and isinstance(recipe, dict) else None
+
+
 def source_recipe_recorded(manifest: dict[str, Any] | None) -> bool:
     """Does a checkpoint given to duck-unlearn record the recipe its original was trained with (a duck-train /
     duck-run original or oracle, or an unlearned checkpoint whose source did)? Stored in the unlearned
     checkpoint's manifest, so that its audit can warn when the shadows' recipe is a guess."""
     m = manifest or {}
     if m.get("method") in ("original", "retrain"):
-        return isinstance((m.get("config") or {}).get("recipe"), dict)
+        return recorded_recipe(m) is not None
     return bool(m.get("source_recipe_recorded", bool(m)))
 
 
@@ -87,8 +93,7 @@ def recipe_unknown(manifests: dict[str, dict[str, Any] | None]) -> bool:
 
     if not any(records(m) for m in manifests.values()):
         return True
-    original = manifests.get("original", {"method": "original", "config": {"recipe": {}}})
-    if not (records(original) and (original or {}).get("method") in ("original", "retrain")):
+    if "original" in manifests and recorded_recipe(manifests["original"]) is None:
         return True
     return any((m or {}).get("source_recipe_recorded") is False for m in manifests.values())
 

@@ -96,10 +96,10 @@ def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float]
 
     folder = job.cache_dir / "unlearned_sets" / unlearned_set_key(job, original)
     runs, trained, seconds = [], 0, []
-    todo = sum(not (folder / f"run_{i:03d}.npz").is_file() for i in range(n))
-    if todo:
-        print(f"forgetting audit: {todo} of the {n} runs of {job.method} from the original to compute "
-              f"({n - todo} cached)", flush=True)
+    missing = [i for i in range(n) if not (folder / f"run_{i:03d}.npz").is_file()]
+    if missing:
+        print(f"forgetting audit: {len(missing)} of the {n} runs of {job.method} from the original to compute "
+              f"({n - len(missing)} cached)", flush=True)
     for i in tqdm(range(n), desc=f"unlearning runs ({job.method})", disable=not progress):
         path = folder / f"run_{i:03d}.npz"
         if path.is_file():
@@ -110,7 +110,7 @@ def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float]
                 continue
             except (OSError, ValueError, KeyError, EOFError):
                 path.unlink(missing_ok=True)  # a damaged entry is recomputed
-        t_first = time.perf_counter()
+        t_run = time.perf_counter()
         udata = UnlearnData(train=job.data.train, scenario=job.scenario, num_classes=job.data.num_classes,
                             dataset_name=job.data.name, original_acc=original_acc, augment=job.data.augment,
                             recipe=job.recipe, model_factory=job.model_factory)
@@ -123,9 +123,9 @@ def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float]
         runs.append(arrays)
         seconds.append(result.time_s)
         trained += 1
-        left = sum(not (folder / f"run_{j:03d}.npz").is_file() for j in range(i + 1, n))
+        left = sum(j > i for j in missing)
         if trained == 1 and left:  # the time the user waits for, from the first run measured
-            per = time.perf_counter() - t_first
+            per = time.perf_counter() - t_run
             print(f"forgetting audit: {job.method} run {i + 1} of {n} from the original took {per:.2f} s; the other "
                   f"{left} (not cached) about {left * per:.0f} s", flush=True)
     stacked = {k: np.stack([r[k] for r in runs]) for k in ("phi_train", "phi_test", "correct_train", "correct_test")}

@@ -16,7 +16,7 @@ from duck.checkpoint import build_manifest, save_checkpoint
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_write_text
-from duck.metrics import aus_inputs, metrics_record, split_accuracies
+from duck.metrics import aus_inputs, forget_target_met, metrics_record, split_accuracies
 from duck.models import Classifier
 from duck.pipeline.job import Job
 from duck.report.tables import markdown_table
@@ -193,7 +193,7 @@ def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float], e
     acc = evaluate(job, result.model)
     target = unlearner.forget_target(float(unlearner.hp.get("tolerance", 0.01)))
     forget_acc = acc.get("train_forget")
-    met = None if forget_acc is None else bool(forget_acc <= target + 1e-9)
+    met = None if forget_acc is None else forget_target_met(forget_acc, target)
     metrics = metrics_record(method=job.method, data_name=job.data.name, model_name=job.model_name, seed=job.seed,
                              acc=acc, original_acc=original_acc, scenario=job.scenario, time_s=result.time_s,
                              epochs=round(result.epochs, 4), reached_target=result.reached_target,
@@ -276,7 +276,7 @@ def target_text(forget_acc: float | None, target: float) -> str:
     stopping rules' measure) against the method's forget target."""
     if forget_acc is None:
         return ""
-    if forget_acc <= target + 1e-9:
+    if forget_target_met(forget_acc, target):
         return f"reached ({forget_acc:.4f} <= {target:.4g})"
     return f"not reached: {forget_acc:.4f} > {target:.4g}"
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json
-from duck.metrics import forget_target
+from duck.metrics import forget_target, forget_target_met
 from duck.pipeline.job import Job
 
 OBJECTIVES = ("auto", "final_score", "aus")
@@ -58,7 +58,7 @@ def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any], obj
     tolerance = float(job.hparams.get("tolerance", 0.01) if job.hparams else 0.01)
     target = forget_target(sc, extra["original"]["acc"], tolerance)
     train_forget = float(metrics["acc"]["train_forget"])
-    reached = train_forget <= round(target, 6) + 1e-9
+    reached = forget_target_met(train_forget, target)
     forgetting = ((extra.get("audits") or {}).get("unlearned") or {}).get("forgetting")
     kind = ("final_score" if forgetting else "aus") if objective == "auto" else objective
     if kind == "final_score":
