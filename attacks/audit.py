@@ -207,17 +207,22 @@ def _check_ci(ci: Any) -> dict[str, Any]:
     return ci
 
 
-#: the options of ``attack.forgetting`` (the forgetting audit of ALGORITHMS.md §10) and their defaults
+#: the options of ``attack.forgetting`` (the forgetting audit of ALGORITHMS.md §10 and its verdict, §11) and their
+#: defaults
 FORGETTING_DEFAULTS = {"enabled": False, "n_unlearned": 8, "n_retrained": 8, "controls": True, "intervals": True,
-                       "ci_level": 0.95, "seed": 0, "klom_max_examples": 2000, "ulira": False}
+                       "ci_level": 0.95, "seed": 0, "klom_max_examples": 2000, "ulira": False, "margin": 0.25,
+                       "replicates": 60, "calibration_examples": 300, "max_utility_loss": 0.05}
 
 
 def check_forgetting(cfg: Any) -> dict[str, Any]:
     """``attack.forgetting``: ``enabled`` and ``controls`` true/false; ``n_unlearned`` (N) and ``n_retrained``
-    (R) integers >= 3 (the ε score needs two models a side after leaving one out for the jackknife; N >= 3 for
-    any score: ⌈ln(N − 1)⌉ > 0); ``intervals`` true/false (jackknife over models) at ``ci_level`` in (0.5, 1);
-    ``seed`` >= 0 (the banks'); ``klom_max_examples`` >= 1 (retain and test examples scored by KLOM, a fixed
-    random subset beyond it)."""
+    (R) integers >= 3 (N >= 3 for any ε score: ⌈ln(N − 1)⌉ > 0); ``intervals`` true/false (KLOM's jackknife);
+    ``ci_level`` in (0.5, 1) (the verdict's interval and KLOM's); ``seed`` >= 0 (the banks' and the
+    calibration's); ``klom_max_examples`` >= 1 (retain and test examples scored by KLOM, a fixed random subset
+    beyond it); the verdict's ``margin`` in (0, 1) (the share of the original's shift a forgotten method may
+    keep), ``replicates`` >= 20 (permutation splits per shift), ``calibration_examples`` >= 10 (forget examples
+    the verdict's test scores, a fixed random subset beyond) and ``max_utility_loss`` in [0, 1) (the utility
+    ratios' allowance)."""
     if cfg is not None and not isinstance(cfg, Mapping):
         raise DuckInputError(f"attack.forgetting={cfg!r} must be a mapping of options")
     out = {**FORGETTING_DEFAULTS, **dict(cfg or {})}
@@ -231,6 +236,12 @@ def check_forgetting(cfg: Any) -> dict[str, Any]:
     out["ci_level"] = check_number(out["ci_level"], "attack.forgetting.ci_level", 0.5, True, 1.0, True)
     out["seed"] = check_seed(out["seed"], "attack.forgetting.seed")
     out["klom_max_examples"] = check_positive_int(out["klom_max_examples"], "attack.forgetting.klom_max_examples")
+    out["margin"] = check_number(out["margin"], "attack.forgetting.margin", 0.0, True, 1.0, True)
+    out["replicates"] = check_positive_int(out["replicates"], "attack.forgetting.replicates", 20)
+    out["calibration_examples"] = check_positive_int(out["calibration_examples"],
+                                                     "attack.forgetting.calibration_examples", 10)
+    out["max_utility_loss"] = check_number(out["max_utility_loss"], "attack.forgetting.max_utility_loss", 0.0, False,
+                                           1.0, True)
     return out
 
 

@@ -428,6 +428,10 @@ class ShadowBank:
             return "'runs' is not a list"
         return None
 
+    def train_seconds(self) -> float:
+        """Seconds spent training this bank's models so far (every job's share; the one-off cost of the bank)."""
+        return float(self._meta().get("train_seconds", 0.0))
+
     def _meta(self) -> dict[str, Any]:
         """``meta.json`` (written for a new bank). A corrupt or malformed one is rebuilt: the whole bank
         directory is removed with a warning (see :meth:`_meta_problem`)."""

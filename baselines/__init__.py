@@ -8,11 +8,15 @@ from baselines import (  # noqa: F401  (imports register the methods)
     bad_teacher,
     boundary_expand,
     boundary_shrink,
+    datamodel_matching,
     erm_ktp,
     finetune,
+    kgltop1,
+    kgltop2,
     l1_sparse,
     neggrad,
     neggrad_plus,
+    oracle_matching,
     random_label,
     retrain,
     salun,
@@ -21,4 +25,5 @@ from baselines import (  # noqa: F401  (imports register the methods)
 )
 
 METHODS = ("retrain", "finetune", "neggrad", "random_label", "boundary_shrink", "boundary_expand", "scrub",
-           "l1_sparse", "ssd", "bad_teacher", "erm_ktp", "neggrad_plus", "salun")
+           "l1_sparse", "ssd", "bad_teacher", "erm_ktp", "neggrad_plus", "salun",
+           "oracle_matching", "datamodel_matching", "kgltop1", "kgltop2")

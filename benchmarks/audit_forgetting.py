@@ -89,7 +89,9 @@ def forgetting_reuse(spec: dict[str, Any], cache: Path, out: Path) -> dict[str, 
                          "F_ci": block.get("quality_ci"), "final_score": block["final_score"],
                          "klom_forget": block["klom"]["forget"]["median"],
                          "F_normalised": block.get("quality_normalised"),
-                         "controls": {k: {"F": c["quality"], "F_ci": c.get("quality_ci")}
+                         "imprint_kept": block.get("shift"), "imprint_kept_ci": block.get("shift_ci"),
+                         "controls": {k: {"F": c["quality"], "F_ci": c.get("quality_ci"),
+                                          "imprint_kept": c.get("shift"), "imprint_kept_ci": c.get("shift_ci")}
                                       for k, c in block["controls"].items()}})
             print(f"[audit bench]   {method}: {wall:.1f} s, {block['verdict']}, F = {block['quality']:.3f}"
                   + (f", trained {', '.join(trained)}" if trained else ", reused every bank"), flush=True)
@@ -104,7 +106,8 @@ def forgetting_table(result: dict[str, Any]) -> str:
     rows = result["rows"]
     first = rows[0]["time_s"]
     headers = ["method", "audit time (s)", "of which unlearning runs (s)", "banks trained", "ratio to first",
-               "verdict", "F [95 % CI]", "F normalised", "final score", "KLOM forget (median)"]
+               "verdict", "imprint kept [95 % CI]", "F [95 % CI]", "F normalised", "final score",
+               "KLOM forget (median)"]
     body = []
     for i, r in enumerate(rows):
         ci = r["F_ci"]
@@ -112,8 +115,10 @@ def forgetting_table(result: dict[str, Any]) -> str:
         ratio = "—" if i == 0 else (f"{r['time_s'] / first:.1%} (target <= {REUSE_TARGET:.0%}: "
                                     f"{'met' if r['time_s'] / first <= REUSE_TARGET else 'NOT met'})")
         norm = "—" if r["F_normalised"] is None else f"{r['F_normalised']:.3f}"
+        kept = r.get("imprint_kept_ci")
+        imprint = "—" if kept is None else f"{r['imprint_kept']:.2f} [{kept[0]:.2f}, {kept[1]:.2f}]"
         body.append([r["method"], f"{r['time_s']:.1f}", f"{r['unlearning_s']:.1f}",
-                     ", ".join(r["banks_trained"]) or "none (cached)", ratio, r["verdict"], f, norm,
+                     ", ".join(r["banks_trained"]) or "none (cached)", ratio, r["verdict"], imprint, f, norm,
                      f"{r['final_score']:.3f}", "—" if r["klom_forget"] is None else f"{r['klom_forget']:.3f}"])
     s = result["setup"]
     scen = ", ".join(f"{k}={v}" for k, v in s["scenario"].items())

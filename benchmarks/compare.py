@@ -111,6 +111,7 @@ def run_record(label: str, run: dict[str, Any], metrics: dict[str, Any], scenari
     _, a_t, a_f = aus_inputs(acc, original_acc, scenario)
     return {"method": label, "scenario": run["scenario"], "run": run["label"], "seed": run["seed"],
             "A_t": a_t, "A_f": a_f, "AUS": metrics.get("aus"), "time_s": metrics.get("time_s"), "epochs": metrics.get("epochs"),
+            "one_off_s": metrics.get("one_off_s"),
             "train_forget": acc.get("train_forget"), "forget_target": round(target, 6),
             "target_met": forget_target_met(acc["train_forget"], target),
             "reached_target": metrics.get("reached_target"), "metrics": metrics}
@@ -131,7 +132,7 @@ def summarise(records: list[dict[str, Any]], scenario: str, methods: list[str],
         if (skipped or {}).get(method):
             row["skipped"] = list(skipped[method])
         if ok:
-            for key in ("A_t", "A_f", "AUS", "time_s", "epochs", *FORGETTING_COLUMNS):
+            for key in ("A_t", "A_f", "AUS", "time_s", "epochs", "one_off_s", *FORGETTING_COLUMNS):
                 vals = [float(r[key]) for r in ok if r.get(key) is not None]
                 if vals:
                     row[key] = mean_std(vals)
@@ -183,9 +184,9 @@ def failure_flags(row: dict[str, Any], retrained: dict[str, Any] | None) -> list
 SKIP_NOTE = "the preset's validation forget set"
 
 #: the forgetting audit's columns (bench.forgetting.enabled): mean (std) over runs
-FORGETTING_COLUMNS = ("F", "F_normalised", "final_score", "klom_forget", "ulira_auc")
-FORGETTING_HEADERS = {"F": "F", "F_normalised": "F normalised", "final_score": "final score",
-                      "klom_forget": "KLOM forget (median)", "ulira_auc": "U-LiRA AUC"}
+FORGETTING_COLUMNS = ("imprint_kept", "F", "F_normalised", "final_score", "klom_forget", "ulira_auc")
+FORGETTING_HEADERS = {"imprint_kept": "imprint kept", "F": "F", "F_normalised": "F normalised (q)",
+                      "final_score": "final score", "klom_forget": "KLOM forget (median)", "ulira_auc": "U-LiRA AUC"}
 
 
 def _fmt(ms: dict[str, float] | None, scale: float = 1.0, digits: int = 3) -> str:
@@ -203,11 +204,14 @@ def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
     extra = [k for k in FORGETTING_COLUMNS if any(k in r for r in summary)]
     if extra:
         headers = [*headers[:-1], *(FORGETTING_HEADERS[k] for k in extra), "verdicts", headers[-1]]
+    retrain = next((r for r in summary if r["method"] == "retrain" and r.get("time_s")), None)
+    one_off = any(r.get("one_off_s") for r in summary)
+    headers = [*headers[:5], "time ÷ retraining", *(["one-off (s)"] if one_off else []), *headers[5:]]
     rows = []
     for r in summary:
         if r["method"] != "original" and r["n"] == 0 and r.get("note"):
-            rows.append([r["method"], "n/a", "n/a", "n/a", "n/a", "n/a", "n/a", "—",
-                         *(["n/a"] * (len(extra) + bool(extra))), r["note"]])
+            rows.append([r["method"], "n/a", "n/a", "n/a", "n/a", "n/a", *(["n/a"] if one_off else []), "n/a", "n/a",
+                         "—", *(["n/a"] * (len(extra) + bool(extra))), r["note"]])
             continue
         n = r["n"]
         time_s = "—" if r["method"] == "original" else _fmt(r.get("time_s"), digits=2)
@@ -221,8 +225,11 @@ def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
         if extra:
             forgetting.append(", ".join(f"{c} {v}" for v, c in (r.get("verdicts") or {}).items()) or "—")
         flags = "; ".join(r.get("flags") or []) or "—"
+        ratio = ("—" if retrain is None or r["method"] in REFERENCE_ROWS or not r.get("time_s")
+                 else f"{r['time_s']['mean'] / retrain['time_s']['mean']:.1%}")
+        once = [_fmt(r.get("one_off_s"), digits=1)] if one_off else []
         rows.append([r["method"], _fmt(r.get("A_t"), 100, 2), _fmt(r.get("A_f"), 100, 2), _fmt(r.get("AUS")), time_s,
-                     f"{r.get('target_met', 0)}/{n}" if n else "—", rule, flags, *forgetting, runs])
+                     ratio, *once, f"{r.get('target_met', 0)}/{n}" if n else "—", rule, flags, *forgetting, runs])
     return markdown_table(headers, rows)
 
 
@@ -372,11 +379,13 @@ def forgetting_overrides(cfg: DictConfig) -> list[str]:
 
 
 def forgetting_fields(block: dict[str, Any]) -> dict[str, Any]:
-    """The comparison table's forgetting columns of one run: F (with its interval), the final score, KLOM on the
-    forget examples (median), U-LiRA's AUC where it ran, the verdict."""
+    """The comparison table's forgetting columns of one run: the imprint kept (the verdict's equivalent shift,
+    with its interval), F (with its interval), the final score, KLOM on the forget examples (median), U-LiRA's
+    AUC where it ran, the verdict."""
     out = {"F": block["quality"], "F_ci": block.get("quality_ci"), "final_score": block["final_score"],
            "klom_forget": block["klom"]["forget"]["median"], "F_normalised": block.get("quality_normalised"),
-           "verdict": block["verdict"]}
+           "F_normalised_ci": block.get("quality_normalised_ci"), "imprint_kept": block.get("shift"),
+           "imprint_kept_ci": block.get("shift_ci"), "verdict": block["verdict"]}
     if "ulira" in block:
         out["ulira_auc"] = block["ulira"]["auc"]
     out["controls_F"] = {name: {"F": c["quality"], "F_ci": c.get("quality_ci")} for name, c in block["controls"].items()}

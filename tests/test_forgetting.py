@@ -277,3 +277,33 @@ def test_klom_median_interval_covers_and_separates():
     assert shifted[1] > max(hi for _, _, hi in runs)  # a real difference lies above every null interval
     with pytest.raises(DuckInputError, match="as many unlearned as retrained"):
         klom_median_interval(rng.normal(size=(4, 10)), rng.normal(size=(5, 10)))
+
+
+def test_ulira_fit_floors_a_collapsed_spread_and_pools_with_fixed_variance():
+    """σ per example floored at a quarter of its side's median σ (three values that agree by chance no longer
+    give σ ≈ 0 and an exploding likelihood ratio); ``fixed_variance``: one pooled σ per side."""
+    from attacks.forgetting import SD_FLOOR_SHARE
+
+    u = np.array([[0.0, 1.0, 5.0, 2.0], [2.0, 1.0 + 1e-9, 7.0, 4.0], [4.0, 1.0, 6.0, 3.0]])
+    r = u + 10
+    fit = fit_gaussians(u, r)
+    sds = np.array([2.0, 0.0, 1.0, 1.0])  # sample SDs of the columns
+    assert fit.sd_u[1] == pytest.approx(SD_FLOOR_SHARE * np.median(sds))
+    np.testing.assert_allclose(fit.sd_u[[0, 2, 3]], sds[[0, 2, 3]])
+    pooled = fit_gaussians(u, r, fixed_variance=True)
+    np.testing.assert_allclose(pooled.sd_u, np.sqrt(np.mean(sds ** 2)))
+
+
+def test_ulira_per_example_accuracy_and_paired_difference_by_hand():
+    from attacks.forgetting import UliraScores, ulira_difference
+
+    s = UliraScores(scores=np.array([1.0, -1.0, 0.5, 2.0, -3.0, 1.0]),
+                    is_unlearned=np.array([True, True, False, True, False, False]),
+                    pair=np.zeros(6, dtype=int), example=np.array([0, 1, 0, 1, 1, 0]))
+    # example 0: U right (1 > 0), R wrong (0.5 > 0), R wrong (1.0 > 0) -> 1/3; example 1: U wrong, U right, R right
+    np.testing.assert_allclose(s.per_example_accuracy(), [1 / 3, 2 / 3])
+    same = ulira_difference((0.7, np.array([0.6, 0.7, 0.8])), (0.7, np.array([0.6, 0.7, 0.8])))
+    assert same == {"value": 0.0, "ci": [0.0, 0.0]}  # the shared pairs cancel exactly
+    d = ulira_difference((0.8, np.array([0.8, 0.7, 0.9])), (0.5, np.array([0.5, 0.5, 0.5])))
+    half = 1.959964 * np.sqrt(2 / 3 * (((np.array([0.3, 0.2, 0.4]) - 0.3) ** 2).sum()))
+    assert d["value"] == pytest.approx(0.3) and d["ci"] == pytest.approx([0.3 - half, 0.3 + half], rel=1e-5)

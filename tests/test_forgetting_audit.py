@@ -8,8 +8,6 @@ import json
 import pytest
 from conftest import SYNTH_ARGS, written_files
 
-from duck.pipeline.forgetting import forgetting_verdict
-
 FAST = ("recipe.epochs=3", "scenario.forget_classes=[1]", "attack.n_shadow=4", "attack.svm_mia.enabled=false",
         "report.shareable.enabled=false", "report.analysis.enabled=false", "attack.forgetting.enabled=true",
         "attack.forgetting.n_unlearned=4", "attack.forgetting.n_retrained=4")
@@ -36,9 +34,16 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     assert block["controls"]["none"]["klom"]["forget"]["median"] > block["controls"]["retrain"]["klom"]["forget"]["median"]
     assert all(s["computed_now"] == 4 for s in block["sets"].values())
     report = (run_dir / "report.md").read_text()
-    assert "Forgetting audit (against retrained models)" in report and "**Verdict:" in report
+    sentence = {"forgotten": "**Forgotten.**", "not_forgotten": "**Not forgotten.**",
+                "inconclusive": "**Inconclusive.**"}[block["verdict"]]
+    assert "Forgetting audit (against retrained models)" in report and sentence in report
     # the report opens with the verdict and its evidence table, before the accuracies and LiRA
-    assert report.index("**Verdict:") < report.index("| models | F [95 % CI]") < report.index("## Accuracy and AUS")
+    assert report.index(sentence) < report.index("| models | imprint kept") < report.index("## Accuracy and AUS")
+    # the verdict's record: the margin, the imprint kept with its interval, each control's decision
+    assert block["margin"] == 0.25 and block["shift_ci"][0] <= block["shift"] <= block["shift_ci"][1]
+    assert {c["decision"] for c in block["controls"].values()} <= {"forgotten", "not_forgotten", "inconclusive"}
+    assert set(block["utility"]) >= {"retain_ratio", "test_ratio", "ok"}
+    assert summary_json["imprint_kept"] == block["shift"]
     assert report.index("## Membership inference in one sentence") < report.index("## LiRA membership inference")
     assert "at N = 4, R = 4 most of its 20 bins are empty" in report  # KLOM's floor explained at small N
     assert "forgetting audit (N = 4, R = 4):" in out
@@ -71,29 +76,6 @@ def test_duck_run_with_the_forgetting_audit_caches_every_model_set(run_cli):
     assert all(s["computed_now"] == 0 for s in audited["forgetting"]["sets"].values())
 
 
-def _set(q, lo, hi):
-    return {"quality": q, "quality_ci": [lo, hi]}
-
-
-@pytest.mark.parametrize("method,none,retrain,verdict,words", [
-    (_set(0.02, 0.0, 0.05), _set(0.0, 0.0, 0.01), _set(0.2, 0.1, 0.3), "not_forgotten", "lies below"),
-    (_set(0.18, 0.1, 0.25), _set(0.0, 0.0, 0.01), _set(0.2, 0.1, 0.3), "forgotten", "the audit had power"),
-    (_set(0.18, 0.1, 0.25), _set(0.15, 0.08, 0.22), _set(0.2, 0.1, 0.3), "inconclusive", "no power"),
-    # a user's N = R = 3 audit: none far below the ceiling's point, but the ceiling's interval reaches 0
-    (_set(0.0, 0.0, 0.0), _set(0.0, 0.0, 0.0), _set(0.33, 0.0, 0.62), "inconclusive",
-     "could not resolve the retrain-vs-retrain ceiling: its interval F(retrain) = 0.330 [0.000, 0.620] reaches "
-     "down to F(none) = 0.000 [0.000, 0.000]; the method's F is at the none control's level"),
-])
-def test_verdict_rules(method, none, retrain, verdict, words):
-    got, rule = forgetting_verdict(method, {"none": none, "retrain": retrain})
-    assert got == verdict and words in rule
-
-
-def test_without_controls_there_is_no_verdict():
-    got, rule = forgetting_verdict(_set(0.2, 0.1, 0.3), {})
-    assert got == "inconclusive" and "controls are off" in rule
-
-
 def test_duck_audit_forgetting_needs_the_original_and_a_recorded_method(run_cli, synthetic_ckpt):
     code, _, err, run_dir = run_cli("audit", *SYNTH_ARGS, f"ckpt={synthetic_ckpt}", "attack.forgetting.enabled=true")
     assert code == 2 and "give original_ckpt=PATH" in err and written_files(run_dir) == set(), err
@@ -107,6 +89,9 @@ def test_duck_audit_forgetting_needs_the_original_and_a_recorded_method(run_cli,
     ("attack.forgetting.n_retrained=2", "attack.forgetting.n_retrained=2 must be an integer >= 3"),
     ("attack.forgetting.ci_level=1.5", "attack.forgetting.ci_level"),
     ("+attack.forgetting.n_boot=5", "unknown attack.forgetting option(s) ['n_boot']"),
+    ("attack.forgetting.margin=1.5", "attack.forgetting.margin"),
+    ("attack.forgetting.replicates=5", "attack.forgetting.replicates=5 must be an integer >= 20"),
+    ("attack.forgetting.max_utility_loss=1", "attack.forgetting.max_utility_loss"),
 ])
 def test_bad_forgetting_options_fail_before_any_work(run_cli, arg, match):
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, arg)
@@ -123,6 +108,10 @@ def test_ulira_on_shadow_pairs_with_its_controls(run_cli):
     assert u["n_pairs"] == 8 and u["computed_now"] == 8 and 0.0 <= u["auc"] <= 1.0
     none, retrain = u["controls"]["none"], u["controls"]["retrain"]
     assert none["auc"] >= 0.9 and retrain["auc_ci"][0] <= 0.5 <= retrain["auc_ci"][1]
+    # Hayes et al.'s per-example accuracy on held-out models, and the paired method-minus-control difference
+    assert 0.0 <= u["per_example_accuracy"]["mean"] <= 1.0 and u["per_example_accuracy"]["n_examples"] > 0
+    d = u["auc_minus_retrain"]
+    assert d["ci"][0] <= d["value"] <= d["ci"][1] and d["value"] == pytest.approx(u["auc"] - retrain["auc"])
     assert "target" in u and 0.0 <= u["target"]["auc"] <= 1.0  # the audited checkpoint against the oracle
     assert "U-LiRA (8 shadow pairs" in (run_dir / "report.md").read_text()
     code, _, err, run_dir = run_cli("run", *args)
@@ -133,47 +122,3 @@ def test_ulira_on_shadow_pairs_with_its_controls(run_cli):
 def test_ulira_needs_eight_shadows_checked_before_any_work(run_cli):
     code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, *FAST, "attack.forgetting.ulira=true")  # n_shadow=4
     assert code == 2 and "U-LiRA needs attack.n_shadow >= 8" in err and written_files(run_dir) == set(), err
-
-
-def test_score_set_intervals_compute_each_left_out_subset_once(monkeypatch):
-    """F's and the final score's jackknife intervals leave out the same models: the ε of each subset is
-    computed once (1 + N + R calls to ``epsilons``), and the figures equal those of the unshared computation."""
-    from types import SimpleNamespace
-
-    import numpy as np
-
-    import duck.pipeline.forgetting as fg
-    from attacks.forgetting import epsilon_points, epsilons, final_score, jackknife_interval
-
-    rng = np.random.default_rng(0)
-    n_u, n_r, n_train, n_test = 4, 5, 60, 30
-    forget, retain = np.arange(20), np.arange(20, n_train)
-    sets = [{"phi_train": rng.normal(shift, 1.0, (n, n_train)), "phi_test": rng.normal(0, 1.0, (n, n_test)),
-             "correct_train": rng.random((n, n_train)) < 0.9, "correct_test": rng.random((n, n_test)) < 0.9}
-            for n, shift in ((n_u, 0.6), (n_r, 0.0))]
-    s, ref = sets
-    job = SimpleNamespace(scenario=SimpleNamespace(forget_idx=forget, retain_idx=retain, test_retain_idx=None))
-    calls = []
-
-    def counted(u, r, *a, **k):
-        calls.append(1)
-        return epsilons(u, r, *a, **k)
-
-    monkeypatch.setattr(fg, "epsilons", counted)
-    out = fg.score_set(s, ref, job, 0.95, {"retain": retain[:10], "test": np.arange(10)})
-    assert len(calls) == 1 + n_u + n_r
-
-    def quality(iu, ir):
-        return float(epsilon_points(epsilons(s["phi_train"][iu][:, forget], ref["phi_train"][ir][:, forget]),
-                                    n_u).mean())
-
-    def acc(x, rows, ids):
-        return x[rows][:, ids].mean(axis=1)
-
-    def fs(iu, ir):
-        return final_score(quality(iu, ir), acc(s["correct_train"], iu, retain), acc(ref["correct_train"], ir, retain),
-                           acc(s["correct_test"], iu, np.arange(n_test)), acc(ref["correct_test"], ir, np.arange(n_test)))
-
-    assert out["quality_ci"] == list(jackknife_interval(quality, n_u, n_r, 0.95)[1:])
-    assert out["final_score_ci"] == list(jackknife_interval(fs, n_u, n_r, 0.95, bounds=(0.0, np.inf))[1:])
-    assert out["quality"] == quality(np.arange(n_u), np.arange(n_r)) > 0

@@ -257,6 +257,16 @@ def small_rgb():
     return build_datasets("synthetic", n_train=96, n_test=32, num_classes=4, img_size=16, in_chans=3)
 
 
+def _fresh_references(factory, n_train):
+    """Reference models for the methods that learn from them (oracle / datamodel matching), freshly initialised
+    user models: this test checks that the method runs on the user's architecture, not what it learns."""
+    from duck.unlearn import ModelBank, ReferenceModels
+
+    keep = np.random.default_rng(0).random((4, n_train)) < 0.5
+    return ReferenceModels(oracle=lambda seed, pool: ModelBank(load=lambda k: factory(), one_off_s=0.0),
+                           shadows=lambda n, seed: ModelBank(load=lambda k: factory(), one_off_s=0.0, keep=keep))
+
+
 @pytest.mark.parametrize("kind", sorted(USER_MODELS))
 @pytest.mark.parametrize("name", list_unlearners())
 def test_every_method_runs_on_a_users_model(name, kind, small_rgb):
@@ -274,7 +284,7 @@ def test_every_method_runs_on_a_users_model(name, kind, small_rgb):
     hp.update({k: v for k, v in FAST.items() if k in hp})
     rec = Recipe(epochs=1, batch_size=32, optimizer=lambda p: torch.optim.SGD(p, lr=0.01))
     data = UnlearnData(small_rgb.train, sc, 4, "synthetic", split_accuracies(model, small_rgb, sc), recipe=rec,
-                       model_factory=factory)
+                       model_factory=factory, references=_fresh_references(factory, len(small_rgb.train)))
     before = copy.deepcopy(model.plain_state_dict())
     result = create_unlearner(name, model, data, hp, seed=0).unlearn()
     out = result.model.eval()(torch.randn(3, 3, 16, 16))

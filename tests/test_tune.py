@@ -41,7 +41,7 @@ def test_the_search_runs_its_trials_and_writes_table_plot_and_preset(search):
     tmp, proc = search
     sweep = tmp / "sweep"
     trials = json.loads((sweep / "trials.json").read_text())["trials"]
-    assert len(trials) == 2 and {t["kind"] for t in trials} == {"final_score"}  # the forgetting audit ran
+    assert len(trials) == 2 and {t["kind"] for t in trials} == {"imprint"}  # the forgetting audit ran
     for t in trials:  # the sampler's values reached the method, inside conf/tune/salun.yaml's space
         assert t["hparams"]["lr"] == t["searched"]["lr"] and 0.001 <= t["searched"]["lr"] <= 0.1
         assert 0.1 <= t["searched"]["mask_ratio"] <= 0.9
@@ -98,16 +98,20 @@ def test_objective_penalises_a_missed_forget_target():
     assert missed["objective"] == pytest.approx(0.99 - MISSED_TARGET_PENALTY) and not missed["reached_target"]
     assert missed["objective"] < ok["objective"]
     scored = tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}},
-                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.4}}}})
+                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.4}}}}, "final_score")
     assert scored["kind"] == "final_score" and scored["objective"] == pytest.approx(0.4 + 1e-3 * 0.97)
     tied = tune_objective(job, {"aus": 0.90, "acc": {"train_forget": 0.0}},
-                          {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}})
+                          {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}}, "final_score")
     better = tune_objective(job, {"aus": 0.99, "acc": {"train_forget": 0.0}},
-                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}})
+                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}}, "final_score")
     assert 0 < tied["objective"] < better["objective"] < scored["objective"]  # equal final scores: AUS decides
     assert tied["aus"] == 0.90 and better["aus"] == 0.99  # recorded for the trials table
     with pytest.raises(DuckInputError, match="needs the forgetting audit"):
         tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "final_score")
+    # the default with the forgetting audit: 1 - the imprint the verdict finds kept (over-forgetting counts too)
+    imprint = tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}},
+                             {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.4, "shift": 0.3}}}})
+    assert imprint["kind"] == "imprint" and imprint["objective"] == pytest.approx(0.7 + 1e-3 * 0.97)
     with pytest.raises(DuckInputError, match="tune.objective='best'"):
         tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "best")
 
@@ -120,7 +124,7 @@ def test_the_retained_accuracy_constraint_penalises_a_collapsed_trial():
 
     job = Job.from_cfg(compose("run", [*FAST, "scenario=class_removal", "scenario.forget_classes=[1]"]), "run")
     extra = {"original": {"acc": {"test": 0.9, "test_retain": 0.95}},
-             "audits": {"unlearned": {"forgetting": {"final_score": 0.3}}}}
+             "audits": {"unlearned": {"forgetting": {"final_score": 0.3, "shift": 0.7}}}}
     collapsed = {"aus": 0.85, "acc": {"train_forget": 0.0, "test_retain": 0.85, "test_forget": 0.0}}
     fine = {"aus": 0.99, "acc": {"train_forget": 0.0, "test_retain": 0.93, "test_forget": 0.0}}
     off = tune_objective(job, collapsed, extra)

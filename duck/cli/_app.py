@@ -120,7 +120,7 @@ def check_output_dir(args: list[str]) -> None:
 
 
 #: settings holding paths the user typed (relative to the launch directory)
-INPUT_PATHS = ("ckpt", "original_ckpt", "retrained_ckpt", "cache_dir", "scenario.forget_ids", "data.root")
+INPUT_PATHS = ("ckpt", "original_ckpt", "retrained_ckpt", "cache_dir", "scenario.forget_ids", "data.root", "margins")
 
 
 def resolve_input_paths(cfg: Any) -> None:
@@ -351,7 +351,8 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
             from duck.errors import DuckTerminated
 
             try:
-                check_required(cfg)
+                if cfg.get("margins") is None:  # duck-audit margins=FILE needs no checkpoint nor forget set
+                    check_required(cfg)
                 resolve_input_paths(cfg)
                 configure_threads(cfg.get("threads", "auto"))
                 check_job_numbers(cfg)
@@ -408,6 +409,11 @@ def job_entry(command: str, about: str) -> Callable[[], None]:
         from duck.pipeline import jobs
         from duck.pipeline.job import Job
 
+        if command == "audit" and cfg.get("margins") is not None:  # the verdict from margin arrays: no model
+            from duck.pipeline.margins import audit_margins
+
+            audit_margins(cfg, hydra_output_dir())
+            return None
         job = Job.from_cfg(cfg, command)
         tune = cfg.get("tune") if command == "run" else None
         if tune is not None:  # a trial of duck-run -m +tune=METHOD: its objective's settings, before any work

@@ -269,50 +269,123 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
     return audits, paths
 
 
+def _shift_text(s: dict[str, Any]) -> str:
+    """An equivalent shift with its interval, in per cent of the original's shift."""
+    def pct(x: float | None) -> str:
+        return "—" if x is None else ("∞" if x == float("inf") else f"{100 * x:.0f} %")
+
+    ci = s.get("shift_ci")
+    return "—" if s.get("shift") is None else f"{pct(s['shift'])} [{pct(ci[0])}, {pct(ci[1])}]"
+
+
+def verdict_sentence(block: dict[str, Any]) -> str:
+    """The verdict in one sentence a non-specialist can read."""
+    verdict = block["verdict"]
+    margin = 100 * float(block.get("margin", 0.25))
+    n = block["n_unlearned"]
+    if block.get("shift_ci") is None:
+        return f"**Inconclusive.** {block['rule'][:1].upper() + block['rule'][1:]}."
+    lo, hi = (100 * x for x in block["shift_ci"])
+    hi_txt = ("≥ " if "high" in (block.get("shift_beyond") or []) else "") + f"{hi:.0f} %"
+    if verdict == "forgotten":
+        return (f"**Forgotten.** On the forget set, {n} runs of {block['method']} behave like models retrained "
+                f"without it: they keep at most {hi_txt} of the original model's imprint (95 % interval; "
+                f"{margin:g} % allowed).")
+    if verdict == "not_forgotten":
+        return (f"**Not forgotten.** On the forget set, {n} runs of {block['method']} still differ from models "
+                f"retrained without it: they keep at least {lo:.0f} % of the original model's imprint (95 % "
+                f"interval; {margin:g} % allowed).")
+    return f"**Inconclusive.** {block['rule'][:1].upper() + block['rule'][1:]}."
+
+
 def forgetting_markdown(block: dict[str, Any]) -> str:
-    """The forgetting audit as a report section: the verdict with its rule, then F, the final score and KLOM of
-    the method and the controls."""
+    """The forgetting audit as a report section: the verdict in one sentence, the evidence table (each set's
+    equivalent shift with its interval, its decision, F, the final score, KLOM, accuracies), then the details."""
+    def num(v: float | None) -> str:  # KLOM is undefined (None) where the reference's binning empties a side
+        return "—" if v is None else f"{v:.3f}"
+
     def row(name: str, s: dict[str, Any]) -> str:
         ci = s.get("quality_ci")
         f = f"{s['quality']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
         k = s["klom"]
-        def num(v: float | None) -> str:  # KLOM is undefined (None) where the reference's binning empties a side
-            return "—" if v is None else f"{v:.3f}"
 
         def median(split: dict[str, Any]) -> str:  # with its jackknife interval where there is one
             ci = split.get("median_ci")
             return num(split["median"]) + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
-        return (f"| {name} | {f} | {s['final_score']:.3f} | {median(k['forget'])} / {num(k['forget']['p95'])} | "
-                f"{median(k['retain'])} | {median(k['test'])} | {s['retain_acc']:.4f} | {s['test_acc']:.4f} |")
+        decision = (s.get("decision") or "—").replace("_", " ")
+        return (f"| {name} | {_shift_text(s)} | {decision} | {f} | {s['final_score']:.3f} | "
+                f"{median(k['forget'])} / {num(k['forget']['p95'])} | {median(k['retain'])} | {median(k['test'])} | "
+                f"{s['retain_acc']:.4f} | {s['test_acc']:.4f} |")
 
-    rows = [row(f"{block['method']} (N = {block['n_unlearned']})", block)]
+    method_row = {**block, "decision": block["verdict"] if block.get("shift") is not None else None}
+    rows = [row(f"{block['method']} (N = {block['n_unlearned']})", method_row)]
     rows += [row(f"control: {name}", s) for name, s in block["controls"].items()]
-    norm = block.get("quality_normalised")
+    norm, norm_ci = block.get("quality_normalised"), block.get("quality_normalised_ci")
     u = block.get("ulira")
     ulira_text = ""
     if u:
         def auc(a: dict[str, Any]) -> str:
             return f"{a['auc']:.3f} [{a['auc_ci'][0]:.3f}, {a['auc_ci'][1]:.3f}]"
 
-        parts = [f"method {auc(u)} (balanced accuracy {u['accuracy']:.3f})"]
+        parts = [f"method {auc(u)} (balanced accuracy {u['accuracy']:.3f}; per-example accuracy on held-out "
+                 f"models {u['per_example_accuracy']['mean']:.3f} on average)"]
         parts += [f"{name} control {auc(c)}" for name, c in u["controls"].items()]
+        if "auc_minus_retrain" in u:
+            d = u["auc_minus_retrain"]
+            parts.append(f"method minus retrain control {d['value']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]")
         if "target" in u:
             parts.append(f"the audited checkpoint against the retrained oracle {auc(u['target'])}")
         ulira_text = (f"\n\nU-LiRA ({u['n_pairs']} shadow pairs, leave one pair out; AUC 0.5 = an attacker cannot "
                       "tell the unlearned models from retrained ones): " + "; ".join(parts) + ".")
-    table = ("| models | F [95 % CI] | final score | KLOM forget (median / p95) | KLOM retain | KLOM test | retain acc "
-             "| test acc |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+    table = ("| models | imprint kept [95 % CI] | decision | F [95 % CI] | final score | KLOM forget (median / p95) "
+             "| KLOM retain | KLOM test | retain acc | test acc |\n|---|---|---|---|---|---|---|---|---|---|\n"
+             + "\n".join(rows))
+    utility = block.get("utility")
+    util_text = ""
+    if utility:
+        util_text = (f" Utility against the retrained models: retain accuracy × {utility['retain_ratio']:.3f}, test "
+                     f"accuracy × {utility['test_ratio']:.3f}"
+                     + ("." if utility["ok"] else f" — more than {100 * utility['max_loss']:g} % lost "
+                                                  f"({', '.join(utility['exceeded'])})."))
+    norm_text = ""
+    if norm is not None:
+        norm_text = (f" F normalised between the none (0) and retrain (1) controls: q = {norm:.3f}"
+                     + (f" [{norm_ci[0]:.3f}, {norm_ci[1]:.3f}]" if norm_ci else "") + ".")
     rule = block["rule"][:1].upper() + block["rule"][1:]
-    return (f"**Verdict: {block['verdict'].replace('_', ' ')}.** {rule}.\n\n" + table
-            + (f"\n\nF normalised between the none (0) and retrain (1) controls: {norm:.3f}." if norm is not None
-               else "") + ulira_text + "\n\n"
+    return (verdict_sentence(block) + "\n\n" + table + "\n\n"
+            + f"**How this was decided.** {rule}.{util_text}{norm_text}{ulira_text}\n\n"
+            "*Imprint kept*: the equivalent share of the original model's per-example shift away from retrained "
+            "models that the set keeps (0 % = like retraining, 100 % = like the original; over-forgetting counts "
+            "too), estimated by testing the set's ε-score F against the same set moved back by each share "
+            "(Schuirmann's two one-sided tests; docs/audit.md). "
             f"Each row's models against R = {block['n_retrained']} models retrained on the retain set. F: the "
-            "ε-based forgetting quality (1 = indistinguishable from retraining on every forget example, with the "
-            "estimator's small-sample ceiling shown by the retrain control; 0 = distinguishable); intervals are "
-            f"delete-one jackknife over models at {block.get('ci_level') or 0.95:.0%}. KLOM: KL divergence of the "
-            "margins' histograms (median [its jackknife interval, one model of each set left out] / 95th "
-            "percentile), 0 = identical" + klom_floor_note(block) + ". " + resolution_sentence(block))
+            "ε-based forgetting quality of the NeurIPS 2023 Machine Unlearning Challenge (Triantafillou et al. "
+            "2024); KLOM: KL divergence of the margins' histograms (Georgiev et al. 2024), median [jackknife "
+            "interval] / 95th percentile, 0 = identical" + klom_floor_note(block) + ". " + resolution_sentence(block))
+
+
+def margins_markdown(record: dict[str, Any], source: str) -> str:
+    """The report of ``duck-audit margins=FILE``: the verdict sentence, each set's imprint kept and F, and how
+    it was decided."""
+    rows = [f"| {record['method']} (N = {record['n_unlearned']}) | {_shift_text(record)} | "
+            f"{record['verdict'].replace('_', ' ')} | {record['quality']:.3f} [{record['quality_ci'][0]:.3f}, "
+            f"{record['quality_ci'][1]:.3f}] |"]
+    for name, c in record["controls"].items():
+        rows.append(f"| control: {name} (N = {c['n_models']}) | {_shift_text(c)} | {c['decision'].replace('_', ' ')} "
+                    f"| {c['quality']:.3f} [{c['quality_ci'][0]:.3f}, {c['quality_ci'][1]:.3f}] |")
+    rule = record["rule"][:1].upper() + record["rule"][1:]
+    utility = record.get("utility")
+    util = ""
+    if utility:
+        util = (f" Utility against the retrained models: retain accuracy × {utility['retain_ratio']:.3f}, test "
+                f"accuracy × {utility['test_ratio']:.3f}.")
+    return (f"# Forgetting verdict\n\n{verdict_sentence(record)}\n\n"
+            "| models | imprint kept [95 % CI] | decision | F [95 % CI] |\n|---|---|---|---|\n" + "\n".join(rows)
+            + f"\n\n**How this was decided.** {rule}.{util}\n\nMargins from `{source}`: "
+            f"{record['n_examples']} forget examples, R = {record['n_retrained']} retrained models in the bank. "
+            "*Imprint kept*: the equivalent share of the original model's per-example shift away from retrained "
+            "models that the set keeps (docs/audit.md).\n")
 
 
 def klom_floor_note(block: dict[str, Any]) -> str:
@@ -328,18 +401,16 @@ def klom_floor_note(block: dict[str, Any]) -> str:
 
 
 def resolution_sentence(block: dict[str, Any]) -> str:
-    """What an audit of this size can resolve: the ε scale N allows and the retrain control's interval (the
-    smallest F difference the verdict can see)."""
+    """What an audit of this size can resolve: the ε scale N allows and the width of the method's interval."""
     import math
 
     n, r = block["n_unlearned"], block["n_retrained"]
     top = math.ceil(math.log(n - 1))
     text = (f"Resolution at N = {n}, R = {r}: ε is scored in buckets of 0.5 up to ⌈ln(N − 1)⌉ = {top} "
             "(an example whose ε lies beyond earns nothing)")
-    ceiling = block.get("controls", {}).get("retrain", {}).get("quality_ci")
-    if ceiling:
-        text += (f"; the retrain control's F interval is {ceiling[1] - ceiling[0]:.3f} wide, so smaller differences "
-                 "in F are not resolved")
+    ci = block.get("shift_ci")
+    if ci and all(math.isfinite(x) for x in ci):
+        text += f"; the method's interval on the imprint kept is {100 * (ci[1] - ci[0]):.0f} points wide"
     return text + ". Raise attack.forgetting.n_unlearned / n_retrained (8, 32) for a finer audit."
 
 
@@ -361,8 +432,7 @@ def verdict_lines(audits: dict[str, Any]) -> str:
     for a in audits.values():
         if "forgetting" in a:
             f = a["forgetting"]
-            ci = f.get("quality_ci")
-            lines.append(f"  forgetting audit (N = {f['n_unlearned']}, R = {f['n_retrained']}): {f['verdict']}, "
-                         f"F = {f['quality']:.3f}"
-                         + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f" ({f['rule']})")
+            shift = f" (imprint kept {_shift_text(f)}, margin {100 * f['margin']:g} %)" if "margin" in f else ""
+            lines.append(f"  forgetting audit (N = {f['n_unlearned']}, R = {f['n_retrained']}): {f['verdict']}"
+                         f"{shift}, F = {f['quality']:.3f}: {f['rule']}")
     return "\n".join([*lines, f"  {lira_summary(audits, forgetting_ran=bool(lines))}"])

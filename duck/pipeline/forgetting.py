@@ -13,13 +13,14 @@ Model sets (all cached under the job's cache directory):
   other seeds: the ceiling an indistinguishable method can reach at this N and R).
 
 Each set is scored against the retrain bank with the ε-based forgetting quality F and the final score of the
-NeurIPS 2023 challenge, and KLOM on forget, retain and test examples (:mod:`attacks.forgetting`), with
-delete-one jackknife intervals over models. **Verdict**: the method is ``not_forgotten`` when its F interval lies below
-the retrain control's (distinguishable from retraining, whatever the original did); otherwise ``forgotten``
-only when the ``none`` control's interval lies below the retrain control's (the audit had power), else
-``inconclusive`` with the reason. With ``attack.forgetting.ulira``, U-LiRA on shadow pairs
-(:mod:`duck.pipeline.ulira`) joins the rule: a method whose U-LiRA AUC interval lies above the retrain control's
-is ``not_forgotten``; a ``none`` control above it also gives the audit power.
+NeurIPS 2023 challenge, and KLOM on forget, retain and test examples (:mod:`attacks.forgetting`). **Verdict**: an
+equivalence test (:mod:`attacks.equivalence`, ALGORITHMS.md §11): ``forgotten`` only when the method is shown to
+keep less than ``attack.forgetting.margin`` of the original's shift away from retrained models (an interval from
+a shift-back permutation test of F), ``not_forgotten`` when it is shown to keep more, ``inconclusive`` otherwise
+or when the ``none`` control itself is not shown farther than the margin (no power). The controls'
+calibrations are cached beside their scores. With ``attack.forgetting.ulira``, U-LiRA on shadow pairs
+(:mod:`duck.pipeline.ulira`) joins the rule: a method whose U-LiRA AUC exceeds the retrain control's (the
+interval of the paired difference above 0) is ``not_forgotten`` whatever F says.
 """
 
 from __future__ import annotations
@@ -27,18 +28,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import time
 from typing import Any
 
 import numpy as np
 import torch
 
+from attacks.equivalence import Calibration, verdict_and_calibrations
 from attacks.forgetting import (
     epsilon_points,
     epsilons,
     final_score,
-    jackknife_interval,
     klom,
     klom_median_interval,
     summarize,
@@ -48,9 +48,9 @@ from duck.errors import DuckInputError
 from duck.io import atomic_save_npz
 from duck.models import Classifier
 from duck.pipeline.job import Job
-from duck.pipeline.stages import model_phi
+from duck.pipeline.stages import model_phi, unlearn_data
 from duck.training import data_parallel_size, training_trainer_settings
-from duck.unlearn import UnlearnData, create_unlearner, get_unlearner_class
+from duck.unlearn import create_unlearner, get_unlearner_class
 
 
 class OriginalBank(RetrainBank):
@@ -100,6 +100,7 @@ def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float]
     if missing:
         print(f"forgetting audit: {len(missing)} of the {n} runs of {job.method} from the original to compute "
               f"({n - len(missing)} cached)", flush=True)
+    udata = unlearn_data(job, original_acc) if missing else None
     for i in tqdm(range(n), desc=f"unlearning runs ({job.method})", disable=not progress):
         path = folder / f"run_{i:03d}.npz"
         if path.is_file():
@@ -111,9 +112,6 @@ def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float]
             except (OSError, ValueError, KeyError, EOFError):
                 path.unlink(missing_ok=True)  # a damaged entry is recomputed
         t_run = time.perf_counter()
-        udata = UnlearnData(train=job.data.train, scenario=job.scenario, num_classes=job.data.num_classes,
-                            dataset_name=job.data.name, original_acc=original_acc, augment=job.data.augment,
-                            recipe=job.recipe, model_factory=job.model_factory)
         unlearner = create_unlearner(job.method, copy.deepcopy(original), udata, job.method_cfg, seed=job.seed + i,
                                      trainer_cfg=job.trainer_cfg, progress=False)
         result = unlearner.unlearn()
@@ -151,9 +149,9 @@ def _utility(s: dict[str, Any], retain: np.ndarray, test_ids: np.ndarray) -> tup
 
 def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | None,
               klom_ids: dict[str, np.ndarray]) -> dict[str, Any]:
-    """F, the final score and KLOM of set ``s`` against the retrain bank ``ref``; with ``level``, jackknife
-    intervals over models for F and the final score (:func:`attacks.forgetting.jackknife_interval`) and for
-    each split's KLOM median (:func:`attacks.forgetting.klom_median_interval`)."""
+    """F, the final score and KLOM of set ``s`` against the retrain bank ``ref`` (the verdict's intervals come
+    from :mod:`attacks.equivalence`); with ``level``, jackknife intervals for each split's KLOM median
+    (:func:`attacks.forgetting.klom_median_interval`)."""
     sc = job.scenario
     forget, retain = np.asarray(sc.forget_idx), np.asarray(sc.retain_idx)
     test_ids = (np.asarray(sc.test_retain_idx) if sc.test_retain_idx is not None
@@ -165,34 +163,21 @@ def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | N
 
     eps = epsilons(u_f, r_f)
     q = float(epsilon_points(eps, n_u).mean())
-    seen: dict[tuple[bytes, bytes], float] = {(np.arange(n_u).tobytes(), np.arange(n_r).tobytes()): q}
-
-    def quality(iu: np.ndarray, ir: np.ndarray) -> float:  # F of a subset of the models, on N's bucket scale
-        key = (np.asarray(iu, dtype=np.int64).tobytes(), np.asarray(ir, dtype=np.int64).tobytes())
-        if key not in seen:  # the F and final-score intervals leave out the same models: ε computed once each
-            seen[key] = float(epsilon_points(epsilons(u_f[iu], r_f[ir]), n_u).mean())
-        return seen[key]
-
     out: dict[str, Any] = {
         "quality": q, "final_score": final_score(q, ra_u, ra_r, ta_u, ta_r),
         "epsilon": {"median": float(np.median(eps)), "p95": float(np.percentile(eps, 95))},
-        "retain_acc": float(ra_u.mean()), "test_acc": float(ta_u.mean()), "n_models": int(n_u)}
+        "retain_acc": float(ra_u.mean()), "test_acc": float(ta_u.mean()), "n_models": int(n_u),
+        "retain_accs": ra_u.tolist(), "test_accs": ta_u.tolist()}
     k = min(n_u, n_r)  # KLOM compares as many models a side (the reference asserts it)
     klom_pairs = {"forget": (u_f[:k], r_f[:k]),
                   "retain": (s["phi_train"][:k, klom_ids["retain"]], ref["phi_train"][:k, klom_ids["retain"]]),
                   "test": (s["phi_test"][:k, klom_ids["test"]], ref["phi_test"][:k, klom_ids["test"]])}
     out["klom"] = {split: summarize(klom(pu, pr)) for split, (pu, pr) in klom_pairs.items()}
     if level is not None:
-        _, lo, hi = jackknife_interval(quality, n_u, n_r, level)
-        out["quality_ci"] = [lo, hi]
-        _, lo, hi = jackknife_interval(
-            lambda iu, ir: final_score(quality(iu, ir), ra_u[iu], ra_r[ir], ta_u[iu], ta_r[ir]), n_u, n_r, level,
-            bounds=(0.0, math.inf))
-        out["final_score_ci"] = [lo, hi]
         for split, (pu, pr) in klom_pairs.items():  # the median's interval: models left out, KLOM recomputed
             _, lo, hi = klom_median_interval(pu, pr, level)
             out["klom"][split]["median_ci"] = None if lo is None else [lo, hi]
-        out["ci"] = f"delete-one jackknife over models, {100 * level:g} % (KLOM: one model of each set left out)"
+        out["ci"] = f"KLOM: delete-one-pair jackknife over models, {100 * level:g} %"
     return out
 
 
@@ -202,7 +187,7 @@ def cached_score(job: Job, s: dict[str, Any], ref: dict[str, Any], level: float 
     forget set score the same for every method, so a second method's audit scores only its own runs."""
     from duck.io import atomic_save_json
 
-    spec = {"set": s["dir"], "ref": ref["dir"], "level": level, "forget": job.scenario.forget_hash, "v": 2,
+    spec = {"set": s["dir"], "ref": ref["dir"], "level": level, "forget": job.scenario.forget_hash, "v": 3,
             "klom": {k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in klom_ids.items()}}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
     path = job.cache_dir / "forgetting_scores" / f"{key}.json"
@@ -216,57 +201,62 @@ def cached_score(job: Job, s: dict[str, Any], ref: dict[str, Any], level: float 
     return out
 
 
-def _ulira_separated(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
-    """Is U-LiRA's AUC interval of ``a`` above ``b``'s (an attacker tells ``a`` from retraining better)?"""
-    return bool(a and b and a["auc_ci"][0] > b["auc_ci"][1])
+def _ulira_separated(ulira: dict[str, Any] | None) -> bool:
+    """Does U-LiRA tell the method's shadows from retrained ones better than the retrain control's (the interval
+    of the paired AUC difference, method minus retrain control, above 0)?"""
+    diff = (ulira or {}).get("auc_minus_retrain")
+    return bool(diff and diff["ci"][0] > 0)
 
 
-def forgetting_verdict(method: dict[str, Any], controls: dict[str, dict[str, Any]],
-                       ulira: dict[str, Any] | None = None) -> tuple[str, str]:
-    """``(verdict, the rule that produced it)`` from the method's and the controls' F intervals and, where
-    U-LiRA ran, their U-LiRA AUC intervals (module docstring)."""
-    def interval(s: dict[str, Any]) -> list[float]:
-        return s.get("quality_ci") or [s["quality"], s["quality"]]
+def _calibration_path(job: Job, name: str, sets: dict[str, dict[str, Any]], ref: dict[str, Any],
+                      opts: dict[str, Any]) -> Any:
+    spec = {"set": sets[name]["dir"], "ref": ref["dir"], "none": sets["none"]["dir"], "retrain": sets["retrain"]["dir"],
+            "forget": job.scenario.forget_hash, "margin": opts["margin"], "replicates": opts["replicates"],
+            "seed": opts["seed"], "examples": opts["calibration_examples"], "v": 1}
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
+    return job.cache_dir / "forgetting_calibrations" / f"{key}.npz"
 
-    def fmt(name: str, s: dict[str, Any]) -> str:
-        lo, hi = interval(s)
-        return f"F({name}) = {s['quality']:.3f} [{lo:.3f}, {hi:.3f}]"
 
-    ceiling = controls.get("retrain")
-    if ceiling is None:
-        return "inconclusive", ("the controls are off (attack.forgetting.controls=false): without the retrain "
-                                "control's ceiling and the none control's power no verdict is possible")
-    if interval(method)[1] < interval(ceiling)[0]:
-        return "not_forgotten", (f"{fmt('method', method)} lies below the retrain-vs-retrain ceiling "
-                                 f"{fmt('retrain', ceiling)}: distinguishable from retraining")
-    u_ctrl = (ulira or {}).get("controls", {})
-    if _ulira_separated(ulira, u_ctrl.get("retrain")):
-        lo, hi = ulira["auc_ci"]
-        return "not_forgotten", (f"U-LiRA tells the method's shadows from retrained ones: AUC {ulira['auc']:.3f} "
-                                 f"[{lo:.3f}, {hi:.3f}] above the retrain control's "
-                                 f"{u_ctrl['retrain']['auc']:.3f} [{u_ctrl['retrain']['auc_ci'][0]:.3f}, "
-                                 f"{u_ctrl['retrain']['auc_ci'][1]:.3f}]")
-    none = controls["none"]
-    if interval(none)[1] < interval(ceiling)[0]:
-        return "forgotten", (f"{fmt('method', method)} is not separated from {fmt('retrain', ceiling)}, and the "
-                             f"audit had power: {fmt('none', none)} is")
-    if _ulira_separated(u_ctrl.get("none"), u_ctrl.get("retrain")):
-        n, r = u_ctrl["none"], u_ctrl["retrain"]
-        return "forgotten", (f"{fmt('method', method)} is not separated from {fmt('retrain', ceiling)}, nor is the "
-                             "method's U-LiRA AUC from the retrain control's, and the audit had power: U-LiRA tells "
-                             f"the none control from retraining (AUC {n['auc']:.3f} [{n['auc_ci'][0]:.3f}, "
-                             f"{n['auc_ci'][1]:.3f}] above {r['auc']:.3f} [{r['auc_ci'][0]:.3f}, {r['auc_ci'][1]:.3f}])")
-    if interval(none)[1] < ceiling["quality"]:  # the ceiling's own interval is too wide to resolve anything
-        at_none = (" the method's F is at the none control's level, but" if interval(method)[1] <= interval(none)[1]
-                   else "")
-        return "inconclusive", (f"the audit could not resolve the retrain-vs-retrain ceiling: its interval "
-                                f"{fmt('retrain', ceiling)} reaches down to {fmt('none', none)};{at_none} with these "
-                                "few models no difference is significant; raise attack.forgetting.n_unlearned / "
-                                "n_retrained (8, 32)")
-    return "inconclusive", (f"the audit had no power: {fmt('none', none)} is not separated from "
-                            f"{fmt('retrain', ceiling)} (the original's own models look like retrained ones on "
-                            "this forget set); raise attack.forgetting.n_unlearned / n_retrained, or audit a "
-                            "forget set the model memorises")
+def _load_calibration(path: Any) -> Calibration | None:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            meta = np.asarray(f["meta"], dtype=np.int64)
+            return Calibration(np.asarray(f["shifts"]), np.asarray(f["samples"]), float(f["observed"]),
+                               *map(int, meta))
+    except (OSError, ValueError, KeyError, EOFError, TypeError):
+        path.unlink(missing_ok=True)  # damaged: computed again
+        return None
+
+
+def verdict_block(job: Job, sets: dict[str, dict[str, Any]], ref: dict[str, Any], scores: dict[str, Any]
+                  ) -> dict[str, Any]:
+    """The equivalence verdict (:func:`attacks.equivalence.verdict_and_calibrations`) of the method's runs
+    against the retrain bank with the two controls; the controls' calibrations cached (they serve every method
+    of the forget set)."""
+    opts = job.audit.attack.forgetting
+    forget = np.asarray(job.scenario.forget_idx)
+    phi = {name: s["phi_train"][:, forget] for name, s in sets.items()}
+    cached, paths = {}, {}
+    for name in ("retrain", "none"):
+        paths[name] = _calibration_path(job, name, sets, ref, opts)
+        if paths[name].is_file() and not sets[name]["computed_now"] and not ref["computed_now"]:
+            cal = _load_calibration(paths[name])
+            if cal is not None:
+                cached[name] = cal
+    m = scores["method"]
+    accuracies = {"retain": (m["retain_accs"], scores["retrained"]["retain_accs"]),
+                  "test": (m["test_accs"], scores["retrained"]["test_accs"])}
+    record, cals = verdict_and_calibrations(
+        phi["method"], ref["phi_train"][:, forget], phi["retrain"], phi["none"], margin=opts["margin"],
+        level=opts["ci_level"], replicates=opts["replicates"], seed=opts["seed"],
+        max_examples=opts["calibration_examples"], accuracies=accuracies,
+        max_utility_loss=opts["max_utility_loss"], calibrations=cached)
+    for name in ("retrain", "none"):
+        if name not in cached:
+            c = cals[name]
+            atomic_save_npz(paths[name], shifts=c.shifts, samples=c.samples, observed=np.array(c.observed),
+                            meta=np.array([c.n_models, c.n_bank, c.n_examples, c.n_scored]))
+    return record
 
 
 def forgetting_banks(job: Job) -> dict[str, RetrainBank]:
@@ -311,24 +301,46 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
     level = float(opts["ci_level"]) if opts["intervals"] else None
     scores = {name: (cached_score(job, s, ref, level, klom_ids) if name != "method" else
                      score_set(s, ref, job, level, klom_ids)) for name, s in sets.items()}
-    method = scores.pop("method")
     ulira = None
     if opts["ulira"]:
         from duck.pipeline.ulira import ulira_audit
 
         ulira = ulira_audit(job, target, oracle)
-    verdict, rule = forgetting_verdict(method, scores, ulira)
-    if scores:
-        lo, hi = scores["none"]["quality"], scores["retrain"]["quality"]
-        method["quality_normalised"] = (method["quality"] - lo) / (hi - lo) if hi > lo else None
-    block = {"verdict": verdict, "rule": rule, "method": job.method, **method, "n_unlearned": n, "n_retrained": r,
-             "ci_level": level,
+    t_verdict = time.perf_counter()
+    if opts["controls"]:
+        sc = job.scenario
+        test_ids = (np.asarray(sc.test_retain_idx) if sc.test_retain_idx is not None
+                    else np.arange(ref["phi_test"].shape[1]))
+        ra_r, ta_r = _utility(ref, np.asarray(retain), test_ids)
+        scores["retrained"] = {"retain_accs": ra_r.tolist(), "test_accs": ta_r.tolist()}
+        verdict = verdict_block(job, sets, ref, scores)
+        del scores["retrained"]
+    else:
+        verdict = {"verdict": "inconclusive",
+                   "rule": "the controls are off (attack.forgetting.controls=false): without the none control the "
+                           "original's shift, hence the margin, is unknown, so no verdict is possible"}
+    if _ulira_separated(ulira):
+        d = ulira["auc_minus_retrain"]
+        verdict["verdict"] = "not_forgotten"
+        verdict["rule"] = (f"U-LiRA tells the method's shadows from retrained ones better than the retrain control's: "
+                           f"AUC difference {d['value']:.3f} [{d['ci'][0]:.3f}, {d['ci'][1]:.3f}] above 0; "
+                           f"F's test: {verdict['rule']}")
+    method = scores.pop("method")
+    for key in ("retain_accs", "test_accs"):
+        method.pop(key, None)
+        for c in scores.values():
+            c.pop(key, None)
+    for name, c in verdict.get("controls", {}).items():  # each control's F interval and equivalent shift
+        scores[name].update({k: c[k] for k in ("quality_ci", "shift", "shift_ci", "decision")})
+    block = {**method, **{k: v for k, v in verdict.items() if k != "controls"}, "method": job.method,
+             "n_unlearned": n, "n_retrained": r, "ci_level": float(opts["ci_level"]),
              "controls": scores, "sets": {name: {k: s[k] for k in ("dir", "computed_now")} for name, s in
                                           {**sets, "retrained": ref}.items()},
-             "unlearning_s": sets["method"]["unlearning_s"], "time_s": round(time.perf_counter() - t0, 3),
+             "unlearning_s": sets["method"]["unlearning_s"], "verdict_s": round(time.perf_counter() - t_verdict, 3),
+             "time_s": round(time.perf_counter() - t0, 3),
              "estimators": "epsilon score F and final score: google-deepmind/unlearning_evaluation metric.py; "
                            "KLOM: RoyRin/data-unlearning-bench eval.py, KL(P_U || P_R); U-LiRA: Hayes et al. 2024, "
-                           "shadow pairs, leave one pair out"}
+                           "shadow pairs, leave one pair out; verdict: equivalence test (ALGORITHMS.md §11)"}
     if ulira is not None:
         block["ulira"] = ulira
     return block

@@ -199,6 +199,17 @@ class Job:
                                          f"(got {attack_settings.n_shadow}, {attack_settings.shadow_pool}): each forget "
                                          "example must stay IN for two shadow pairs when the attack and its interval's "
                                          "jackknife each leave one out")
+                if job.method is not None and get_unlearner_class(job.method).needs:
+                    raise DuckInputError(f"attack.forgetting.ulira=true reruns the method on every shadow's half of "
+                                         f"the data, but {job.method!r} learns from reference models of the whole "
+                                         "data set; audit it without U-LiRA")
+            f = attack_settings.forgetting
+            oracle_seed = (job.hparams or {}).get("oracle_seed")
+            if f["enabled"] and oracle_seed is not None and int(oracle_seed) in (int(f["seed"]), int(f["seed"]) + 1):
+                raise DuckInputError(f"method.oracle_seed={oracle_seed} is the seed of the forgetting audit's retrain "
+                                     f"bank or retrain control (attack.forgetting.seed={f['seed']} and the next): the "
+                                     "oracles would be the very models the method is judged against; pick another "
+                                     "oracle_seed")
             check_audit_against_data(job)
         return job
 

@@ -167,7 +167,9 @@ def write_summary(out: Path, header: str, table: str, scenario: dict[str, Any], 
     data: dict[str, Any] = {"scenario": scenario, "rows": records}
     verdict = ""
     if forgetting is not None:
-        data.update(verdict=forgetting["verdict"], verdict_rule=forgetting["rule"])
+        data.update(verdict=forgetting["verdict"], verdict_rule=forgetting["rule"],
+                    imprint_kept=forgetting.get("shift"), imprint_kept_ci=forgetting.get("shift_ci"),
+                    margin=forgetting.get("margin"))
         verdict = (f"**Forgetting audit (N = {forgetting['n_unlearned']}, R = {forgetting['n_retrained']}): "
                    f"{forgetting['verdict'].replace('_', ' ')}.** {forgetting['rule']}; details in report.md.\n\n")
     atomic_write_text(out / "summary.md", header + verdict + table + "\n")

@@ -179,14 +179,22 @@ def check_inputs(job: Job, model: Classifier, what: str = "the original", n: int
     return stats
 
 
+def unlearn_data(job: Job, original_acc: dict[str, float]) -> UnlearnData:
+    """What the job's method sees: the training data, the scenario, the original's accuracies, the recipe, a
+    model factory and, for the methods that learn from them, the reference models
+    (:func:`duck.pipeline.references.reference_models`)."""
+    from duck.pipeline.references import reference_models
+
+    return UnlearnData(train=job.data.train, scenario=job.scenario, num_classes=job.data.num_classes,
+                       dataset_name=job.data.name, original_acc=original_acc, augment=job.data.augment,
+                       recipe=job.recipe, model_factory=job.model_factory, references=reference_models(job))
+
+
 def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float], earlier: Sequence[str] = ()
                   ) -> tuple[dict[str, Any], UnlearnResult]:
     """Unlearn ``model`` (in place) with the job's method and evaluate it: ``(metrics record, UnlearnResult)``.
     ``earlier``: warnings printed before (the input check's), recorded with the run's own in ``warnings``."""
-    udata = UnlearnData(train=job.data.train, scenario=job.scenario, num_classes=job.data.num_classes,
-                        dataset_name=job.data.name, original_acc=original_acc, augment=job.data.augment,
-                        recipe=job.recipe, model_factory=job.model_factory)
-    unlearner = create_unlearner(job.method, model, udata, job.method_cfg, seed=job.seed,
+    unlearner = create_unlearner(job.method, model, unlearn_data(job, original_acc), job.method_cfg, seed=job.seed,
                                  trainer_cfg=job.trainer_cfg, progress=job.progress)
     result = unlearner.unlearn()
     result.model.to(job.device)
@@ -199,6 +207,8 @@ def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float], e
                              epochs=round(result.epochs, 4), reached_target=result.reached_target,
                              forget_target=target, forget_target_met=met,
                              hparams=dict(unlearner.hp))  # the values used, presets resolved
+    if "one_off_s" in result.info:  # reference models trained once per forget set (or setup), not per request
+        metrics["one_off_s"] = round(float(result.info["one_off_s"]), 3)
     warnings = unlearning_warnings(job, metrics)
     for text in warnings:
         warn_line(text)

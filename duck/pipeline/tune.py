@@ -1,13 +1,15 @@
 """The objective of a hyperparameter search (``duck-run -m +tune=METHOD``, Hydra's Optuna sweeper; issue 27):
 one number per trial that rewards forgetting and penalises damage.
 
-- ``final_score`` (where the forgetting audit ran, ``attack.forgetting.enabled=true``): the NeurIPS 2023
-  challenge's score ``F × (RA_U / RA_R) × (TA_U / TA_R)`` of the method against models retrained without the
-  forget set (ALGORITHMS.md §10): forgetting quality times retained utility;
-- ``aus`` otherwise: the DUCK paper's AUS (ALGORITHMS.md §2).
+- ``imprint`` (the default where the forgetting audit ran, ``attack.forgetting.enabled=true``): ``1 − s`` with s
+  the verdict's equivalent share of the original's shift that the method keeps (:mod:`attacks.equivalence`,
+  ALGORITHMS.md §11; 0 = like retraining, either direction counts): the statistic the verdict decides on;
+- ``final_score``: the NeurIPS 2023 challenge's score ``F × (RA_U / RA_R) × (TA_U / TA_R)`` of the method against
+  models retrained without the forget set (ALGORITHMS.md §10): forgetting quality times retained utility;
+- ``aus`` without the forgetting audit: the DUCK paper's AUS (ALGORITHMS.md §2).
 
-With the final score, ``TIE_BREAK × AUS`` (1e-3) is added: configurations that the forgetting audit scores
-alike (often all at 0 for a method told apart from retraining at small N) are then ranked by AUS.
+With the forgetting objectives, ``TIE_BREAK × AUS`` (1e-3) is added: configurations that the forgetting audit
+scores alike (often all at 0 for a method told apart from retraining at small N) are then ranked by AUS.
 
 Either way a trial whose forget set did not reach its target (class removal: accuracy ``<= tolerance``;
 homogeneous: ``<=`` the original's test accuracy) scores 1 less, so every configuration that reaches the
@@ -29,7 +31,7 @@ from duck.io import atomic_save_json
 from duck.metrics import forget_target, forget_target_met
 from duck.pipeline.job import Job
 
-OBJECTIVES = ("auto", "final_score", "aus")
+OBJECTIVES = ("auto", "imprint", "final_score", "aus")
 #: subtracted from a trial whose forget set missed its target
 MISSED_TARGET_PENALTY = 1.0
 #: weight of AUS added to the final score, so that trials with equal final scores (often 0: every configuration
@@ -60,15 +62,15 @@ def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any], obj
     train_forget = float(metrics["acc"]["train_forget"])
     reached = forget_target_met(train_forget, target)
     forgetting = ((extra.get("audits") or {}).get("unlearned") or {}).get("forgetting")
-    kind = ("final_score" if forgetting else "aus") if objective == "auto" else objective
-    if kind == "final_score":
+    kind = ("imprint" if forgetting else "aus") if objective == "auto" else objective
+    if kind in ("imprint", "final_score"):
         if not forgetting:
-            raise DuckInputError("tune.objective=final_score needs the forgetting audit: audit=true "
+            raise DuckInputError(f"tune.objective={kind} needs the forgetting audit: audit=true "
                                  "attack.forgetting.enabled=true (or tune.objective=aus)")
-        value = float(forgetting["final_score"])
+        value = float(forgetting["final_score"]) if kind == "final_score" else 1.0 - float(forgetting["shift"])
     else:
         value = float(metrics["aus"])
-    tie_break = TIE_BREAK * float(metrics["aus"]) if kind == "final_score" else 0.0
+    tie_break = TIE_BREAK * float(metrics["aus"]) if kind != "aus" else 0.0
     retained = None
     if retained_margin is not None:  # the retained-accuracy constraint: A_t at most `margin` below the original's
         a_or, a_t, _ = aus_inputs(metrics["acc"], extra["original"]["acc"], sc)

@@ -7,12 +7,16 @@ Shadow pairs on the LiRA shadow bank (E shadows, shadow k trained on its IN exam
   ``unlearned_shadows/<key>/`` (keyed by the bank, the method and its resolved hyperparameters, the forget set);
 - ``R_k``: trained on ``IN_k \\ D_f`` with shadow k's seed (:class:`attacks.retrain_bank.ShadowRetrainBank`).
 
-**Method level**: :func:`attacks.forgetting.ulira_loo` fits per-example Gaussians on all pairs but one and scores
-the held-out pair's ``U_k`` (positives) and ``R_k`` (negatives) on its forgotten examples: AUC (0.5 = the method
-cannot be told from retraining), balanced accuracy at score 0 and TPR at 1 % FPR, with bootstrap intervals.
-Controls: ``none`` (``U_k`` = the shadow unchanged) and ``retrain`` (``U_k`` retrained on ``IN_k \\ D_f`` with
-another seed). **Target level**: the audited checkpoint's forget examples (positives) against the retrained
-oracle's (negatives), scored with the Gaussians of all pairs.
+**Method level**: :func:`attacks.forgetting.ulira_scores` fits per-example Gaussians (per-example σ floored at a
+quarter of the median σ; one pooled σ per side with ``attack.fixed_variance=true``) on all pairs but one and
+scores the held-out pair's ``U_k`` (positives) and ``R_k`` (negatives) on its forgotten examples: AUC (0.5 = the
+method cannot be told from retraining) with a delete-one-pair jackknife interval, balanced accuracy at score 0,
+TPR at 1 % FPR, and Hayes et al.'s per-example accuracy on the held-out target models (mean, median, 90th
+percentile over the forget examples). Controls: ``none`` (``U_k`` = the shadow unchanged) and ``retrain``
+(``U_k`` retrained on ``IN_k \\ D_f`` with another seed); the method's AUC minus the retrain control's, with a
+paired jackknife interval (both are scored against the same ``R_k``). **Target level**: the audited
+checkpoint's forget examples (positives) against the retrained oracle's (negatives), scored with the Gaussians
+of all pairs.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from attacks.forgetting import ULIRA_MIN_SHADOWS, fit_gaussians, ulira_loo, ulira_pair_jackknife
+from attacks.forgetting import (
+    ULIRA_MIN_SHADOWS,
+    fit_gaussians,
+    jackknife_normal_interval,
+    ulira_difference,
+    ulira_pair_aucs,
+    ulira_scores,
+)
 from attacks.retrain_bank import ShadowRetrainBank
 from attacks.roc import roc_summary
 from attacks.shadow import ShadowBank
@@ -38,7 +49,7 @@ from duck.models import Classifier
 from duck.pipeline.job import Job
 from duck.pipeline.stages import model_phi
 from duck.training import training_trainer_settings
-from duck.unlearn import UnlearnData, create_unlearner
+from duck.unlearn import UnlearnData, create_unlearner, get_unlearner_class
 
 MIN_SHADOWS = ULIRA_MIN_SHADOWS
 
@@ -59,6 +70,11 @@ def lira_bank(job: Job) -> ShadowBank:
 def shadow_bank_of(job: Job) -> ShadowBank:
     """The job's LiRA shadow bank (the cached one of the audit), checked for U-LiRA's pairs."""
     a = job.audit.attack
+    needs = get_unlearner_class(job.method).needs
+    if needs:
+        raise DuckInputError(f"U-LiRA reruns the method on every shadow's half of the data, but {job.method!r} learns "
+                             f"from reference models ({', '.join(needs)}) of the whole data set; run the forgetting "
+                             "audit without attack.forgetting.ulira for it")
     if a.shadow_pool != "train":
         raise DuckInputError("U-LiRA pairs each shadow with a retrain on its IN examples of the training set; use "
                              "attack.shadow_pool=train")
@@ -143,15 +159,24 @@ def _attack_summary(job: Job, scores: np.ndarray, labels: np.ndarray) -> dict[st
     return out
 
 
-def _pairs_summary(job: Job, phi_u: np.ndarray, phi_r: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+def _pairs_summary(job: Job, phi_u: np.ndarray, phi_r: np.ndarray, mask: np.ndarray
+                   ) -> tuple[dict[str, Any], tuple[float, np.ndarray]]:
     """The method-level attack of shadow pairs ``(E, F)``: leave one pair out, summarise; the AUC's interval
-    from a delete-one-pair jackknife that refits the attack (:func:`attacks.forgetting.ulira_pair_jackknife`)."""
-    scores, labels, _ = ulira_loo(phi_u, phi_r, mask)
-    out = _attack_summary(job, scores, labels)
+    from a delete-one-pair jackknife that refits the attack (:func:`attacks.forgetting.ulira_pair_aucs`), and
+    Hayes et al.'s per-example accuracy on the held-out target models. Also returns the AUC and its jackknife
+    replicates, for paired differences."""
+    fixed = bool(job.audit.attack.fixed_variance)
+    s = ulira_scores(phi_u, phi_r, mask, fixed)
+    out = _attack_summary(job, s.scores, s.is_unlearned)
     level = float(job.audit.attack.ci["level"])
-    _, lo, hi = ulira_pair_jackknife(phi_u, phi_r, mask, level)
-    out["auc_ci"], out["ci_method"] = [lo, hi], f"delete-one-pair jackknife, refitted, {100 * level:g} %"
-    return out
+    auc, loo = ulira_pair_aucs(phi_u, phi_r, mask, fixed)
+    out["auc_ci"] = list(jackknife_normal_interval(auc, loo, level, (0.0, 1.0)))
+    out["ci_method"] = f"delete-one-pair jackknife, refitted, {100 * level:g} %"
+    acc = s.per_example_accuracy()
+    out["per_example_accuracy"] = {"mean": float(acc.mean()), "median": float(np.median(acc)),
+                                   "p90": float(np.percentile(acc, 90)), "n_examples": int(acc.size)}
+    out["fixed_variance"] = fixed
+    return out, (auc, loo)
 
 
 def ulira_audit(job: Job, target: Classifier | None = None, oracle: Classifier | None = None) -> dict[str, Any]:
@@ -166,17 +191,20 @@ def ulira_audit(job: Job, target: Classifier | None = None, oracle: Classifier |
     retrain_bank.train()
     phi_r = retrain_bank.shadow_phi(["identity"])[0][..., 0][:, forget]  # (E, F)
     phi_u, computed = unlearned_shadows(job, bank, job.method, job.method_cfg)
-    out: dict[str, Any] = {**_pairs_summary(job, phi_u[:, forget], phi_r, mask), "n_pairs": int(bank.n_shadow),
-                           "computed_now": computed}
+    summary, aucs = _pairs_summary(job, phi_u[:, forget], phi_r, mask)
+    out: dict[str, Any] = {**summary, "n_pairs": int(bank.n_shadow), "computed_now": computed}
     controls: dict[str, Any] = {}
     if job.audit.attack.forgetting["controls"]:
+        level = float(job.audit.attack.ci["level"])
         phi_none = bank.shadow_phi(["identity"])[0][..., 0][:, forget]  # U_k = the shadow unchanged
-        controls["none"] = _pairs_summary(job, phi_none, phi_r, mask)
+        controls["none"], _ = _pairs_summary(job, phi_none, phi_r, mask)
         phi_ret, _ = unlearned_shadows(job, bank, "retrain", {})
-        controls["retrain"] = _pairs_summary(job, phi_ret[:, forget], phi_r, mask)
+        controls["retrain"], aucs_ret = _pairs_summary(job, phi_ret[:, forget], phi_r, mask)
+        # the method and the retrain control share the retrained shadows R_k: their difference's interval
+        out["auc_minus_retrain"] = ulira_difference(aucs, aucs_ret, level)
     out["controls"] = controls
     if target is not None and oracle is not None:  # the audited checkpoint against the oracle, all pairs fitted
-        fit = fit_gaussians(phi_u[:, forget], phi_r, mask, mask)
+        fit = fit_gaussians(phi_u[:, forget], phi_r, mask, mask, bool(job.audit.attack.fixed_variance))
         phi_t = model_phi(target, job)["phi_train"][forget]
         phi_o = model_phi(oracle, job)["phi_train"][forget]
         s = np.concatenate([fit.score(phi_t), fit.score(phi_o)])

@@ -9,11 +9,11 @@ import sys
 import types
 from typing import Any
 
-from duck.unlearn.base import ForgetAccuracyStop, UnlearnData, Unlearner, UnlearnResult
+from duck.unlearn.base import ForgetAccuracyStop, ModelBank, ReferenceModels, UnlearnData, Unlearner, UnlearnResult
 from duck.unlearn.registry import create_unlearner, get_unlearner_class, list_unlearners, register_unlearner
 
-__all__ = ["ForgetAccuracyStop", "UnlearnData", "UnlearnResult", "Unlearner", "create_unlearner",
-           "get_unlearner_class", "list_unlearners", "register_unlearner"]
+__all__ = ["ForgetAccuracyStop", "ModelBank", "ReferenceModels", "UnlearnData", "UnlearnResult", "Unlearner",
+           "create_unlearner", "get_unlearner_class", "list_unlearners", "register_unlearner"]
 
 
 class _CallableModule(types.ModuleType):

@@ -45,6 +45,28 @@ from duck.utils import JOB_SEED_MAX, check_number, check_seed, warn_line
 
 
 @dataclass
+class ModelBank:
+    """A bank of reference models trained once and cached (ALGORITHMS.md §11): ``load(k)`` gives model k;
+    ``one_off_s`` is what training the bank cost (once, shared by every deletion request); ``keep[k, i]`` (shadow
+    banks) whether training sample i was in model k's training data."""
+
+    load: Callable[[int], Classifier]
+    one_off_s: float
+    keep: np.ndarray | None = None
+
+
+@dataclass
+class ReferenceModels:
+    """Models besides the original that a method may learn from (ALGORITHMS.md §11), trained and cached by the
+    pipeline on demand: ``oracle(seed, pool)`` a bank of ``pool`` models retrained on the retain set (the forget
+    set never seen) with bank seed ``seed``; ``shadows(n, seed)`` the LiRA shadow bank of ``n`` models trained on
+    random halves of the training set."""
+
+    oracle: Callable[[int, int], ModelBank] | None = None
+    shadows: Callable[[int, int], ModelBank] | None = None
+
+
+@dataclass
 class UnlearnData:
     """Everything an unlearner may look at (the test split is only for reporting, never for unlearning)."""
 
@@ -56,6 +78,8 @@ class UnlearnData:
     augment: Sequence[str] = ()
     recipe: Recipe | None = None  # the original's training recipe (retrain oracle, epoch fractions)
     model_factory: Callable[[], Classifier] | None = None  # a freshly initialised model of the same architecture
+    #: reference models for the methods that learn from them (``Unlearner.needs``), supplied by the pipeline
+    references: ReferenceModels | None = None
 
     @property
     def retain_idx(self) -> np.ndarray:
@@ -219,6 +243,9 @@ class Unlearner(L.LightningModule):
     #: this method's hyperparameters that must be > 0 although the shared ranges (``duck.unlearn.config``)
     #: allow 0 for other methods
     positive_hyperparameters: ClassVar[tuple[str, ...]] = ()
+    #: reference models the method learns from (``oracle``: retrained models; ``shadows``: the shadow bank),
+    #: which :attr:`UnlearnData.references` must supply
+    needs: ClassVar[tuple[str, ...]] = ()
 
     #: True for methods that step their optimiser themselves (several losses or steps per batch: DUCK,
     #: SCRUB); Lightning cannot apply trainer.gradient_clip_val / accumulate_grad_batches to those
@@ -258,6 +285,11 @@ class Unlearner(L.LightningModule):
                 f"method {self.method_name!r} does not support scenario {data.scenario.kind!r} "
                 f"(it supports {', '.join(self.supported_scenarios)}); {why}"
             )
+        missing = [n for n in self.needs if getattr(data.references, n, None) is None]
+        if missing:
+            raise DuckInputError(f"method {self.method_name!r} learns from reference models ({', '.join(missing)}: "
+                                 "models retrained without the forget set / the shadow bank) that only the "
+                                 "pipeline supplies: run it with duck-unlearn / duck-run / duck.unlearn")
         self.model = model
         self.data = data
         self.hp = Hyperparameters(self.method_name, resolve_method_cfg(cfg or {}, data.dataset_name, data.scenario.kind))
@@ -320,8 +352,8 @@ class Unlearner(L.LightningModule):
         closure; data-parallel methods do not build models)."""
         state = dict(super().__getstate__())
         state["_retain_iter"] = None
-        if self.data.model_factory is not None:
-            state["data"] = dataclasses.replace(self.data, model_factory=None)
+        if self.data.model_factory is not None or self.data.references is not None:
+            state["data"] = dataclasses.replace(self.data, model_factory=None, references=None)
         return state
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:
@@ -382,11 +414,19 @@ class Unlearner(L.LightningModule):
         """The method's phases; returns ``{"epochs": float, "reached_target": bool | None, ...}``."""
         raise NotImplementedError
 
+    def prepare(self) -> float:
+        """Fetch what the method learns from besides the original (:attr:`needs`: reference banks, trained once
+        and cached); returns their one-off training cost in seconds. Not part of the timed unlearning."""
+        return 0.0
+
     def unlearn(self) -> UnlearnResult:
-        """Run the method and time it (unlearning wall time only: no evaluation, no I/O)."""
+        """Run the method and time it (unlearning wall time only: no evaluation, no I/O; the reference models'
+        one-off cost, :meth:`prepare`, is reported apart as ``info["one_off_s"]``)."""
         L.seed_everything(self.seed, workers=True, verbose=False)
         device = self.trainer_device()
         self.model.to(device)
+        one_off = self.prepare() if self.needs else None
+        L.seed_everything(self.seed, workers=True, verbose=False)
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -397,6 +437,8 @@ class Unlearner(L.LightningModule):
         check_finite_weights(self.model, f"unlearning with {self.method_name}", self.divergence_setting())
         self.model.eval()
         info.setdefault("phases", self.phase_log)
+        if one_off is not None:
+            info["one_off_s"] = float(one_off)
         return UnlearnResult(model=self.model, time_s=seconds, epochs=float(info.pop("epochs", 0.0)),
                              reached_target=info.pop("reached_target", None), history=self.history, info=info)
 

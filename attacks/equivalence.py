@@ -1,0 +1,414 @@
+"""The forgetting verdict as an equivalence test (ALGORITHMS.md §11): ``forgotten`` only with evidence that the
+method is closer to retraining than a stated margin, ``not_forgotten`` with evidence that it is farther,
+``inconclusive`` otherwise.
+
+**The effect and its margin.** Per forget example x the original moved φ(x) by ``δ_x`` away from models retrained
+without x (estimated from the controls: ``δ̂_x`` = mean of the ``none`` control − mean of the retrained models).
+A method that keeps a fraction ``f`` of that shift looks like retrained models moved by ``f·δ_x``. The margin
+``m`` (``attack.forgetting.margin``, default 0.25) is the largest fraction a ``forgotten`` method may keep.
+The verdict is not put on F or q directly: their scale moves with N, R and the forget set.
+
+**Calibration on the audit's own models** (:func:`calibrate`). Retrained models are exchangeable: the retrain
+bank (R) and the retrain control (≥ N more) form one pool. Each of K replicates splits the pool at random into a
+bank of R and a set of N, and scores that set, moved by ``f·δ*`` for every f of a grid, against that bank
+exactly as the method's set is scored (F of :mod:`attacks.epsilon`); ``δ*`` comes from a bootstrap of the
+``none`` models and of the pool (the uncertainty of ``δ̂``). The K values at each f are F's distribution for a
+method that keeps the fraction f with the retrained models' own spread and model-to-model structure (no
+distributional assumption on φ). Every replicate moves the same split by every f (common random numbers).
+
+**Interval by test inversion.** f is in the interval when the method's F lies inside the central ``level``
+range of F's distribution at f (the quantiles, made monotone in f); F decreases with |f|, so the interval is
+``[f_lo, f_hi]`` on the scale of the effect. A method whose runs are more alike than retrained models (one
+target for every run), over-forgets, or keeps part of the shift all score a lower F, so f is an *equivalent
+shift*: the retrained-like shift that scores the same F, in either direction.
+
+**Decision** (two one-sided tests at ``(1 − level) / 2`` each): ``forgotten`` iff ``f_hi < m``;
+``not_forgotten`` iff ``f_lo > m``; ``inconclusive`` otherwise, with roughly how many models a side would
+decide it (the interval's half-width taken ∝ 1/√N). No power — the ``none`` control itself is not shown farther
+than the margin — is ``inconclusive`` whatever the method scores. The operating characteristics of this rule
+(P(verdict | f), the interval's coverage and width against the Monte-Carlo spread) are simulated by
+:mod:`attacks.verdict_simulation`; docs/audit.md shows them.
+
+**Large forget sets.** The calibration scores at most ``max_examples`` examples (a fixed random subset); F's
+spread over the whole set is extrapolated from the subset (per-example variance over ``n``, the covariance
+between examples unchanged), and the subset's sampling error of the mean curve is added to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attacks.epsilon import epsilon_points, epsilons
+from duck.errors import DuckInputError
+
+DEFAULT_SHIFTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5)
+DEFAULT_MARGIN = 0.25
+DEFAULT_LEVEL = 0.95
+DEFAULT_REPLICATES = 60
+DEFAULT_MAX_EXAMPLES = 500
+DEFAULT_MAX_UTILITY_LOSS = 0.05
+
+
+def _phi(values: Any, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 2:
+        raise DuckInputError(f"{name} must be a (models, examples) array of φ, got shape {arr.shape}")
+    if arr.shape[0] < 2 or arr.shape[1] < 1:
+        raise DuckInputError(f"{name} needs at least 2 models and 1 example, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise DuckInputError(f"{name} holds NaN or infinite values: φ must be finite margins")
+    return arr
+
+
+def quality(unlearned: np.ndarray, retrained: np.ndarray) -> float:
+    """F of ``unlearned`` against ``retrained`` (φ ``(models, examples)``), on the unlearned set's bucket scale."""
+    return float(epsilon_points(epsilons(unlearned, retrained), unlearned.shape[0]).mean())
+
+
+def _monotone(curve: np.ndarray) -> np.ndarray:
+    """The curve made non-increasing along f (each point the smallest of itself and those before)."""
+    return np.minimum.accumulate(curve)
+
+
+def _fine(shifts: np.ndarray, curve: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The curve on a grid 100× finer, by monotone cubic interpolation (PCHIP keeps a non-increasing curve
+    non-increasing; straight chords of F's convex tail put the effect too far out)."""
+    from scipy.interpolate import PchipInterpolator
+
+    fine = np.linspace(shifts[0], shifts[-1], 100 * (len(shifts) - 1) + 1)
+    return fine, np.minimum.accumulate(PchipInterpolator(shifts, curve)(fine))
+
+
+def _crossing(shifts: np.ndarray, curve: np.ndarray, value: float) -> float:
+    """The f at which the non-increasing ``curve`` (over ``shifts``) falls to ``value``; ``shifts[0]`` when
+    ``value`` is above the whole curve, ``inf`` when below."""
+    if value >= curve[0]:
+        return float(shifts[0])
+    if value < curve[-1]:
+        return math.inf
+    x, y = _fine(shifts, curve)
+    k = int(np.flatnonzero(y <= value)[0])  # first fine point at or below value; k >= 1
+    c0, c1 = y[k - 1], y[k]
+    t = 1.0 if c0 == c1 else (c0 - value) / (c0 - c1)
+    return float(x[k - 1] + t * (x[k] - x[k - 1]))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The shift-back permutation distribution of F for one tested set (module docstring): ``samples[g, k]`` is F
+    of split k at shift ``shifts[g]``; ``observed`` the tested set's own F on the same examples."""
+
+    shifts: np.ndarray  # (G,)
+    samples: np.ndarray  # (G, K)
+    observed: float
+    n_models: int
+    n_bank: int
+    n_examples: int
+    n_scored: int  # examples scored (a fixed random subset when the forget set is larger)
+
+    def mean(self) -> np.ndarray:
+        return self.samples.mean(axis=1)
+
+    def sd(self) -> np.ndarray:
+        return np.maximum(self.samples.std(axis=1, ddof=1), 1e-9)
+
+    def z(self) -> np.ndarray:
+        """``(F_obs − mean_f) / sd_f`` over the grid, made non-decreasing in f (F falls as the shift grows) by
+        isotonic regression (a running maximum would carry every upward wiggle of a noisy curve forward)."""
+        from sklearn.isotonic import isotonic_regression
+
+        return isotonic_regression((self.observed - self.mean()) / self.sd(), increasing=True)
+
+    def effect(self, level: float) -> dict[str, float]:
+        """The equivalent shift: where ``z(f)`` crosses 0 (estimate) and ``∓ z_{level}`` (the interval: the f
+        whose shift-back test does not reject the observed F at ``(1 − level) / 2`` a side)."""
+        zq = _normal_quantile(0.5 + level / 2)
+        curve = -self.z()  # non-increasing, as :func:`_crossing` wants
+        est = _crossing(self.shifts, curve, 0.0)
+        low = _crossing(self.shifts, curve, zq)
+        high = _crossing(self.shifts, curve, -zq)
+        if curve[0] < -zq:  # F above the whole band at f = 0: closer to the bank than retrained models are
+            est = low = high = float(self.shifts[0])
+        return {"estimate": est, "low": min(low, est), "high": max(high, est)}
+
+    def quality_sd(self, f: float) -> float:
+        """F's spread at shift ``f`` (interpolated; the last grid point beyond the grid)."""
+        return float(np.interp(min(f, self.shifts[-1]), self.shifts, self.sd()))
+
+
+def calibrate(tested: np.ndarray, bank: np.ndarray, shift: np.ndarray, *,
+              shifts: tuple[float, ...] = DEFAULT_SHIFTS, replicates: int = DEFAULT_REPLICATES, seed: int = 0,
+              max_examples: int = DEFAULT_MAX_EXAMPLES) -> Calibration:
+    """F's shift-back permutation distribution for the ``tested`` set (N, n) against the ``bank`` (R, n), for
+    each fraction in ``shifts`` of the original's per-example ``shift`` δ̂ (n,) (module docstring)."""
+    tested, bank = _phi(tested, "the tested set"), _phi(bank, "retrained")
+    n = bank.shape[1]
+    rng = np.random.default_rng([int(seed), 0xCA1B])
+    cols = np.arange(n) if n <= max_examples else np.sort(rng.choice(n, max_examples, replace=False))
+    t, b, d = tested[:, cols], bank[:, cols], np.asarray(shift, dtype=np.float64)[cols]
+    n_t, r = t.shape[0], b.shape[0]
+    grid = np.asarray(sorted(set(float(s) for s in shifts)), dtype=np.float64)
+    splits = np.stack([rng.permutation(n_t + r) for _ in range(replicates)])  # the same splits at every f
+    sets, refs = [], []  # every (shift, split) column scored in one batched ε call
+    for f in grid:
+        pool = np.concatenate([b, t - f * d])  # exchangeable under "the tested set keeps the fraction f"
+        sets.append(pool[splits[:, :n_t]] + f * d)  # (K, N, n')
+        refs.append(pool[splits[:, n_t:]])  # (K, R, n')
+    u_all = np.stack(sets).transpose(2, 0, 1, 3).reshape(n_t, -1)  # columns ordered (shift, split, example)
+    r_all = np.stack(refs).transpose(2, 0, 1, 3).reshape(r, -1)
+    points = epsilon_points(epsilons(u_all, r_all), n_t).reshape(grid.size, replicates, cols.size)
+    observed = float(epsilon_points(epsilons(t, b), n_t).mean())
+    return Calibration(grid, points.mean(axis=2), observed, int(n_t), int(r), int(n), int(cols.size))
+
+
+def original_shift(bank: np.ndarray, retrain_control: np.ndarray, none_control: np.ndarray) -> np.ndarray:
+    """δ̂ per example: the ``none`` control's mean φ minus the retrained models' (bank and retrain control)."""
+    return none_control.mean(axis=0) - np.concatenate([bank, retrain_control]).mean(axis=0)
+
+
+def _models_to_decide(effect: dict[str, float], margin: float, n: int) -> int | None:
+    """About how many models a side would make the interval exclude the margin (half-width ∝ 1/√N)."""
+    est, lo, hi = effect["estimate"], effect["low"], effect["high"]
+    if est == margin:
+        return None
+    half = (hi - est) if est < margin else (est - lo)
+    return max(n + 1, math.ceil(n * (half / abs(margin - est)) ** 2))
+
+
+def _decide(effect: dict[str, float], margin: float) -> str:
+    if effect["high"] < margin:
+        return "forgotten"
+    if effect["low"] > margin:
+        return "not_forgotten"
+    return "inconclusive"
+
+
+def _set_record(name: str, phi: np.ndarray, bank: np.ndarray, cal: Calibration, margin: float, level: float
+                ) -> dict[str, Any]:
+    f_all = quality(phi, bank) if cal.n_scored < cal.n_examples else cal.observed
+    effect = cal.effect(level)
+    half = _normal_quantile(0.5 + level / 2) * cal.quality_sd(effect["estimate"])
+    top = float(cal.shifts[-1])
+    beyond = {k: bool(v > top) for k, v in effect.items()}  # past the grid: recorded at its end, flagged
+    return {"set": name, "n_models": int(phi.shape[0]), "quality": f_all,
+            "quality_ci": [max(0.0, f_all - half), min(1.0, f_all + half)],
+            "shift": min(effect["estimate"], top), "shift_ci": [min(effect["low"], top), min(effect["high"], top)],
+            "shift_beyond": [k for k in ("estimate", "low", "high") if beyond[k]],
+            "decision": _decide(effect, margin)}
+
+
+def _normal_quantile(p: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(p))
+
+
+def _fmt(x: float, beyond: bool = False) -> str:
+    return f"≥ {x:.2f}" if beyond else f"{x:.2f}"
+
+
+def forgetting_verdict(unlearned: Any, retrained: Any, retrain_control: Any, none_control: Any, *,
+                       margin: float = DEFAULT_MARGIN, level: float = DEFAULT_LEVEL,
+                       replicates: int = DEFAULT_REPLICATES, seed: int = 0,
+                       max_examples: int = DEFAULT_MAX_EXAMPLES, shifts: tuple[float, ...] = DEFAULT_SHIFTS,
+                       accuracies: dict[str, Any] | None = None,
+                       max_utility_loss: float = DEFAULT_MAX_UTILITY_LOSS) -> dict[str, Any]:
+    """The verdict record (module docstring) from φ arrays ``(models, examples)`` on the forget examples,
+    computed anywhere: the method's N runs from one original (``unlearned``), the retrain bank of R models
+    (``retrained``), the retrain control (at least N more models retrained with other seeds) and the ``none``
+    control (originals trained with the forget set, their own seeds).
+
+    ``accuracies`` (optional): ``{"retain": (RA_U, RA_R), "test": (TA_U, TA_R)}``, per-model accuracies of the
+    method's and the bank's models: the record then carries the utility ratios and says which fell more than
+    ``max_utility_loss`` below 1. Returns: ``verdict`` (``forgotten`` / ``not_forgotten`` / ``inconclusive``),
+    ``rule`` (why, in words), ``shift`` with ``shift_ci`` (the equivalent share of the original's shift the method
+    keeps), ``quality`` (F) with ``quality_ci``, ``quality_normalised`` (q) with its interval, ``controls`` (the
+    same for the retrain and none controls), ``power``, ``models_to_decide`` (for an ``inconclusive``), N, R and
+    the calibration's curve."""
+    record, _ = verdict_and_calibrations(unlearned, retrained, retrain_control, none_control, margin=margin,
+                                         level=level, replicates=replicates, seed=seed, max_examples=max_examples,
+                                         shifts=shifts, accuracies=accuracies, max_utility_loss=max_utility_loss)
+    return record
+
+
+def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: Any, none_control: Any, *,
+                             margin: float = DEFAULT_MARGIN, level: float = DEFAULT_LEVEL,
+                             replicates: int = DEFAULT_REPLICATES, seed: int = 0,
+                             max_examples: int = DEFAULT_MAX_EXAMPLES, shifts: tuple[float, ...] = DEFAULT_SHIFTS,
+                             accuracies: dict[str, Any] | None = None,
+                             max_utility_loss: float = DEFAULT_MAX_UTILITY_LOSS,
+                             calibrations: dict[str, Calibration] | None = None
+                             ) -> tuple[dict[str, Any], dict[str, Calibration]]:
+    """:func:`forgetting_verdict` and the calibrations it used (``method``, ``retrain``, ``none``); the controls'
+    calibrations given in ``calibrations`` are reused (they depend on the bank and the controls only, so one pair
+    serves every method audited against the same models)."""
+    margin, level = _check_margin_level(margin, level)
+    if int(replicates) < 20:
+        raise DuckInputError(f"replicates must be >= 20 (splits per shift of the calibration), got {replicates}")
+    u, bank = _phi(unlearned, "unlearned"), _phi(retrained, "retrained")
+    ctrl, none = _phi(retrain_control, "retrain_control"), _phi(none_control, "none_control")
+    if not (u.shape[1] == bank.shape[1] == ctrl.shape[1] == none.shape[1]):
+        raise DuckInputError(f"all four φ arrays must hold the same forget examples, got {u.shape[1]}, "
+                             f"{bank.shape[1]}, {ctrl.shape[1]} and {none.shape[1]} examples")
+    grid = tuple(sorted(set(shifts) | {0.0, float(margin)}))
+    delta = original_shift(bank, ctrl, none)
+    cals = {k: v for k, v in (calibrations or {}).items() if k != "method"}
+    for name, phi in (("method", u), ("retrain", ctrl), ("none", none)):
+        if name not in cals:
+            cals[name] = calibrate(phi, bank, delta, shifts=grid, replicates=int(replicates), seed=seed,
+                                   max_examples=max_examples)
+    method = _set_record("method", u, bank, cals["method"], margin, level)
+    controls = {name: _set_record(name, phi, bank, cals[name], margin, level)
+                for name, phi in (("retrain", ctrl), ("none", none))}
+    f_ret, f_none = controls["retrain"]["quality"], controls["none"]["quality"]
+    spread = f_ret - f_none
+    q = (method["quality"] - f_none) / spread if spread > 0 else None
+    q_ci = [(b - f_none) / spread for b in method["quality_ci"]] if spread > 0 else None
+    n_u, n_r = u.shape[0], bank.shape[0]
+    effect = {"estimate": method["shift"], "low": method["shift_ci"][0], "high": method["shift_ci"][1]}
+    past = method["shift_beyond"]
+    shift_txt = (f"the method keeps an equivalent {_fmt(effect['estimate'], 'estimate' in past)} "
+                 f"[{_fmt(effect['low'], 'low' in past)}, {_fmt(effect['high'], 'high' in past)}] of the original's "
+                 f"shift away from retrained models (margin {margin:g}, {100 * level:g} % interval)")
+    needed = None
+    none_c = controls["none"]
+    if none_c["decision"] != "not_forgotten":
+        verdict = "inconclusive"
+        rule = (f"no power: the none control (models trained with the forget set) is not shown farther from "
+                f"retraining than the margin (its equivalent shift {_fmt(none_c['shift'])} "
+                f"[{_fmt(none_c['shift_ci'][0])}, {_fmt(none_c['shift_ci'][1])}]); the original barely moved these "
+                "examples, or N and R are too small: raise attack.forgetting.n_unlearned / n_retrained, or audit a "
+                "forget set the model memorises")
+    else:
+        verdict = method["decision"]
+        if verdict == "forgotten":
+            rule = f"{shift_txt}: closer to retraining than the margin"
+        elif verdict == "not_forgotten":
+            rule = f"{shift_txt}: farther from retraining than the margin"
+        else:
+            needed = _models_to_decide(effect, margin, n_u)
+            more = (f"about {needed} models a side (attack.forgetting.n_unlearned / n_retrained) would decide it"
+                    if needed else "more models a side would narrow it")
+            rule = f"{shift_txt}: the interval holds the margin; {more}"
+            if controls["retrain"]["decision"] != "forgotten":
+                rule += ("; at this N and R not even the retrain control (retrained models with other seeds) is "
+                         "shown within the margin")
+    record: dict[str, Any] = {
+        "verdict": verdict, "rule": rule, "margin": float(margin), "level": float(level),
+        "quality": method["quality"], "quality_ci": method["quality_ci"],
+        "quality_normalised": q, "quality_normalised_ci": q_ci,
+        "shift": method["shift"], "shift_ci": method["shift_ci"],
+        "controls": controls, "power": none_c["decision"] == "not_forgotten",
+        "n_unlearned": int(n_u), "n_retrained": int(n_r), "n_examples": int(u.shape[1]),
+        "models_to_decide": needed,
+        "calibration": {"replicates": int(replicates), "shifts": list(cals["method"].shifts.tolist()),
+                        "examples_scored": cals["method"].n_scored, "seed": int(seed),
+                        "z": cals["method"].z().tolist()},
+        "test": "equivalence (two one-sided tests) on the epsilon score F against the shift-back permutation "
+                "distribution of each fraction of the original's shift (ALGORITHMS.md §11; docs/audit.md)"}
+    if accuracies:
+        record["utility"] = utility_ratios(accuracies, max_utility_loss)
+        if not record["utility"]["ok"]:
+            record["rule"] += (f"; forgetting cost more than {100 * max_utility_loss:g} % of the retrained models' "
+                               f"{' and '.join(record['utility']['exceeded'])} accuracy")
+    return record, cals
+
+
+def utility_ratios(accuracies: dict[str, Any], max_utility_loss: float) -> dict[str, Any]:
+    """RA_U / RA_R and TA_U / TA_R from per-model accuracies ``{"retain": (method, bank), "test": (method,
+    bank)}``, and which of them fell more than ``max_utility_loss`` below 1."""
+    if not 0 <= float(max_utility_loss) < 1:
+        raise DuckInputError(f"max_utility_loss must be in [0, 1), got {max_utility_loss}")
+    out: dict[str, Any] = {"max_loss": float(max_utility_loss), "exceeded": []}
+    for split in ("retain", "test"):
+        if split not in accuracies:
+            raise DuckInputError(f"accuracies needs a '{split}' entry: (method models' accuracies, retrained "
+                                 "models' accuracies)")
+        mine, ref = (np.asarray(a, dtype=np.float64) for a in accuracies[split])
+        if mine.size == 0 or ref.size == 0 or float(ref.mean()) <= 0:
+            raise DuckInputError(f"the '{split}' accuracies must be non-empty with a positive retrained mean")
+        ratio = float(mine.mean() / ref.mean())
+        out[f"{split}_ratio"] = ratio
+        if ratio < 1 - float(max_utility_loss):
+            out["exceeded"].append(split)
+    out["ok"] = not out["exceeded"]
+    return out
+
+
+def _check_margin_level(margin: Any, level: Any) -> tuple[float, float]:
+    try:
+        m, lv = float(margin), float(level)
+    except (TypeError, ValueError):
+        raise DuckInputError(f"margin and level must be numbers, got {margin!r} and {level!r}") from None
+    if not 0 < m < 1:
+        raise DuckInputError(f"attack.forgetting.margin must be in (0, 1) (the share of the original's shift a "
+                             f"forgotten method may keep), got {margin}")
+    if not 0.5 <= lv < 1:
+        raise DuckInputError(f"the interval level must be in [0.5, 1), got {level}")
+    return m, lv
+
+
+#: the arrays of a margins file (``duck-audit margins=FILE.npz``): φ ``(models, examples)`` on the forget examples
+MARGIN_ARRAYS = ("unlearned", "retrained", "retrain_control", "none_control")
+#: optional per-model accuracies (all four or none): the utility ratios of the verdict record
+ACCURACY_ARRAYS = ("retain_acc_unlearned", "retain_acc_retrained", "test_acc_unlearned", "test_acc_retrained")
+
+
+def read_margins(path: Any) -> dict[str, np.ndarray]:
+    """The arrays of a margins file: an ``.npz`` (no pickled objects) holding :data:`MARGIN_ARRAYS` as float
+    arrays ``(models, examples)`` over the same forget examples, and optionally the four
+    :data:`ACCURACY_ARRAYS` (one accuracy in [0, 1] per model of the unlearned set and of the bank)."""
+    from pathlib import Path
+
+    p = Path(str(path)).expanduser()
+    if not p.is_file():
+        raise DuckInputError(f"margins={path}: no such file; pass margins=PATH to an .npz of φ arrays "
+                             f"({', '.join(MARGIN_ARRAYS)}; docs/formats.md)")
+    import zipfile
+
+    if not zipfile.is_zipfile(p):
+        raise DuckInputError(f"margins={path} is not an .npz archive; write the arrays with numpy.savez")
+    try:
+        with np.load(p, allow_pickle=False) as f:
+            arrays = {k: np.asarray(f[k]) for k in f.files}
+    except (OSError, ValueError, EOFError, KeyError) as exc:
+        raise DuckInputError(f"margins={path} is not a readable .npz of arrays ({type(exc).__name__}: {exc}); "
+                             "write it with numpy.savez (no pickled objects)") from None
+    missing = [k for k in MARGIN_ARRAYS if k not in arrays]
+    if missing:
+        raise DuckInputError(f"margins={path} lacks the array(s) {missing}; it must hold {list(MARGIN_ARRAYS)} "
+                             "(φ, models × forget examples)")
+    unknown = sorted(set(arrays) - set(MARGIN_ARRAYS) - set(ACCURACY_ARRAYS))
+    if unknown:
+        raise DuckInputError(f"margins={path} holds unknown array(s) {unknown}; known: "
+                             f"{list(MARGIN_ARRAYS) + list(ACCURACY_ARRAYS)}")
+    out = {}
+    for k in MARGIN_ARRAYS:
+        if arrays[k].dtype.kind not in "fiu":
+            raise DuckInputError(f"margins={path}: array '{k}' has dtype {arrays[k].dtype}; φ must be numbers")
+        out[k] = _phi(arrays[k], f"margins array '{k}'")
+    given = [k for k in ACCURACY_ARRAYS if k in arrays]
+    if given and len(given) != len(ACCURACY_ARRAYS):
+        raise DuckInputError(f"margins={path} holds {given} but not {sorted(set(ACCURACY_ARRAYS) - set(given))}: "
+                             "give all four accuracy arrays or none")
+    for k in given:
+        acc = np.asarray(arrays[k], dtype=np.float64).reshape(-1)
+        side = "unlearned" if k.endswith("unlearned") else "retrained"
+        if acc.size != out[side].shape[0] or not np.isfinite(acc).all() or (acc < 0).any() or (acc > 1).any():
+            raise DuckInputError(f"margins={path}: '{k}' must hold one accuracy in [0, 1] per model of "
+                                 f"'{side}' ({out[side].shape[0]}), got {acc.size} values")
+        out[k] = acc
+    return out
+
+
+def accuracies_of(arrays: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """The ``accuracies`` argument of :func:`forgetting_verdict` from a margins file's arrays (None without)."""
+    if "retain_acc_unlearned" not in arrays:
+        return None
+    return {"retain": (arrays["retain_acc_unlearned"], arrays["retain_acc_retrained"]),
+            "test": (arrays["test_acc_unlearned"], arrays["test_acc_retrained"])}
+

@@ -1,0 +1,78 @@
+"""The reference models a method may learn from (:class:`duck.unlearn.ReferenceModels`; ALGORITHMS.md §11),
+trained and cached by the pipeline on demand:
+
+- ``oracle(seed, pool)``: a :class:`~attacks.retrain_bank.RetrainBank` of ``pool`` models retrained on the job's
+  retain set with bank seed ``seed`` (oracle matching's targets). Model k of a retrain bank does not
+  depend on the bank's size, so raising ``pool`` trains only the new models. The forgetting audit's own banks use
+  ``attack.forgetting.seed`` and the next seed: an oracle bank with either seed is refused there (the method
+  would match the very models it is judged against).
+- ``shadows(n, seed)``: the LiRA shadow bank of ``n`` models (random halves of the training set; the audit's own
+  bank when the settings agree), its keep matrix and its training time (datamodel matching's data).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from duck.pipeline.job import Job
+from duck.unlearn import ModelBank, ReferenceModels, get_unlearner_class
+
+
+def _cache_dir(job: Job) -> Path:
+    """The job's cache directory; the API's jobs name none: ``$DUCK_CACHE_DIR`` or ``~/.cache/duck-unlearn``, as
+    the command-line jobs default to."""
+    if job.cache_dir is not None:
+        return Path(job.cache_dir)
+    return Path(os.environ.get("DUCK_CACHE_DIR") or Path.home() / ".cache" / "duck-unlearn")
+
+
+def _bank_settings(job: Job) -> dict[str, Any]:
+    a = job.audit.attack if job.audit is not None else None
+    return {"mode": a.mode if a else "auto", "chunk_size": a.chunk_size if a else 16,
+            "threads": a.threads if a else "auto", "trainer_cfg": job.trainer_cfg, "device": job.device,
+            "augment": job.data.augment, "progress": job.progress}
+
+
+def reference_models(job: Job, retain_idx: np.ndarray | None = None) -> ReferenceModels | None:
+    """The job's reference models for its method (None when the method needs none)."""
+    needs = get_unlearner_class(job.method).needs
+    if not needs:
+        return None
+    if job.recipe is None:
+        from duck.errors import DuckInputError
+
+        raise DuckInputError(f"method {job.method!r} learns from reference models trained with the original's recipe "
+                             "(models retrained without the forget set / the shadow bank): pass recipe=... (a "
+                             "conf/recipe name such as 'digits', or your training settings)")
+    retain = np.asarray(job.scenario.retain_idx if retain_idx is None else retain_idx)
+
+    def oracle(seed: int, pool: int) -> ModelBank:
+        from attacks.retrain_bank import RetrainBank
+
+        f = job.audit.attack.forgetting if job.audit is not None else None
+        if f is not None and f["enabled"] and int(seed) in (int(f["seed"]), int(f["seed"]) + 1):
+            from duck.errors import DuckInputError
+
+            raise DuckInputError(f"method.oracle_seed={seed} is the seed of the forgetting audit's retrain bank or "
+                                 f"retrain control (attack.forgetting.seed={f['seed']} and the next): the oracles "
+                                 "would be the very models the method is judged against; pick another oracle_seed")
+        bank = RetrainBank(_cache_dir(job), job.data, job.model_factory, job.recipe, retain, n_models=int(pool),
+                           seed=int(seed), **_bank_settings(job))
+        bank.train()
+        return ModelBank(load=lambda k: bank.load_shadow(int(k)).to(job.device), one_off_s=bank.train_seconds())
+
+    def shadows(n: int, seed: int) -> ModelBank:
+        from attacks.shadow import ShadowBank
+
+        bank = ShadowBank(_cache_dir(job), job.data, job.model_factory, job.recipe, n_shadow=int(n), seed=int(seed),
+                          pool="train", **_bank_settings(job))
+        bank.train()
+        return ModelBank(load=lambda k: bank.load_shadow(int(k)).to(job.device), one_off_s=bank.train_seconds(),
+                         keep=np.asarray(bank.keep))
+
+    return ReferenceModels(oracle=oracle if "oracle" in needs else None,
+                           shadows=shadows if "shadows" in needs else None)

@@ -1,0 +1,146 @@
+"""Oracle matching and datamodel matching (ALGORITHMS.md §11): the matching set, the targets (one oracle per run,
+the mean of K, the shadow bank's diagonal datamodel with its per-run spread) against hand computations, the MSE
+fit moving the model to its targets, the one-off cost reported apart, and the oracle seed kept apart from the
+forgetting audit's banks."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import SYNTH_ARGS, written_files
+
+from baselines.datamodel_matching import diagonal_datamodel, pick_out_models
+from baselines.oracle_matching import finetune_indices
+from duck.data.scenarios import build_scenario
+from duck.metrics import predict_logits, split_accuracies
+from duck.pipeline.config import conf_dir
+from duck.unlearn import ModelBank, ReferenceModels, UnlearnData, create_unlearner
+
+CPU = {"accelerator": "cpu", "devices": 1, "deterministic": True}
+
+
+class ConstantLogits(torch.nn.Module):
+    """A classifier-shaped model whose logits are a fixed vector (plus a tiny input term so gradients flow)."""
+
+    def __init__(self, template: torch.nn.Module, logits: list[float]) -> None:
+        super().__init__()
+        self.inner = copy.deepcopy(template)
+        self.register_buffer("value", torch.tensor(logits))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.value.expand(x.shape[0], -1) + 0 * self.inner(x)
+
+
+def _hp(name: str, **over):
+    raw = yaml.safe_load((conf_dir() / "method" / f"{name}.yaml").read_text())
+    return {**raw, **over}
+
+
+def _data(synthetic, model, references):
+    sc = build_scenario("class_removal", synthetic.train.labels, synthetic.test.labels, 4, forget_classes=[1])
+    return UnlearnData(train=synthetic.train, scenario=sc, num_classes=4, dataset_name="synthetic",
+                       original_acc=split_accuracies(model, synthetic, sc), references=references), sc
+
+
+def test_matching_set_counts_and_draws():
+    forget, retain = np.arange(10), np.arange(10, 100)
+    rng = np.random.default_rng(0)
+    idx = finetune_indices(forget, retain, 1.5, 3.0, rng)
+    # 1.5 copies: the forget set once and its first 5 again; 3 x 10 retain samples, each once, none from forget
+    assert (np.bincount(idx[:15], minlength=10) == np.r_[[2] * 5, [1] * 5]).all()
+    picked = idx[15:]
+    assert len(picked) == 30 and len(set(picked)) == 30 and set(picked) <= set(retain)
+    other = finetune_indices(forget, retain, 1.5, 3.0, np.random.default_rng(1))[15:]
+    assert set(other) != set(picked)  # another run draws another retain subset
+    assert len(finetune_indices(forget, np.arange(10, 20), 1.0, 3.0, rng)) == 20  # capped at the retain set
+
+
+def test_diagonal_datamodel_by_hand():
+    logits = torch.tensor([[[1.0, 0.0]], [[3.0, 2.0]], [[5.0, 4.0]], [[7.0, 6.0]]])  # (E=4, n=1, C=2)
+    inside = np.array([[True], [True], [False], [False]])
+    beta, mean_out = diagonal_datamodel(logits, inside)
+    torch.testing.assert_close(beta, torch.tensor([[2.0 - 6.0, 1.0 - 5.0]]))  # mean IN minus mean OUT
+    torch.testing.assert_close(mean_out, torch.tensor([[6.0, 5.0]]))
+    beta, _ = diagonal_datamodel(logits, np.ones((4, 1), dtype=bool))  # no OUT model: no estimate
+    assert torch.equal(beta, torch.zeros(1, 2))
+    pick = pick_out_models(np.array([[True, False], [False, False], [True, True]]), np.random.default_rng(0))
+    assert pick[0] == 1 and pick[1] in (0, 1)
+    assert pick_out_models(np.ones((2, 1), dtype=bool), np.random.default_rng(0))[0] == -1
+
+
+def _oracles(model, n=3):
+    banks = [ConstantLogits(model, [float(k), 0.0, -1.0, 2.0]) for k in range(n)]
+    return ReferenceModels(oracle=lambda seed, pool: ModelBank(load=lambda k: banks[k], one_off_s=12.5))
+
+
+@pytest.mark.parametrize("mode,seed,want", [("per_run", 4, 1.0), ("per_run", 2, 2.0), ("mean", 4, 1.0)])
+def test_oracle_targets_per_run_or_mean(synthetic, synthetic_model, mode, seed, want):
+    """Run s matches oracle s mod K alone (K = 3: seed 4 -> oracle 1, seed 2 -> oracle 2); ``mean`` the mean of all
+    K (first logit (0 + 1 + 2) / 3 = 1)."""
+    model = copy.deepcopy(synthetic_model)
+    data, _ = _data(synthetic, model, _oracles(model))
+    u = create_unlearner("oracle_matching", model, data, _hp("oracle_matching", targets=mode, num_oracles=3), seed=seed,
+                         trainer_cfg=CPU)
+    assert u.prepare() == 12.5
+    t = u.targets(np.array([0, 5, 7]))
+    torch.testing.assert_close(t, torch.tensor([[want, 0.0, -1.0, 2.0]] * 3))
+
+
+def test_oracle_matching_fits_the_targets_and_reports_the_one_off_cost_apart(synthetic, synthetic_model):
+    model = copy.deepcopy(synthetic_model)
+    refs = _oracles(model)
+    data, sc = _data(synthetic, model, refs)
+    target = torch.tensor([0.0, 0.0, -1.0, 2.0])  # oracle 0 (seed 0, K = 3)
+    forget = np.asarray(sc.forget_idx)
+
+    def error(m):
+        logits, _, _ = predict_logits(m, synthetic.train, indices=forget)
+        return float(((logits - target) ** 2).mean())
+
+    before = error(model)
+    result = create_unlearner("oracle_matching", model, data, _hp("oracle_matching", num_oracles=3, epochs=8), seed=0,
+                              trainer_cfg=CPU).unlearn()
+    assert error(result.model) < 0.5 * before  # the MSE fit moved the forget logits toward the oracle's
+    assert result.info["one_off_s"] == 12.5 and result.info["matching_set"] == 4 * len(forget)
+
+
+def test_datamodel_targets_subtract_the_forget_examples_own_effect(synthetic, synthetic_model):
+    """Shadow k outputs the constant vector (k, 0, 0, 0); every forget example is IN the even shadows and OUT of
+    the odd ones: β = (mean of evens − mean of odds, 0, 0, 0) = (−1, 0, 0, 0) on forget examples, nothing on retain;
+    with ``spread: shadow`` one OUT shadow's deviation from the OUT mean is added (here ±2 or 0 on logit 0)."""
+    model = copy.deepcopy(synthetic_model)
+    e, n = 6, len(synthetic.train)
+    shadows = [ConstantLogits(model, [float(k), 0.0, 0.0, 0.0]) for k in range(e)]
+    keep = np.zeros((e, n), dtype=bool)
+    keep[0::2] = True
+    refs = ReferenceModels(shadows=lambda m, seed: ModelBank(load=lambda k: shadows[k], one_off_s=3.0, keep=keep))
+    data, sc = _data(synthetic, model, refs)
+    forget, retain = np.asarray(sc.forget_idx)[:4], np.asarray(sc.retain_idx)[:4]
+    idx = np.sort(np.r_[forget, retain])
+    orig, _, _ = predict_logits(model, synthetic.train, indices=idx)
+    u = create_unlearner("datamodel_matching", model, data, _hp("datamodel_matching", spread="none"), seed=0,
+                         trainer_cfg=CPU)
+    u.prepare()
+    t = u.targets(idx)
+    shift = torch.zeros_like(orig)
+    shift[torch.as_tensor(np.isin(idx, forget)), 0] = 1.0  # f_orig − β with β = −1 on logit 0
+    torch.testing.assert_close(t, orig + shift)
+    spread = create_unlearner("datamodel_matching", model, data, _hp("datamodel_matching"), seed=3, trainer_cfg=CPU)
+    spread.prepare()
+    dev = (spread.targets(idx) - t)[:, 0]
+    is_forget = torch.as_tensor(np.isin(idx, forget))
+    assert set(dev[is_forget].round().tolist()) <= {-2.0, 0.0, 2.0} and (dev[~is_forget] == 0).all()
+
+
+def test_the_oracle_bank_may_not_be_the_audits_own(run_cli):
+    code, _, err, run_dir = run_cli("run", *SYNTH_ARGS, "recipe.epochs=1", "scenario.forget_classes=[1]",
+                              "method=oracle_matching", "method.oracle_seed=1", "attack.n_shadow=4",
+                              "attack.svm_mia.enabled=false", "report.shareable.enabled=false",
+                              "report.analysis.enabled=false", "attack.forgetting.enabled=true",
+                              "attack.forgetting.n_unlearned=3", "attack.forgetting.n_retrained=3")
+    assert code == 2 and "method.oracle_seed=1 is the seed of the forgetting audit's retrain bank" in err, err
+    assert written_files(run_dir) == set()  # refused before any work
