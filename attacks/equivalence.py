@@ -301,7 +301,7 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
         "verdict": verdict, "rule": rule, "margin": float(margin), "level": float(level),
         "quality": method["quality"], "quality_ci": method["quality_ci"],
         "quality_normalised": q, "quality_normalised_ci": q_ci,
-        "shift": method["shift"], "shift_ci": method["shift_ci"],
+        "shift": method["shift"], "shift_ci": method["shift_ci"], "shift_beyond": method["shift_beyond"],
         "controls": controls, "power": none_c["decision"] == "not_forgotten",
         "n_unlearned": int(n_u), "n_retrained": int(n_r), "n_examples": int(u.shape[1]),
         "models_to_decide": needed,

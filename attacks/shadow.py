@@ -561,6 +561,13 @@ class ShadowBank:
         with self._locked():
             return self._train_unlocked()
 
+    def train_models(self, ks: Sequence[int]) -> dict[str, Any]:
+        """Train only the missing models among ``ks`` (under the bank's exclusive lock): a bank whose models are
+        used one at a time (oracle matching's per-run oracles) trains those asked for, not all of them."""
+        wanted = {int(k) for k in ks}
+        with self._locked():
+            return self._train_unlocked(lambda k: k in wanted)
+
     def train_slice(self, shard: int, num_shards: int) -> dict[str, Any]:
         """Train only slice ``shard`` of ``num_shards`` (the missing models ``k`` with ``k % num_shards ==
         shard``), for array jobs that build one bank together: the slices hold the bank's lock *shared* (they

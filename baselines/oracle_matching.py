@@ -12,8 +12,9 @@ train mode, no augmentation.
 **Per-run targets** (``targets: per_run``, our default): the ε audit compares, per example, the spread of N runs
 from one original with the spread of retrained models; N runs that all match one mean target agree with each
 other far more than retrained models do (a digits probe: F 0.045 against the retrain control's 0.281 with the
-median margin matched; issue 36). Run ``s`` matches the single oracle ``s mod num_oracles`` instead, and draws its
-retain subset with its own seed. ``targets: mean`` is the paper's mean of ``num_oracles`` oracles.
+median margin matched; issue 36). Run ``s`` matches the single oracle ``s mod num_oracles`` instead (each oracle
+trained on first use: N runs train N oracles when ``num_oracles >= N``), and draws its retain subset with its own
+seed. ``targets: mean`` is the paper's mean of ``num_oracles`` oracles.
 
 The oracles are a cached retrain bank with ``oracle_seed`` (:mod:`duck.pipeline.references`), disjoint from the
 forgetting audit's banks: the method is the ceiling of output matching and a diagnostic — its cost is retraining
@@ -105,10 +106,11 @@ class OracleMatching(MatchingUnlearner):
         return [self.seed % pool] if mode == "per_run" else list(range(pool))
 
     def prepare(self) -> float:
-        """The oracle bank (``num_oracles`` retrained models with ``oracle_seed``), trained once and cached."""
+        """The oracles this run matches (model ``seed mod num_oracles`` of the bank, or all of them), trained on
+        first use and cached; returns what the bank's training has cost so far (once per forget set)."""
         self.oracles = self.data.references.oracle(int(self.hp["oracle_seed"]), int(self.hp["num_oracles"]))
-        self.oracle_ids()  # the settings, before any work
-        return self.oracles.one_off_s
+        self.models = {k: self.oracles.load(k) for k in self.oracle_ids()}
+        return self.data.references.oracle(int(self.hp["oracle_seed"]), int(self.hp["num_oracles"])).one_off_s
 
     def targets(self, indices: np.ndarray) -> torch.Tensor:
-        return torch.stack([self.logits_of(self.oracles.load(k), indices) for k in self.oracle_ids()]).mean(dim=0)
+        return torch.stack([self.logits_of(self.models[k], indices) for k in self.oracle_ids()]).mean(dim=0)

@@ -351,6 +351,7 @@ RULES = {
     "progress": boolean(),
     "forgetting": lambda value, name: _check_forgetting_bench(value, name),
     "presets": lambda value, name: _check_presets(value, name),
+    "default_rows": boolean(),
 }
 
 
@@ -554,7 +555,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             job0 = Job.from_cfg(compose_run([*base, f"seed={int(cfg.original_seed)}"]), "run")
             data, device = job0.data, job0.device
             tuned = preset_rows(cfg, methods, data.name)
-            labels = [*methods, *tuned]
+            with_tuned = {m for m, _ in tuned.values()}
+            labels = [*(m for m in methods if cfg.get("default_rows", True) or m not in with_tuned), *tuned]
             method_of = {**{m: m for m in methods}, **{lab: m for lab, (m, _) in tuned.items()}}
             extra_of = {**{m: [] for m in methods}, **{lab: [f"+preset={p}"] for lab, (_, p) in tuned.items()}}
             effective = check_method_overrides(cfg, base, methods, data.name, tuned)  # every config, checked

@@ -19,7 +19,8 @@ from duck.pipeline.config import conf_dir
     (("+sweep=methodz",), "unknown sweep 'methodz'; choose one of: cr_all_classes, hr_seeds, methods"),
     (("seed=0,-1",), r"sweep job .*seed=-1: seed=-1 must be an integer >= 0 \(no job of the sweep was run\)"),
     (("+sweep=methods", "scenario=homogeneous_removal"),
-     "method=boundary_shrink: method .boundary_shrink. does not support scenario .homogeneous_removal.*method=bad_teacher,duck,"),
+     "method=boundary_shrink: method .boundary_shrink. does not support scenario .homogeneous_removal.*"
+     "method=bad_teacher,datamodel_matching,duck,"),
     (("method=duck,scrub", "+method.lambda_fgtt=3"), r"has no hyperparameter\(s\) \['lambda_fgtt'\]"),
 ])
 def test_a_bad_job_stops_the_sweep_before_any_job_runs(run_cli, tmp_path, args, match):
@@ -49,8 +50,8 @@ def test_jobs_composed_up_front_cover_every_group_combination_and_every_value():
         assert {tuple(sorted(j)) for j in jobs} >= {("method=scrub", "scenario=homogeneous_removal", "seed=2")}
         jobs = job_overrides("run", ["+sweep=methods"], conf_dir())
         assert sorted(j[-1] for j in jobs)[:2] == ["method=bad_teacher", "method=boundary_expand"]
-        assert len(jobs) == 13  # DUCK, the paper's ten baselines, NegGrad+ and SalUn
-        assert {"method=neggrad_plus", "method=salun"} <= {j[-1] for j in jobs}
+        assert len(jobs) == 17  # DUCK, the paper's ten baselines, NegGrad+, SalUn and the four aiming at retraining
+        assert {"method=neggrad_plus", "method=salun", "method=oracle_matching", "method=kgltop2"} <= {j[-1] for j in jobs}
 
 
 def test_a_valid_sweep_still_runs_and_directories_are_distinct(run_cli, tmp_path):

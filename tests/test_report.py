@@ -100,10 +100,11 @@ def test_report_without_audits_still_renders(tmp_path: Path) -> None:
 
 
 def test_markdown_to_html_handles_tables_code_and_escaping() -> None:
-    out = markdown_to_html("a <b> & c\n\n| x | y |\n|---|---|\n| 1 | <2> |\n\n```\ncode <x>\n```")
-    assert "<p>a &lt;b&gt; &amp; c</p>" in out
+    out = markdown_to_html("a <b> & c\n\n**Forgotten.** x *y*\n\n| x | y |\n|---|---|\n| 1 | <2> |\n\n```\ncode <x>\n```")
+    assert "<p>a &lt;b&gt; &amp; c</p>" in out  # raw HTML is shown, not interpreted
+    assert "<strong>Forgotten.</strong> x <em>y</em>" in out and "**" not in out  # the verdict line renders
     assert "<th>x</th>" in out and "<td>&lt;2&gt;</td>" in out and "---" not in out
-    assert "<pre>code &lt;x&gt;</pre>" in out
+    assert "<pre><code>code &lt;x&gt;\n</code></pre>" in out
 
 
 def test_roc_axes_start_at_the_resolvable_rates():

@@ -331,7 +331,7 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
         for c in scores.values():
             c.pop(key, None)
     for name, c in verdict.get("controls", {}).items():  # each control's F interval and equivalent shift
-        scores[name].update({k: c[k] for k in ("quality_ci", "shift", "shift_ci", "decision")})
+        scores[name].update({k: c[k] for k in ("quality_ci", "shift", "shift_ci", "shift_beyond", "decision")})
     block = {**method, **{k: v for k, v in verdict.items() if k != "controls"}, "method": job.method,
              "n_unlearned": n, "n_retrained": r, "ci_level": float(opts["ci_level"]),
              "controls": scores, "sets": {name: {k: s[k] for k in ("dir", "computed_now")} for name, s in

@@ -2,8 +2,8 @@
 trained and cached by the pipeline on demand:
 
 - ``oracle(seed, pool)``: a :class:`~attacks.retrain_bank.RetrainBank` of ``pool`` models retrained on the job's
-  retain set with bank seed ``seed`` (oracle matching's targets). Model k of a retrain bank does not
-  depend on the bank's size, so raising ``pool`` trains only the new models. The forgetting audit's own banks use
+  retain set with bank seed ``seed`` (oracle matching's targets), each model trained on first use (model k of a
+  retrain bank does not depend on the bank's size). The forgetting audit's own banks use
   ``attack.forgetting.seed`` and the next seed: an oracle bank with either seed is refused there (the method
   would match the very models it is judged against).
 - ``shadows(n, seed)``: the LiRA shadow bank of ``n`` models (random halves of the training set; the audit's own
@@ -62,8 +62,12 @@ def reference_models(job: Job, retain_idx: np.ndarray | None = None) -> Referenc
                                  "would be the very models the method is judged against; pick another oracle_seed")
         bank = RetrainBank(_cache_dir(job), job.data, job.model_factory, job.recipe, retain, n_models=int(pool),
                            seed=int(seed), **_bank_settings(job))
-        bank.train()
-        return ModelBank(load=lambda k: bank.load_shadow(int(k)).to(job.device), one_off_s=bank.train_seconds())
+
+        def load(k: int) -> Any:  # oracle k, trained on first use (a run of per-run matching needs one of them)
+            bank.train_models([int(k)])
+            return bank.load_shadow(int(k)).to(job.device)
+
+        return ModelBank(load=load, one_off_s=bank.train_seconds())
 
     def shadows(n: int, seed: int) -> ModelBank:
         from attacks.shadow import ShadowBank

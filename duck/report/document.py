@@ -2,8 +2,8 @@
 (``report.html``, images embedded as base64 data URIs, no external assets).
 
 A document is a list of blocks: :class:`Heading`, :class:`Paragraph`, :class:`Table`, :class:`Image`,
-:class:`Code`, and :class:`Markdown` (free text from callers: pipe tables, paragraphs and fenced code are
-converted to HTML, everything else is shown escaped).
+:class:`Code`, and :class:`Markdown` (free text from callers, rendered as CommonMark with pipe tables; raw HTML
+in it is escaped).
 """
 
 from __future__ import annotations
@@ -99,38 +99,11 @@ def _split_row(line: str) -> list[str]:
 
 
 def markdown_to_html(text: str) -> str:
-    """Pipe tables, fenced code and paragraphs (the Markdown the framework itself writes)."""
-    out: list[str] = []
-    lines = text.strip().splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("```"):
-            j = i + 1
-            while j < len(lines) and not lines[j].startswith("```"):
-                j += 1
-            out.append("<pre>" + html.escape("\n".join(lines[i + 1: j])) + "</pre>")
-            i = j + 1
-        elif line.lstrip().startswith("|"):
-            j = i
-            while j < len(lines) and lines[j].lstrip().startswith("|"):
-                j += 1
-            rows = [_split_row(r) for r in lines[i:j] if not set(r.replace("|", "").strip()) <= set("-: ")]
-            out.append(_table_html(rows[0], rows[1:]) if rows else "")
-            i = j
-        elif line.startswith("#"):
-            level = min(6, len(line) - len(line.lstrip("#")))
-            out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
-            i += 1
-        elif not line.strip():
-            i += 1
-        else:
-            j = i
-            while j < len(lines) and lines[j].strip() and not lines[j].lstrip().startswith(("|", "```", "#")):
-                j += 1
-            out.append("<p>" + html.escape(" ".join(lines[i:j])) + "</p>")
-            i = j
-    return "\n".join(out)
+    """CommonMark with pipe tables (markdown-it-py, the parser ``rich`` uses); raw HTML in the text is shown
+    escaped, never interpreted (class names and paths come from users)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text.strip())
 
 
 def to_html(blocks: Sequence[Block], title: str) -> str:
