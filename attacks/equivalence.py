@@ -69,34 +69,6 @@ def quality(unlearned: np.ndarray, retrained: np.ndarray) -> float:
     return float(epsilon_points(epsilons(unlearned, retrained), unlearned.shape[0]).mean())
 
 
-def _monotone(curve: np.ndarray) -> np.ndarray:
-    """The curve made non-increasing along f (each point the smallest of itself and those before)."""
-    return np.minimum.accumulate(curve)
-
-
-def _fine(shifts: np.ndarray, curve: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The curve on a grid 100× finer, by monotone cubic interpolation (PCHIP keeps a non-increasing curve
-    non-increasing; straight chords of F's convex tail put the effect too far out)."""
-    from scipy.interpolate import PchipInterpolator
-
-    fine = np.linspace(shifts[0], shifts[-1], 100 * (len(shifts) - 1) + 1)
-    return fine, np.minimum.accumulate(PchipInterpolator(shifts, curve)(fine))
-
-
-def _crossing(shifts: np.ndarray, curve: np.ndarray, value: float) -> float:
-    """The f at which the non-increasing ``curve`` (over ``shifts``) falls to ``value``; ``shifts[0]`` when
-    ``value`` is above the whole curve, ``inf`` when below."""
-    if value >= curve[0]:
-        return float(shifts[0])
-    if value < curve[-1]:
-        return math.inf
-    x, y = _fine(shifts, curve)
-    k = int(np.flatnonzero(y <= value)[0])  # first fine point at or below value; k >= 1
-    c0, c1 = y[k - 1], y[k]
-    t = 1.0 if c0 == c1 else (c0 - value) / (c0 - c1)
-    return float(x[k - 1] + t * (x[k] - x[k - 1]))
-
-
 @dataclass(frozen=True)
 class Calibration:
     """The shift-back permutation distribution of F for one tested set (module docstring): ``samples[g, k]`` is F
@@ -117,23 +89,29 @@ class Calibration:
         return np.maximum(self.samples.std(axis=1, ddof=1), 1e-9)
 
     def z(self) -> np.ndarray:
-        """``(F_obs − mean_f) / sd_f`` over the grid, made non-decreasing in f (F falls as the shift grows) by
-        isotonic regression (a running maximum would carry every upward wiggle of a noisy curve forward)."""
-        from sklearn.isotonic import isotonic_regression
+        """``(F_obs − mean_f) / sd_f`` over the grid: how far the tested set's F lies from the permutation
+        distribution of "it keeps exactly f". Not monotone in f in general: far from the truth, the split sets
+        mix two groups of models and look *alike*, so their F rises again; both sides are rejected then."""
+        return (self.observed - self.mean()) / self.sd()
 
-        return isotonic_regression((self.observed - self.mean()) / self.sd(), increasing=True)
-
-    def effect(self, level: float) -> dict[str, float]:
-        """The equivalent shift: where ``z(f)`` crosses 0 (estimate) and ``∓ z_{level}`` (the interval: the f
-        whose shift-back test does not reject the observed F at ``(1 − level) / 2`` a side)."""
+    def effect(self, level: float) -> dict[str, Any]:
+        """The equivalent shift by test inversion: the f (on a grid 100× finer, z interpolated) whose shift-back
+        test does not reject the observed F at ``(1 − level) / 2`` a side, ``[low, high]`` their hull, the
+        estimate the f whose test is least surprised (|z| smallest). F above the whole distribution at f = 0
+        (closer to the bank than exchangeable retrained models, by chance) keeps f = 0. When every f is
+        rejected, the runs look like retrained models at no shift (``consistent`` false; ``low = high`` = the
+        grid's end): farther than any margin."""
         zq = _normal_quantile(0.5 + level / 2)
-        curve = -self.z()  # non-increasing, as :func:`_crossing` wants
-        est = _crossing(self.shifts, curve, 0.0)
-        low = _crossing(self.shifts, curve, zq)
-        high = _crossing(self.shifts, curve, -zq)
-        if curve[0] < -zq:  # F above the whole band at f = 0: closer to the bank than retrained models are
-            est = low = high = float(self.shifts[0])
-        return {"estimate": est, "low": min(low, est), "high": max(high, est)}
+        x = np.linspace(self.shifts[0], self.shifts[-1], 100 * (len(self.shifts) - 1) + 1)
+        zf = np.interp(x, self.shifts, self.z())
+        accept = (zf >= -zq) & (zf <= zq)
+        accept[0] |= bool(zf[0] > zq)
+        if not accept.any():
+            top = float(self.shifts[-1])
+            return {"estimate": top, "low": top, "high": top, "consistent": False, "closest": float(x[np.argmax(zf)])}
+        xs = x[accept]
+        est = float(xs[np.argmin(np.abs(zf[accept]))])
+        return {"estimate": est, "low": float(xs.min()), "high": float(xs.max()), "consistent": True, "closest": est}
 
     def quality_sd(self, f: float) -> float:
         """F's spread at shift ``f`` (interpolated; the last grid point beyond the grid)."""
@@ -193,12 +171,12 @@ def _set_record(name: str, phi: np.ndarray, bank: np.ndarray, cal: Calibration, 
     effect = cal.effect(level)
     half = _normal_quantile(0.5 + level / 2) * cal.quality_sd(effect["estimate"])
     top = float(cal.shifts[-1])
-    beyond = {k: bool(v > top) for k, v in effect.items()}  # past the grid: recorded at its end, flagged
+    beyond = {k: bool(effect[k] >= top) for k in ("estimate", "low", "high")}  # at the grid's end: "≥"
     return {"set": name, "n_models": int(phi.shape[0]), "quality": f_all,
             "quality_ci": [max(0.0, f_all - half), min(1.0, f_all + half)],
             "shift": min(effect["estimate"], top), "shift_ci": [min(effect["low"], top), min(effect["high"], top)],
             "shift_beyond": [k for k in ("estimate", "low", "high") if beyond[k]],
-            "decision": _decide(effect, margin)}
+            "consistent": effect["consistent"], "closest": effect["closest"], "decision": _decide(effect, margin)}
 
 
 def _normal_quantile(p: float) -> float:
@@ -285,7 +263,12 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
                 "forget set the model memorises")
     else:
         verdict = method["decision"]
-        if verdict == "forgotten":
+        if not method["consistent"]:
+            rule = (f"no share of the original's shift makes the method's runs look like retrained models (every "
+                    f"shift from 0 to {_fmt(float(cals['method'].shifts[-1]))} is rejected at {100 * level:g} %; the "
+                    f"closest, {_fmt(method['closest'])}, too): they differ from retraining in more than a shift, "
+                    "e.g. in their spread")
+        elif verdict == "forgotten":
             rule = f"{shift_txt}: closer to retraining than the margin"
         elif verdict == "not_forgotten":
             rule = f"{shift_txt}: farther from retraining than the margin"
@@ -302,6 +285,7 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
         "quality": method["quality"], "quality_ci": method["quality_ci"],
         "quality_normalised": q, "quality_normalised_ci": q_ci,
         "shift": method["shift"], "shift_ci": method["shift_ci"], "shift_beyond": method["shift_beyond"],
+        "consistent": method["consistent"],
         "controls": controls, "power": none_c["decision"] == "not_forgotten",
         "n_unlearned": int(n_u), "n_retrained": int(n_r), "n_examples": int(u.shape[1]),
         "models_to_decide": needed,

@@ -9,6 +9,7 @@ from baselines import (  # noqa: F401  (imports register the methods)
     boundary_expand,
     boundary_shrink,
     datamodel_matching,
+    duck_reinit,
     erm_ktp,
     finetune,
     kgltop1,
@@ -26,4 +27,4 @@ from baselines import (  # noqa: F401  (imports register the methods)
 
 METHODS = ("retrain", "finetune", "neggrad", "random_label", "boundary_shrink", "boundary_expand", "scrub",
            "l1_sparse", "ssd", "bad_teacher", "erm_ktp", "neggrad_plus", "salun",
-           "oracle_matching", "datamodel_matching", "kgltop1", "kgltop2")
+           "oracle_matching", "datamodel_matching", "kgltop1", "kgltop2", "duck_reinit")

@@ -53,6 +53,9 @@ CASES = [
     ("compare", "original_seed=-1", "bench.original_seed"),
     ("duck", "fraction=2", "bench.fraction"), ("duck", "recipe_epochs=[abc]", "bench.recipe_epochs[0]"),
     ("duck", "recipe_epochs=[1.5]", "bench.recipe_epochs[0]"), ("duck", "classes=[1.5]", "bench.classes[0]"),
+    ("verdict", "settings=[2]", "bench.settings[0]"), ("verdict", "variants=[cauchy]", "bench.variants[0]"),
+    ("verdict", "replicates=5", "bench.replicates"), ("verdict", "margin=1", "bench.margin"),
+    ("verdict", "fractions=[-0.1]", "bench.fractions[0]"), ("compare", "default_rows=maybe", "bench.default_rows"),
 ]
 
 
@@ -84,7 +87,7 @@ def test_audit_bench_knows_the_shape_of_every_registered_data_set():
     assert sorted(_DATA_SHAPES) == list_datasets()
 
 
-@pytest.mark.parametrize("suite", ["audit", "compare", "dp", "duck", "kmeans", "lsh", "spn"])
+@pytest.mark.parametrize("suite", ["audit", "compare", "dp", "duck", "kmeans", "lsh", "spn", "verdict"])
 def test_unknown_bench_keys_are_refused(suite):
     """``+bench.foo=1`` (or a misspelt key) was ignored and the full default run started."""
     from duck.cli.bench import check_known_bench_keys

@@ -38,26 +38,33 @@ def _calibration(shifts, means, sd, observed, k=400, seed=0):
 
 def test_the_interval_inverts_the_shift_back_test_by_hand():
     """Means 0.3, 0.2, 0.1 at f = 0, 0.5, 1 (sd 0.01) and F = 0.2: z = −10, 0, 10, linear in f, so the estimate
-    is 0.5 and the 95 % interval 0.5 ∓ 1.96 / 20."""
+    is 0.5 and the 95 % interval 0.5 ∓ 1.96 / 20 (on the grid 100x finer: steps of 0.005)."""
     cal = _calibration([0.0, 0.5, 1.0], [0.3, 0.2, 0.1], 0.01, 0.2)
     np.testing.assert_allclose(cal.z(), [-10, 0, 10], atol=1e-9)
     eff = cal.effect(0.95)
     half = 1.959964 / 20
-    assert eff["estimate"] == pytest.approx(0.5, abs=1e-6)
-    assert eff["low"] == pytest.approx(0.5 - half, abs=2e-3) and eff["high"] == pytest.approx(0.5 + half, abs=2e-3)
-    # a wider level widens it; an F above the f = 0 band puts everything at 0 (closer than retraining)
+    assert eff["estimate"] == pytest.approx(0.5, abs=1e-9) and eff["consistent"]
+    assert eff["low"] == pytest.approx(0.5 - half, abs=0.005) and eff["high"] == pytest.approx(0.5 + half, abs=0.005)
+    assert eff["low"] >= 0.5 - half and eff["high"] <= 0.5 + half  # only f whose test does not reject
+    # a wider level widens it; an F above the f = 0 band keeps f = 0 (closer than retraining)
     assert cal.effect(0.99)["high"] > eff["high"]
     top = _calibration([0.0, 0.5, 1.0], [0.3, 0.2, 0.1], 0.01, 0.4).effect(0.95)
-    assert top == {"estimate": 0.0, "low": 0.0, "high": 0.0}
-    # below the whole grid: the interval runs past its end
-    assert _calibration([0.0, 0.5, 1.0], [0.3, 0.2, 0.1], 0.01, 0.0).effect(0.95)["low"] == math.inf
+    assert (top["estimate"], top["low"], top["high"]) == (0.0, 0.0, 0.0)
+    # F below the distribution at every f: no shift is consistent, the interval sits at the grid's end
+    none = _calibration([0.0, 0.5, 1.0], [0.3, 0.2, 0.1], 0.01, 0.0).effect(0.95)
+    assert not none["consistent"] and none["low"] == none["high"] == 1.0 and none["closest"] == 1.0
+    assert _decide(none, 0.25) == "not_forgotten"
 
 
-def test_a_noisy_z_curve_is_made_monotone_by_isotonic_regression():
-    cal = _calibration([0.0, 0.25, 0.5, 0.75], [0.30, 0.25, 0.26, 0.10], 0.01, 0.2)
-    raw = (0.2 - np.array([0.30, 0.25, 0.26, 0.10])) / 0.01  # -10, -5, -6, 10: one violation
-    np.testing.assert_allclose(cal.z(), [-10, -5.5, -5.5, 10], atol=1e-6)  # the pair pooled, not carried up
-    assert (np.diff(cal.z()) >= 0).all() and not (np.diff(raw) >= 0).all()
+def test_both_sides_of_the_truth_are_rejected_when_z_is_not_monotone():
+    """Far from the truth the split sets mix two groups and look alike, so their F rises again and z falls on
+    both sides (real class-removal shifts): the interval is the hull of the f not rejected, around the peak."""
+    cal = _calibration([0.0, 0.25, 0.5, 0.75, 1.0], [0.3, 0.25, 0.2, 0.25, 0.3], 0.01, 0.2)
+    np.testing.assert_allclose(cal.z(), [-10, -5, 0, -5, -10], atol=1e-9)
+    eff = cal.effect(0.95)
+    assert eff["estimate"] == pytest.approx(0.5, abs=1e-9)
+    half = 0.25 * 1.959964 / 5
+    assert eff["low"] == pytest.approx(0.5 - half, abs=0.003) and eff["high"] == pytest.approx(0.5 + half, abs=0.003)
 
 
 @pytest.mark.parametrize("low,high,verdict", [
@@ -207,3 +214,15 @@ def test_operating_characteristics_meet_the_targets_at_n_32():
     assert rows[0.25]["P_forgotten"] <= 0.05 and rows[0.5]["P_forgotten"] == 0.0
     assert rows[0.0]["P_forgotten"] >= 0.8 and rows[0.0]["P_not_forgotten"] <= 0.05
     assert all(r["coverage"] >= 0.85 for r in rows.values())
+
+
+def test_duck_bench_verdict_writes_its_table(run_cli):
+    code, out, err, run_dir = run_cli("bench", "verdict", "bench.settings=[4]", "bench.variants=[overforget]",
+                                      "bench.reps=2", "bench.replicates=20", "bench.n_examples=12",
+                                      "bench.speed_examples=40", "bench.speed_models=4",
+                                      "bench.speed_reference_examples=5", "bench.calibration_examples=20")
+    assert code == 0, err
+    bench = json.loads((run_dir / "bench.json").read_text())
+    (row,) = bench["simulation"][0]["rows"]  # the over-forgetting variant: one method set, |f| = 0.5
+    assert row["f"] == 0.5 and row["P_forgotten"] == 0.0
+    assert bench["speed"]["examples"] == 40 and "Scoring one set with its interval" in out

@@ -144,3 +144,18 @@ def test_the_oracle_bank_may_not_be_the_audits_own(run_cli):
                               "attack.forgetting.n_unlearned=3", "attack.forgetting.n_retrained=3")
     assert code == 2 and "method.oracle_seed=1 is the seed of the forgetting audit's retrain bank" in err, err
     assert written_files(run_dir) == set()  # refused before any work
+
+
+def test_duck_reinit_reinitialises_then_runs_duck(synthetic, synthetic_model):
+    """The DUCK variant: kgltop2's re-initialisation (the init_rate share of each conv layer's weights), then DUCK's
+    phases; its config builds on duck.yaml (the known keys are the union)."""
+    from duck.pipeline.job import method_file_keys
+
+    keys = method_file_keys(conf_dir() / "method" / "duck_reinit.yaml")
+    assert {"init_rate", "layers", "lambda_fgt", "low_epochs", "presets"} <= set(keys) and keys["name"] == "duck_reinit"
+    hp = {k: v for k, v in keys.items() if k != "name"}
+    model = copy.deepcopy(synthetic_model)
+    data, _ = _data(synthetic, model, None)
+    result = create_unlearner("duck_reinit", model, data, {**hp, "init_rate": 0.3}, seed=0, trainer_cfg=CPU).unlearn()
+    assert result.info["reinitialised_fraction"] == pytest.approx(0.3, abs=0.01)
+    assert result.epochs >= 1 and result.reached_target is not None  # DUCK's stopping rule ran

@@ -296,8 +296,19 @@ def method_settings(cfg: DictConfig | dict[str, Any]) -> tuple[str, dict[str, An
     get_unlearner_class(name)  # unknown names first
     defaults = conf_dir() / "method" / f"{name}.yaml"
     if defaults.is_file():
-        check_known_keys(m, OmegaConf.to_container(OmegaConf.load(defaults)), name)
+        check_known_keys(m, method_file_keys(defaults), name)
     return name, m
+
+
+def method_file_keys(path: Path) -> dict[str, Any]:
+    """The settings a method config file defines, with those of the method configs its ``defaults`` list
+    builds on (``duck_reinit.yaml`` on ``duck.yaml``)."""
+    raw = OmegaConf.to_container(OmegaConf.load(path))
+    keys: dict[str, Any] = {}
+    for entry in raw.pop("defaults", None) or []:
+        if isinstance(entry, str) and entry != "_self_" and (path.parent / f"{entry}.yaml").is_file():
+            keys.update(method_file_keys(path.parent / f"{entry}.yaml"))
+    return {**keys, **raw}
 
 
 def device_of(cfg: DictConfig) -> torch.device:
