@@ -45,7 +45,10 @@ import numpy as np
 from attacks.epsilon import epsilon_points, epsilons
 from duck.errors import DuckInputError
 
-DEFAULT_SHIFTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5)
+#: the shares of the original's shift tested: negative ones move the set past the retrained models (over-forgetting),
+#: finer near 0 where the margin lies
+DEFAULT_SHIFTS = (-1.5, -1.0, -0.6, -0.4, -0.3, -0.25, -0.2, -0.15, -0.1, -0.05, 0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3,
+                  0.4, 0.6, 1.0, 1.5)
 DEFAULT_MARGIN = 0.25
 DEFAULT_LEVEL = 0.95
 DEFAULT_REPLICATES = 60
@@ -97,15 +100,16 @@ class Calibration:
     def effect(self, level: float) -> dict[str, Any]:
         """The equivalent shift by test inversion: the f (on a grid 100× finer, z interpolated) whose shift-back
         test does not reject the observed F at ``(1 − level) / 2`` a side, ``[low, high]`` their hull, the
-        estimate the f whose test is least surprised (|z| smallest). F above the whole distribution at f = 0
-        (closer to the bank than exchangeable retrained models, by chance) keeps f = 0. When every f is
-        rejected, the runs look like retrained models at no shift (``consistent`` false; ``low = high`` = the
-        grid's end): farther than any margin."""
+        estimate the f whose test is least surprised (|z| smallest); negative f: moved past the retrained models
+        (over-forgetting). F above the whole distribution at f = 0 (closer to the bank than exchangeable retrained
+        models, by chance) keeps f = 0. When every f is rejected, the runs look like retrained models at no shift
+        (``consistent`` false; ``low = high`` = the grid's end): farther than any margin."""
         zq = _normal_quantile(0.5 + level / 2)
         x = np.linspace(self.shifts[0], self.shifts[-1], 100 * (len(self.shifts) - 1) + 1)
         zf = np.interp(x, self.shifts, self.z())
         accept = (zf >= -zq) & (zf <= zq)
-        accept[0] |= bool(zf[0] > zq)
+        zero = int(np.argmin(np.abs(x)))
+        accept[zero] |= bool(zf[zero] > zq)
         if not accept.any():
             top = float(self.shifts[-1])
             return {"estimate": top, "low": top, "high": top, "consistent": False, "closest": float(x[np.argmax(zf)])}
@@ -149,18 +153,22 @@ def original_shift(bank: np.ndarray, retrain_control: np.ndarray, none_control: 
 
 
 def _models_to_decide(effect: dict[str, float], margin: float, n: int) -> int | None:
-    """About how many models a side would make the interval exclude the margin (half-width ∝ 1/√N)."""
+    """About how many models a side would make the interval fall wholly inside or outside ``[−margin, margin]``
+    (its half-width taken ∝ 1/√N)."""
     est, lo, hi = effect["estimate"], effect["low"], effect["high"]
-    if est == margin:
+    gap = margin - abs(est)
+    if gap == 0:
         return None
-    half = (hi - est) if est < margin else (est - lo)
-    return max(n + 1, math.ceil(n * (half / abs(margin - est)) ** 2))
+    half = max(hi - est, est - lo)
+    return max(n + 1, math.ceil(n * (half / abs(gap)) ** 2))
 
 
 def _decide(effect: dict[str, float], margin: float) -> str:
-    if effect["high"] < margin:
+    """``forgotten`` iff the interval lies inside ``(−margin, margin)`` (less than the margin kept, in either
+    direction); ``not_forgotten`` iff it lies wholly beyond one side; else ``inconclusive``."""
+    if -margin < effect["low"] and effect["high"] < margin:
         return "forgotten"
-    if effect["low"] > margin:
+    if effect["low"] > margin or effect["high"] < -margin:
         return "not_forgotten"
     return "inconclusive"
 
@@ -170,11 +178,11 @@ def _set_record(name: str, phi: np.ndarray, bank: np.ndarray, cal: Calibration, 
     f_all = quality(phi, bank) if cal.n_scored < cal.n_examples else cal.observed
     effect = cal.effect(level)
     half = _normal_quantile(0.5 + level / 2) * cal.quality_sd(effect["estimate"])
-    top = float(cal.shifts[-1])
-    beyond = {k: bool(effect[k] >= top) for k in ("estimate", "low", "high")}  # at the grid's end: "≥"
+    bottom, top = float(cal.shifts[0]), float(cal.shifts[-1])
+    beyond = {k: bool(effect[k] >= top or effect[k] <= bottom) for k in ("estimate", "low", "high")}  # grid's ends
     return {"set": name, "n_models": int(phi.shape[0]), "quality": f_all,
             "quality_ci": [max(0.0, f_all - half), min(1.0, f_all + half)],
-            "shift": min(effect["estimate"], top), "shift_ci": [min(effect["low"], top), min(effect["high"], top)],
+            "shift": effect["estimate"], "shift_ci": [effect["low"], effect["high"]],
             "shift_beyond": [k for k in ("estimate", "low", "high") if beyond[k]],
             "consistent": effect["consistent"], "closest": effect["closest"], "decision": _decide(effect, margin)}
 
@@ -186,7 +194,7 @@ def _normal_quantile(p: float) -> float:
 
 
 def _fmt(x: float, beyond: bool = False) -> str:
-    return f"≥ {x:.2f}" if beyond else f"{x:.2f}"
+    return (("≤ " if x < 0 else "≥ ") if beyond else "") + f"{x:.2f}"
 
 
 def forgetting_verdict(unlearned: Any, retrained: Any, retrain_control: Any, none_control: Any, *,
@@ -232,7 +240,7 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
     if not (u.shape[1] == bank.shape[1] == ctrl.shape[1] == none.shape[1]):
         raise DuckInputError(f"all four φ arrays must hold the same forget examples, got {u.shape[1]}, "
                              f"{bank.shape[1]}, {ctrl.shape[1]} and {none.shape[1]} examples")
-    grid = tuple(sorted(set(shifts) | {0.0, float(margin)}))
+    grid = tuple(sorted(set(shifts) | {0.0, float(margin), -float(margin)}))
     delta = original_shift(bank, ctrl, none)
     cals = {k: v for k, v in (calibrations or {}).items() if k != "method"}
     for name, phi in (("method", u), ("retrain", ctrl), ("none", none)):
@@ -251,7 +259,7 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
     past = method["shift_beyond"]
     shift_txt = (f"the method keeps an equivalent {_fmt(effect['estimate'], 'estimate' in past)} "
                  f"[{_fmt(effect['low'], 'low' in past)}, {_fmt(effect['high'], 'high' in past)}] of the original's "
-                 f"shift away from retrained models (margin {margin:g}, {100 * level:g} % interval)")
+                 f"shift away from retrained models (negative: moved past them; margin ±{margin:g}, {100 * level:g} % interval)")
     needed = None
     none_c = controls["none"]
     if none_c["decision"] != "not_forgotten":
@@ -265,7 +273,8 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
         verdict = method["decision"]
         if not method["consistent"]:
             rule = (f"no share of the original's shift makes the method's runs look like retrained models (every "
-                    f"shift from 0 to {_fmt(float(cals['method'].shifts[-1]))} is rejected at {100 * level:g} %; the "
+                    f"shift from {_fmt(float(cals['method'].shifts[0]))} to {_fmt(float(cals['method'].shifts[-1]))} is "
+                    f"rejected at {100 * level:g} %; the "
                     f"closest, {_fmt(method['closest'])}, too): they differ from retraining in more than a shift, "
                     "e.g. in their spread")
         elif verdict == "forgotten":

@@ -4,7 +4,7 @@ Per forget example x: retrained φ ~ N(μ_x, σ_x) with μ_x ~ N(0, 2²) and σ_
 (the original, retrained with its own seeds on the full data) ~ N(μ_x + 3σ_x, 0.7σ_x); a method that kept a
 fraction f of the shift ~ N(μ_x + 3fσ_x, σ_x). Variants: ``t3`` (every noise term Student t with 3 degrees of
 freedom, times σ_x: heavier tails) and ``overforget`` (the method pushed past the retrained models:
-μ_x − 1.5σ_x, i.e. half the original's shift the other way; the truth is then |f| = 0.5).
+μ_x − 1.5σ_x, i.e. half the original's shift the other way; the truth is then f = −0.5).
 
 :func:`operating_characteristics` draws ``reps`` audits (a bank of R, a retrain control and a ``none`` control of
 N, and a method set of N at each f), runs :func:`attacks.equivalence.forgetting_verdict` on each and reports
@@ -45,7 +45,7 @@ def draw_audit(rng: np.random.Generator, n_examples: int, n_models: int, n_bank:
     out: dict[str, Any] = {"bank": draw(n_bank, mu, sd), "retrain_control": draw(n_models, mu, sd),
                            "none_control": draw(n_models, mu + 3 * sd, 0.7 * sd)}
     if variant == "overforget":
-        out["methods"] = {0.5: draw(n_models, mu - 1.5 * sd, sd)}
+        out["methods"] = {-0.5: draw(n_models, mu - 1.5 * sd, sd)}
     else:
         out["methods"] = {float(f): draw(n_models, mu + 3 * f * sd, sd) for f in fractions}
     return out
@@ -74,7 +74,7 @@ def operating_characteristics(n_models: int, n_bank: int, *, n_examples: int = 4
     for f, row in sorted(rows.items()):
         v = np.array(row["verdict"])
         est, lo, hi = (np.array(row[k], dtype=np.float64) for k in ("estimate", "low", "high"))
-        truth = abs(f)
+        truth = f
         finite = np.isfinite(hi) & np.isfinite(est)
         spread = (float(np.diff(np.percentile(est[finite], [2.5, 97.5]))[0] / 2) if finite.sum() > 2
                   else math.nan)

@@ -69,19 +69,24 @@ def test_both_sides_of_the_truth_are_rejected_when_z_is_not_monotone():
 
 @pytest.mark.parametrize("low,high,verdict", [
     (0.0, 0.2499, "forgotten"), (0.0, 0.25, "inconclusive"), (0.25, 0.6, "inconclusive"),
-    (0.2501, 0.6, "not_forgotten"), (0.1, 0.4, "inconclusive")])
+    (0.2501, 0.6, "not_forgotten"), (0.1, 0.4, "inconclusive"),
+    # over-forgetting (moved past the retrained models) counts the same way, on the other side
+    (-0.2499, 0.1, "forgotten"), (-0.25, 0.1, "inconclusive"), (-0.6, -0.2501, "not_forgotten"),
+    (-0.4, -0.1, "inconclusive")])
 def test_decision_at_the_interval_boundaries(low, high, verdict):
     assert _decide({"estimate": (low + high) / 2, "low": low, "high": high}, 0.25) == verdict
 
 
 def test_models_to_decide_scale_with_the_square_of_the_interval():
-    """Half-width ∝ 1/√N: an estimate 0.10 with high 0.30 (half 0.20) needs the half under 0.15: N (0.2/0.15)²."""
+    """Half-width ∝ 1/√N: an estimate 0.10 with high 0.30 (half 0.20) needs the half under 0.15: N (0.2/0.15)²; the
+    same distance on the over-forgetting side."""
     assert _models_to_decide({"estimate": 0.10, "low": 0.0, "high": 0.30}, 0.25, 8) == math.ceil(8 * (0.2 / 0.15) ** 2)
     assert _models_to_decide({"estimate": 0.40, "low": 0.20, "high": 0.6}, 0.25, 8) == math.ceil(8 * (0.2 / 0.15) ** 2)
     assert _models_to_decide({"estimate": 0.25, "low": 0.1, "high": 0.4}, 0.25, 8) is None
+    assert _models_to_decide({"estimate": -0.10, "low": -0.30, "high": 0.1}, 0.25, 8) == math.ceil(8 * (0.2 / 0.15) ** 2)
 
 
-@pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("fraction", [-0.5, 0.0, 0.5, 1.0])
 def test_a_set_moved_by_a_known_fraction_is_estimated_there(fraction):
     """Retrained-like models moved by f·δ (δ known exactly): the shift-back test's interval holds f and its
     estimate lies near it."""
@@ -223,6 +228,6 @@ def test_duck_bench_verdict_writes_its_table(run_cli):
                                       "bench.speed_reference_examples=5", "bench.calibration_examples=20")
     assert code == 0, err
     bench = json.loads((run_dir / "bench.json").read_text())
-    (row,) = bench["simulation"][0]["rows"]  # the over-forgetting variant: one method set, |f| = 0.5
-    assert row["f"] == 0.5 and row["P_forgotten"] == 0.0
+    (row,) = bench["simulation"][0]["rows"]  # the over-forgetting variant: one method set, f = -0.5
+    assert row["f"] == -0.5 and row["P_forgotten"] == 0.0
     assert bench["speed"]["examples"] == 40 and "Scoring one set with its interval" in out

@@ -271,11 +271,15 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
 
 def _shift_text(s: dict[str, Any]) -> str:
     """An equivalent shift with its interval, in per cent of the original's shift."""
-    def pct(x: float | None) -> str:
-        return "—" if x is None else ("∞" if x == float("inf") else f"{100 * x:.0f} %")
+    past = s.get("shift_beyond") or []  # at the grid's ends (±150 %): the value lies there or beyond
+
+    def pct(x: float, key: str) -> str:
+        return (("≤ " if x < 0 else "≥ ") if key in past else "") + f"{100 * x:.0f} %"
 
     ci = s.get("shift_ci")
-    return "—" if s.get("shift") is None else f"{pct(s['shift'])} [{pct(ci[0])}, {pct(ci[1])}]"
+    if s.get("shift") is None or not ci:
+        return "—"
+    return f"{pct(s['shift'], 'estimate')} [{pct(ci[0], 'low')}, {pct(ci[1], 'high')}]"
 
 
 def verdict_sentence(block: dict[str, Any]) -> str:
@@ -286,11 +290,19 @@ def verdict_sentence(block: dict[str, Any]) -> str:
     if block.get("shift_ci") is None:
         return f"**Inconclusive.** {block['rule'][:1].upper() + block['rule'][1:]}."
     lo, hi = (100 * x for x in block["shift_ci"])
-    hi_txt = ("≥ " if "high" in (block.get("shift_beyond") or []) else "") + f"{hi:.0f} %"
+    most = max(abs(lo), abs(hi))
     if verdict == "forgotten":
         return (f"**Forgotten.** On the forget set, {n} runs of {block['method']} behave like models retrained "
-                f"without it: they keep at most {hi_txt} of the original model's imprint (95 % interval; "
-                f"{margin:g} % allowed).")
+                f"without it: they keep at most {most:.0f} % of the original model's imprint, in either direction "
+                f"(95 % interval; {margin:g} % allowed).")
+    if verdict == "not_forgotten" and block.get("consistent") is False:
+        return (f"**Not forgotten.** On the forget set, {n} runs of {block['method']} differ from models retrained "
+                "without it in more than a shift of their outputs (no share of the original model's imprint makes "
+                "them look retrained; their spread differs too).")
+    if verdict == "not_forgotten" and hi < 0:
+        return (f"**Not forgotten.** On the forget set, {n} runs of {block['method']} are pushed past models "
+                f"retrained without it by at least {-hi:.0f} % of the original model's imprint (over-forgetting "
+                f"is a trace too; 95 % interval, {margin:g} % allowed).")
     if verdict == "not_forgotten":
         return (f"**Not forgotten.** On the forget set, {n} runs of {block['method']} still differ from models "
                 f"retrained without it: they keep at least {lo:.0f} % of the original model's imprint (95 % "
@@ -356,9 +368,9 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
     return (verdict_sentence(block) + "\n\n" + table + "\n\n"
             + f"**How this was decided.** {rule}.{util_text}{norm_text}{ulira_text}\n\n"
             "*Imprint kept*: the equivalent share of the original model's per-example shift away from retrained "
-            "models that the set keeps (0 % = like retraining, 100 % = like the original; over-forgetting counts "
-            "too), estimated by testing the set's ε-score F against the same set moved back by each share "
-            "(Schuirmann's two one-sided tests; docs/audit.md). "
+            "models that the set keeps (0 % = like retraining, 100 % = like the original, negative = pushed past "
+            "the retrained models: over-forgetting), estimated by testing the set's ε-score F against the same set "
+            "moved back by each share (Schuirmann's two one-sided tests; docs/audit.md). "
             f"Each row's models against R = {block['n_retrained']} models retrained on the retain set. F: the "
             "ε-based forgetting quality of the NeurIPS 2023 Machine Unlearning Challenge (Triantafillou et al. "
             "2024); KLOM: KL divergence of the margins' histograms (Georgiev et al. 2024), median [jackknife "

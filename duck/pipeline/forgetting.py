@@ -212,7 +212,7 @@ def _calibration_path(job: Job, name: str, sets: dict[str, dict[str, Any]], ref:
                       opts: dict[str, Any]) -> Any:
     spec = {"set": sets[name]["dir"], "ref": ref["dir"], "none": sets["none"]["dir"], "retrain": sets["retrain"]["dir"],
             "forget": job.scenario.forget_hash, "margin": opts["margin"], "replicates": opts["replicates"],
-            "seed": opts["seed"], "examples": opts["calibration_examples"], "v": 1}
+            "seed": opts["seed"], "examples": opts["calibration_examples"], "v": 2}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
     return job.cache_dir / "forgetting_calibrations" / f"{key}.npz"
 

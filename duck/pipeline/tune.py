@@ -1,7 +1,7 @@
 """The objective of a hyperparameter search (``duck-run -m +tune=METHOD``, Hydra's Optuna sweeper; issue 27):
 one number per trial that rewards forgetting and penalises damage.
 
-- ``imprint`` (the default where the forgetting audit ran, ``attack.forgetting.enabled=true``): ``1 − s`` with s
+- ``imprint`` (the default where the forgetting audit ran, ``attack.forgetting.enabled=true``): ``1 − |s|`` with s
   the verdict's equivalent share of the original's shift that the method keeps (:mod:`attacks.equivalence`,
   ALGORITHMS.md §11; 0 = like retraining, either direction counts): the statistic the verdict decides on;
 - ``final_score``: the NeurIPS 2023 challenge's score ``F × (RA_U / RA_R) × (TA_U / TA_R)`` of the method against
@@ -67,7 +67,10 @@ def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any], obj
         if not forgetting:
             raise DuckInputError(f"tune.objective={kind} needs the forgetting audit: audit=true "
                                  "attack.forgetting.enabled=true (or tune.objective=aus)")
-        value = float(forgetting["final_score"]) if kind == "final_score" else 1.0 - float(forgetting["shift"])
+        if kind == "imprint" and forgetting.get("shift") is None:
+            raise DuckInputError("tune.objective=imprint needs the forgetting audit's verdict, which needs its "
+                                 "controls: attack.forgetting.controls=true (or tune.objective=final_score)")
+        value = float(forgetting["final_score"]) if kind == "final_score" else 1.0 - abs(float(forgetting["shift"]))
     else:
         value = float(metrics["aus"])
     tie_break = TIE_BREAK * float(metrics["aus"]) if kind != "aus" else 0.0
