@@ -425,8 +425,10 @@ class Unlearner(L.LightningModule):
         L.seed_everything(self.seed, workers=True, verbose=False)
         device = self.trainer_device()
         self.model.to(device)
-        one_off = self.prepare() if self.needs else None
-        L.seed_everything(self.seed, workers=True, verbose=False)
+        one_off = None
+        if self.needs:  # the reference models first (their training draws random numbers), then the run's seed
+            one_off = self.prepare()
+            L.seed_everything(self.seed, workers=True, verbose=False)
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
