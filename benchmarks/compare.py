@@ -136,6 +136,10 @@ def summarise(records: list[dict[str, Any]], scenario: str, methods: list[str],
                 vals = [float(r[key]) for r in ok if r.get(key) is not None]
                 if vals:
                     row[key] = mean_std(vals)
+            if len(ok) == 1:  # one run: its intervals beside the values (imprint kept, F, q)
+                for key in ("imprint_kept", "F", "F_normalised"):
+                    if ok[0].get(f"{key}_ci") is not None:
+                        row[f"{key}_ci"] = ok[0][f"{key}_ci"]
             verdicts = [r["verdict"] for r in ok if r.get("verdict")]
             if verdicts:
                 row["verdicts"] = {v: verdicts.count(v) for v in sorted(set(verdicts))}
@@ -195,6 +199,15 @@ def _fmt(ms: dict[str, float] | None, scale: float = 1.0, digits: int = 3) -> st
     return f"{ms['mean'] * scale:.{digits}f} ({ms['std'] * scale:.{digits}f})"
 
 
+def _fmt_ci(ms: dict[str, float] | None, ci: list[float] | None, scale: float = 1.0) -> str:
+    """One run's value with its interval (``imprint kept`` in %), else the mean (std) over runs."""
+    if not ms or ci is None:
+        return _fmt(ms, scale)
+    digits = 0 if scale == 100 else 3
+    unit = " %" if scale == 100 else ""
+    return f"{ms['mean'] * scale:.{digits}f}{unit} [{ci[0] * scale:.{digits}f}, {ci[1] * scale:.{digits}f}]"
+
+
 def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
     """Paper-style table (accuracies in %, as Tables I/II)."""
     cr = scenario == "class_removal"
@@ -221,7 +234,7 @@ def markdown(summary: list[dict[str, Any]], scenario: str) -> str:
         runs = f"{n}" + (f" ({r['errors']} failed)" if r.get("errors") else "")
         if r.get("skipped"):
             runs += f" ({', '.join(r['skipped'])} skipped: {SKIP_NOTE})"
-        forgetting = [_fmt(r.get(k)) for k in extra]
+        forgetting = [_fmt_ci(r.get(k), r.get(f"{k}_ci"), 100 if k == "imprint_kept" else 1) for k in extra]
         if extra:
             forgetting.append(", ".join(f"{c} {v}" for v, c in (r.get("verdicts") or {}).items()) or "—")
         flags = "; ".join(r.get("flags") or []) or "—"

@@ -180,3 +180,28 @@ def test_wheel_runs_a_hyperparameter_search_and_reuses_its_preset(wheel_env):
     assert reuse.returncode == 0, reuse.stderr[-3000:]
     tuned_lr = json.loads((sweep / "trials.json").read_text())["best"]["searched"]["lr"]
     assert json.loads((work / "reuse" / "unlearned" / "metrics.json").read_text())["hparams"]["lr"] == tuned_lr
+
+
+@pytest.mark.slow  # a promise (margins computed elsewhere): run by make test's second pass
+def test_wheel_decides_from_a_margins_file_and_the_python_api(wheel_env):
+    """``duck-audit margins=FILE.npz`` and ``duck.forgetting_verdict`` from the installed wheel, outside the
+    repository: margins computed anywhere get the verdict without any model."""
+    bin_dir, env, work = wheel_env
+    script = textwrap.dedent("""
+        import json, numpy as np, duck
+        rng = np.random.default_rng(0)
+        mu, sd = rng.normal(0, 2, 40), rng.uniform(0.5, 1.5, 40)
+        draw = lambda shift, s=1.0: mu + shift * sd + s * sd * rng.standard_normal((16, 40))
+        arrays = dict(unlearned=draw(3.0), retrained=draw(0), retrain_control=draw(0), none_control=draw(3, 0.7))
+        np.savez("margins.npz", **arrays)
+        rec = duck.forgetting_verdict(*arrays.values(), replicates=30)
+        print(json.dumps({"verdict": rec["verdict"], "shift": rec["shift"]}))
+    """)
+    api = _run([str(bin_dir / "python"), "-c", script], cwd=work, env=env)
+    assert api.returncode == 0, api.stderr[-3000:]
+    assert json.loads(api.stdout.splitlines()[-1])["verdict"] == "not_forgotten"  # it kept the whole shift
+    cli = _run([str(bin_dir / "duck-audit"), "margins=margins.npz", "attack.forgetting.replicates=30",
+                f"hydra.run.dir={work / 'margins'}"], cwd=work, env=env)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert json.loads((work / "margins" / "audit.json").read_text())["verdict"] == "not_forgotten"
+    assert (work / "margins" / "report.html").is_file()
