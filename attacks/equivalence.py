@@ -54,6 +54,9 @@ DEFAULT_LEVEL = 0.95
 DEFAULT_REPLICATES = 60
 DEFAULT_MAX_EXAMPLES = 500
 DEFAULT_MAX_UTILITY_LOSS = 0.05
+#: the location pre-screen's level (two-sided 99.9 %): the f it rejects are dropped from F's confidence set, whose
+#: coverage then stays at least ``level − 0.001``
+LOCATION_SCREEN_Z = 3.2905
 
 
 def _phi(values: Any, name: str) -> np.ndarray:
@@ -84,6 +87,9 @@ class Calibration:
     n_bank: int
     n_examples: int
     n_scored: int  # examples scored (a fixed random subset when the forget set is larger)
+    #: (G,) the location pre-screen: the set's mean shift from the bank (per example in bank SDs, averaged)
+    #: against the same splits' distribution, as a z score at each f
+    location_z: np.ndarray | None = None
 
     def mean(self) -> np.ndarray:
         return self.samples.mean(axis=1)
@@ -110,6 +116,8 @@ class Calibration:
         accept = (zf >= -zq) & (zf <= zq)
         zero = int(np.argmin(np.abs(x)))
         accept[zero] |= bool(zf[zero] > zq)
+        if self.location_z is not None:  # far from the truth F's test has little power (mixed splits vary a lot)
+            accept &= np.abs(np.interp(x, self.shifts, self.location_z)) <= LOCATION_SCREEN_Z
         if not accept.any():
             top = float(self.shifts[-1])
             return {"estimate": top, "low": top, "high": top, "consistent": False, "closest": float(x[np.argmax(zf)])}
@@ -144,7 +152,14 @@ def calibrate(tested: np.ndarray, bank: np.ndarray, shift: np.ndarray, *,
     r_all = np.stack(refs).transpose(2, 0, 1, 3).reshape(r, -1)
     points = epsilon_points(epsilons(u_all, r_all), n_t).reshape(grid.size, replicates, cols.size)
     observed = float(epsilon_points(epsilons(t, b), n_t).mean())
-    return Calibration(grid, points.mean(axis=2), observed, int(n_t), int(r), int(n), int(cols.size))
+    # the location pre-screen on the same splits: mean over examples of the set-minus-bank mean, in bank SDs
+    sd = b.std(axis=0, ddof=1)
+    sd = np.maximum(sd, 1e-3 * float(np.median(sd)) + 1e-12)
+    back = np.stack(sets).mean(axis=2) - grid[:, None, None] * d  # (G, K, n'): each split's set, moved back
+    t_split = ((back - np.stack(refs).mean(axis=2)) / sd).mean(axis=2)  # (G, K)
+    t_obs = (((t.mean(axis=0) - b.mean(axis=0))[None, :] - grid[:, None] * d[None, :]) / sd).mean(axis=1)  # (G,)
+    loc_z = (t_obs - t_split.mean(axis=1)) / np.maximum(t_split.std(axis=1, ddof=1), 1e-12)
+    return Calibration(grid, points.mean(axis=2), observed, int(n_t), int(r), int(n), int(cols.size), loc_z)
 
 
 def original_shift(bank: np.ndarray, retrain_control: np.ndarray, none_control: np.ndarray) -> np.ndarray:

@@ -212,7 +212,7 @@ def _calibration_path(job: Job, name: str, sets: dict[str, dict[str, Any]], ref:
                       opts: dict[str, Any]) -> Any:
     spec = {"set": sets[name]["dir"], "ref": ref["dir"], "none": sets["none"]["dir"], "retrain": sets["retrain"]["dir"],
             "forget": job.scenario.forget_hash, "margin": opts["margin"], "replicates": opts["replicates"],
-            "seed": opts["seed"], "examples": opts["calibration_examples"], "v": 2}
+            "seed": opts["seed"], "examples": opts["calibration_examples"], "v": 3}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
     return job.cache_dir / "forgetting_calibrations" / f"{key}.npz"
 
@@ -222,7 +222,7 @@ def _load_calibration(path: Any) -> Calibration | None:
         with np.load(path, allow_pickle=False) as f:
             meta = np.asarray(f["meta"], dtype=np.int64)
             return Calibration(np.asarray(f["shifts"]), np.asarray(f["samples"]), float(f["observed"]),
-                               *map(int, meta))
+                               *map(int, meta), np.asarray(f["location_z"]))
     except (OSError, ValueError, KeyError, EOFError, TypeError):
         path.unlink(missing_ok=True)  # damaged: computed again
         return None
@@ -255,7 +255,7 @@ def verdict_block(job: Job, sets: dict[str, dict[str, Any]], ref: dict[str, Any]
         if name not in cached:
             c = cals[name]
             atomic_save_npz(paths[name], shifts=c.shifts, samples=c.samples, observed=np.array(c.observed),
-                            meta=np.array([c.n_models, c.n_bank, c.n_examples, c.n_scored]))
+                            meta=np.array([c.n_models, c.n_bank, c.n_examples, c.n_scored]), location_z=c.location_z)
     return record
 
 
