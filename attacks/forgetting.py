@@ -27,7 +27,7 @@ unlearned rather than never trained on). :func:`ulira_loo` scores shadow pairs l
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,26 +44,6 @@ from attacks.epsilon import (  # noqa: F401  (re-exported: the forgetting measur
     forgetting_quality,
 )
 from duck.errors import DuckInputError
-
-
-def jackknife_interval(stat: Callable[[np.ndarray, np.ndarray], float], n_u: int, n_r: int,
-                       level: float = 0.95, bounds: tuple[float, float] = (0.0, 1.0)) -> tuple[float, float, float]:
-    """``(estimate, low, high)`` of ``stat(u_rows, r_rows)`` (a statistic of the unlearned and the retrained
-    models) with a delete-one jackknife over each model set: ``SE² = (N−1)/N Σ_i (θ₋ᵢ − θ̄)²`` over the
-    unlearned models plus the same over the retrained ones, and the normal interval ``θ̂ ± z·SE`` clipped to
-    ``bounds``. (Resampling models with replacement duplicates them, which the ε estimator reads as collapsed
-    ranges: F is then biased low, and a digits run's estimate 0.086 fell outside its own percentile interval
-    [0.056, 0.084]. Leaving models out never duplicates one.)"""
-    from scipy.stats import norm
-
-    all_u, all_r = np.arange(n_u), np.arange(n_r)
-    theta = stat(all_u, all_r)
-    var = 0.0
-    for n, leave in ((n_u, lambda i: (np.delete(all_u, i), all_r)), (n_r, lambda i: (all_u, np.delete(all_r, i)))):
-        loo = np.array([stat(*leave(i)) for i in range(n)])
-        var += (n - 1) / n * float(((loo - loo.mean()) ** 2).sum())
-    half = float(norm.ppf(0.5 + level / 2)) * math.sqrt(var)
-    return theta, max(bounds[0], theta - half), min(bounds[1], theta + half)
 
 
 def final_score(quality: float, retain_acc_u: Sequence[float], retain_acc_r: Sequence[float],
@@ -145,10 +125,8 @@ def klom_median_interval(unlearned: np.ndarray, retrained: np.ndarray, level: fl
                          ) -> tuple[float | None, float | None, float | None]:
     """``(median KLOM, low, high)``: the median over examples of :func:`klom` with a delete-one-pair jackknife
     over the models (KLOM needs as many models a side, so model i of both sets is left out together; the
-    two sets are independent, so any pairing serves) and the normal interval ``θ̂ ± z·SE`` clipped at 0, as
-    :func:`jackknife_interval` does for F. ``None`` where KLOM is undefined on every example."""
-    from scipy.stats import norm
-
+    two sets are independent, so any pairing serves) and the normal interval ``θ̂ ± z·SE`` clipped at 0
+    (:func:`jackknife_normal_interval`). ``None`` where KLOM is undefined on every example."""
     u, r = _check_pair(unlearned, retrained)
     k = u.shape[0]
     if r.shape[0] != k:
@@ -164,9 +142,7 @@ def klom_median_interval(unlearned: np.ndarray, retrained: np.ndarray, level: fl
         return None, None, None
     loo = np.array([median(np.delete(np.arange(k), i)) for i in range(k)]) if k > 2 else np.array([theta])
     loo = loo[~np.isnan(loo)]
-    var = (len(loo) - 1) / len(loo) * float(((loo - loo.mean()) ** 2).sum()) if len(loo) > 1 else 0.0
-    half = float(norm.ppf(0.5 + level / 2)) * math.sqrt(var)
-    return theta, max(0.0, theta - half), theta + half
+    return (theta, *jackknife_normal_interval(theta, loo, level, (0.0, math.inf)))
 
 
 # ----------------------------------------------------------------------------------------------- U-LiRA

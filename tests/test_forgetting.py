@@ -208,15 +208,16 @@ def test_bad_inputs_are_refused():
         klom(np.full((4, 2), np.nan), np.zeros((4, 2)))
 
 
-def test_jackknife_interval_of_a_mean_equals_the_textbook_standard_error():
-    """For a mean over unlearned models only, the delete-one jackknife SE is the sample SD / sqrt(N)."""
-    from attacks.forgetting import jackknife_interval
+def test_jackknife_normal_interval_of_a_mean_equals_the_textbook_standard_error():
+    """For a mean, the delete-one jackknife SE is the sample SD / sqrt(n) (KLOM's and U-LiRA's intervals)."""
+    from attacks.forgetting import jackknife_normal_interval
 
     x = np.array([0.1, 0.4, 0.35, 0.8, 0.2, 0.55])
-    est, lo, hi = jackknife_interval(lambda iu, ir: float(x[iu].mean()), len(x), 3, 0.95, bounds=(-1, 2))
+    loo = np.array([np.delete(x, i).mean() for i in range(len(x))])
+    lo, hi = jackknife_normal_interval(float(x.mean()), loo, 0.95, (-1, 2))
     se = x.std(ddof=1) / np.sqrt(len(x))
-    assert est == pytest.approx(x.mean()) and hi - est == pytest.approx(1.959964 * se, rel=1e-5)
-    assert est - lo == pytest.approx(hi - est)
+    assert hi - x.mean() == pytest.approx(1.959964 * se, rel=1e-5) and x.mean() - lo == pytest.approx(hi - x.mean())
+    assert jackknife_normal_interval(0.1, loo, 0.95, (0.0, 1.0))[0] == 0.0  # clipped to the bounds
 
 
 def test_ulira_on_synthetic_gaussians_with_a_known_answer():
