@@ -60,6 +60,8 @@ DEFAULT_MAX_EXAMPLES = 500
 DEFAULT_MAX_UTILITY_LOSS = 0.05
 #: splits of the location test (means of rows: cheap)
 LOCATION_SPLITS = 2000
+#: shares F's consistency test runs at, across the location's interval
+F_POINTS = 5
 #: the level of F's test in the consistency check (two-sided): a set whose F is rejected at every share its location
 #: allows differs from retrained models in more than a shift (its spread, typically)
 F_VETO_LEVEL = 0.99
@@ -83,19 +85,21 @@ def quality(unlearned: np.ndarray, retrained: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The shift-back permutation distribution of F for one tested set (module docstring): ``samples[g, k]`` is F
-    of split k at shift ``shifts[g]``; ``observed`` the tested set's own F on the same examples."""
+    """The shift-back permutation tests of one tested set (module docstring): the location test's z at each share
+    of ``shifts``; F of each split at the few shares ``f_shifts`` its interval holds (``samples[h, k]``), and the
+    set's own F on the same examples (``observed``)."""
 
     shifts: np.ndarray  # (G,)
-    samples: np.ndarray  # (G, K)
+    #: (G,) the location test: the set's mean shift from the bank (per example in pool SDs, averaged) against the
+    #: splits' distribution, as a z score at each f (decreasing in f)
+    location_z: np.ndarray
+    f_shifts: np.ndarray  # (H,) where F's test ran (inside the location's interval at the calibration's level)
+    samples: np.ndarray  # (H, K)
     observed: float
     n_models: int
     n_bank: int
     n_examples: int
     n_scored: int  # examples scored (a fixed random subset when the forget set is larger)
-    #: (G,) the location test: the set's mean shift from the bank (per example in bank SDs, averaged) against the
-    #: same splits' distribution, as a z score at each f (decreasing in f)
-    location_z: np.ndarray
 
     def mean(self) -> np.ndarray:
         return self.samples.mean(axis=1)
@@ -104,49 +108,65 @@ class Calibration:
         return np.maximum(self.samples.std(axis=1, ddof=1), 1e-9)
 
     def z(self) -> np.ndarray:
-        """``(F_obs − mean_f) / sd_f`` over the grid: how far the tested set's F lies from the permutation
-        distribution of "it keeps exactly f". Not monotone in f in general: far from the truth, the split sets
-        mix two groups of models and look *alike*, so their F rises again; both sides are rejected then."""
+        """``(F_obs − mean_f) / sd_f`` at each of ``f_shifts``: how far the tested set's F lies from the
+        permutation distribution of "it keeps exactly f"."""
         return (self.observed - self.mean()) / self.sd()
 
+    def interval(self, level: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(x, accepted)``: a grid 100× finer than ``shifts`` and whether the location test accepts each f
+        at ``(1 − level) / 2`` a side (z interpolated)."""
+        x = np.linspace(self.shifts[0], self.shifts[-1], 100 * (len(self.shifts) - 1) + 1)
+        return x, np.abs(np.interp(x, self.shifts, self.location_z)) <= _normal_quantile(0.5 + level / 2)
+
     def effect(self, level: float) -> dict[str, Any]:
-        """The equivalent shift and whether the runs are consistent with one (module docstring), on a grid 100×
-        finer than the calibration's (z interpolated):
+        """The equivalent shift and whether the runs are consistent with one (module docstring):
 
         - the interval: the f whose location test does not reject at ``(1 − level) / 2`` a side (the set's
           mean shift from the bank is linear in f, so they form one interval); the estimate: where its z is 0;
           negative f: moved past the retrained models (over-forgetting); beyond the grid: ``low = high`` = its end;
-        - ``consistent``: F's test (at :data:`F_VETO_LEVEL`) accepts some f of that interval — the runs'
+        - ``consistent``: F's test (at :data:`F_VETO_LEVEL`) accepts one of the shares it ran at — the runs'
           distribution, spread included, looks like retrained models at a shift the location allows. F above
           its whole distribution at f = 0 (closer to the bank than exchangeable retrained models, by chance)
           counts as accepted there."""
-        zq = _normal_quantile(0.5 + level / 2)
-        x = np.linspace(self.shifts[0], self.shifts[-1], 100 * (len(self.shifts) - 1) + 1)
-        zl = np.interp(x, self.shifts, self.location_z)
-        zf = np.interp(x, self.shifts, self.z())
+        x, accept = self.interval(level)
         zv = _normal_quantile(0.5 + F_VETO_LEVEL / 2)
-        f_ok = (zf >= -zv) & (zf <= zv)
-        zero = int(np.argmin(np.abs(x)))
-        f_ok[zero] |= bool(zf[zero] > zv)
-        accept = np.abs(zl) <= zq
+        zf = self.z()
+        f_ok = (np.abs(zf) <= zv) | ((zf > zv) & np.isclose(self.f_shifts, 0.0))
+        consistent = bool(f_ok.any())
         if not accept.any():  # the mean shift lies beyond the grid, on the side z points to
-            edge = float(self.shifts[-1] if zl[np.argmin(np.abs(zl))] > 0 else self.shifts[0])
-            return {"estimate": edge, "low": edge, "high": edge, "consistent": bool(f_ok.any()), "closest": edge}
+            edge = float(self.shifts[-1] if self.location_z[np.argmin(np.abs(self.location_z))] > 0
+                         else self.shifts[0])
+            return {"estimate": edge, "low": edge, "high": edge, "consistent": consistent, "closest": edge}
         xs = x[accept]
-        est = float(xs[np.argmin(np.abs(zl[accept]))])
-        return {"estimate": est, "low": float(xs.min()), "high": float(xs.max()),
-                "consistent": bool((accept & f_ok).any()), "closest": est}
+        zl = np.interp(xs, self.shifts, self.location_z)
+        est = float(xs[np.argmin(np.abs(zl))])
+        return {"estimate": est, "low": float(xs.min()), "high": float(xs.max()), "consistent": consistent,
+                "closest": est}
 
     def quality_sd(self, f: float) -> float:
-        """F's spread at shift ``f`` (interpolated; the last grid point beyond the grid)."""
-        return float(np.interp(min(f, self.shifts[-1]), self.shifts, self.sd()))
+        """F's spread at shift ``f`` (at the nearest share F's test ran at)."""
+        return float(self.sd()[int(np.argmin(np.abs(self.f_shifts - f)))])
+
+
+def f_points(x: np.ndarray, accept: np.ndarray, estimate_z: np.ndarray) -> np.ndarray:
+    """Where F's test runs: the location's interval's ends, its estimate and evenly spaced shares between (at
+    most :data:`F_POINTS`), 0 where the interval holds it; the estimate alone when the interval is empty."""
+    if not accept.any():
+        return np.array([float(x[np.argmin(np.abs(estimate_z))])])
+    xs = x[accept]
+    pts = set(np.round(np.linspace(xs.min(), xs.max(), F_POINTS), 6).tolist())
+    pts.add(round(float(xs[np.argmin(np.abs(estimate_z[accept]))]), 6))
+    if xs.min() <= 0 <= xs.max():
+        pts.add(0.0)
+    return np.asarray(sorted(pts))
 
 
 def calibrate(tested: np.ndarray, bank: np.ndarray, shift: np.ndarray, *,
               shifts: tuple[float, ...] = DEFAULT_SHIFTS, replicates: int = DEFAULT_REPLICATES, seed: int = 0,
-              max_examples: int = DEFAULT_MAX_EXAMPLES) -> Calibration:
-    """F's shift-back permutation distribution for the ``tested`` set (N, n) against the ``bank`` (R, n), for
-    each fraction in ``shifts`` of the original's per-example ``shift`` δ̂ (n,) (module docstring)."""
+              max_examples: int = DEFAULT_MAX_EXAMPLES, level: float = DEFAULT_LEVEL) -> Calibration:
+    """The shift-back permutation tests of the ``tested`` set (N, n) against the ``bank`` (R, n), for each share
+    in ``shifts`` of the original's per-example ``shift`` δ̂ (n,) (module docstring): the location test at every
+    share, then F's at a few shares inside the location's interval at ``level``."""
     tested, bank = _phi(tested, "the tested set"), _phi(bank, "retrained")
     n = bank.shape[1]
     rng = np.random.default_rng([int(seed), 0xCA1B])
@@ -154,16 +174,6 @@ def calibrate(tested: np.ndarray, bank: np.ndarray, shift: np.ndarray, *,
     t, b, d = tested[:, cols], bank[:, cols], np.asarray(shift, dtype=np.float64)[cols]
     n_t, r = t.shape[0], b.shape[0]
     grid = np.asarray(sorted(set(float(s) for s in shifts)), dtype=np.float64)
-    splits = np.stack([rng.permutation(n_t + r) for _ in range(replicates)])  # the same splits at every f
-    sets, refs = [], []  # every (shift, split) column scored in one batched ε call
-    for f in grid:
-        pool = np.concatenate([b, t - f * d])  # exchangeable under "the tested set keeps the fraction f"
-        sets.append(pool[splits[:, :n_t]] + f * d)  # (K, N, n')
-        refs.append(pool[splits[:, n_t:]])  # (K, R, n')
-    u_all = np.stack(sets).transpose(2, 0, 1, 3).reshape(n_t, -1)  # columns ordered (shift, split, example)
-    r_all = np.stack(refs).transpose(2, 0, 1, 3).reshape(r, -1)
-    points = epsilon_points(epsilons(u_all, r_all), n_t).reshape(grid.size, replicates, cols.size)
-    observed = float(epsilon_points(epsilons(t, b), n_t).mean())
     # the location test: mean over examples of the set-minus-bank mean, each example in the standard deviation of
     # its pool at f (the same for every split, so the permutation test is exact); means are cheap, so it takes many
     # more splits than F: with 40 splits shared by every audit the z of 200 simulated null audits reached 1.96 in
@@ -171,15 +181,28 @@ def calibrate(tested: np.ndarray, bank: np.ndarray, shift: np.ndarray, *,
     loc_splits = np.stack([rng.permutation(n_t + r) for _ in range(LOCATION_SPLITS)])
     t_split, t_obs = np.empty((grid.size, LOCATION_SPLITS)), np.empty(grid.size)
     for g, f in enumerate(grid):
-        pool = np.concatenate([b, t - f * d])
+        pool = np.concatenate([b, t - f * d])  # exchangeable under "the tested set keeps the share f"
         sd = pool.std(axis=0, ddof=1)
         sd = np.maximum(sd, 1e-3 * float(np.median(sd)) + 1e-12)
-        z = pool / sd  # (N + R, n'): each split's statistic is a difference of two row means, averaged
-        row = z.mean(axis=1)
+        row = (pool / sd).mean(axis=1)  # each split's statistic is a difference of two means of these
         t_split[g] = row[loc_splits[:, :n_t]].mean(axis=1) - row[loc_splits[:, n_t:]].mean(axis=1)
         t_obs[g] = (((t - f * d).mean(axis=0) - b.mean(axis=0)) / sd).mean()
     loc_z = (t_obs - t_split.mean(axis=1)) / np.maximum(t_split.std(axis=1, ddof=1), 1e-12)
-    return Calibration(grid, points.mean(axis=2), observed, int(n_t), int(r), int(n), int(cols.size), loc_z)
+    x = np.linspace(grid[0], grid[-1], 100 * (len(grid) - 1) + 1)
+    zx = np.interp(x, grid, loc_z)
+    fs = f_points(x, np.abs(zx) <= _normal_quantile(0.5 + level / 2), zx)
+    # F's test at those shares, every (share, split) column scored in one batched ε call
+    splits = np.stack([rng.permutation(n_t + r) for _ in range(replicates)])
+    sets, refs = [], []
+    for f in fs:
+        pool = np.concatenate([b, t - f * d])
+        sets.append(pool[splits[:, :n_t]] + f * d)  # (K, N, n')
+        refs.append(pool[splits[:, n_t:]])  # (K, R, n')
+    u_all = np.stack(sets).transpose(2, 0, 1, 3).reshape(n_t, -1)  # columns ordered (share, split, example)
+    r_all = np.stack(refs).transpose(2, 0, 1, 3).reshape(r, -1)
+    points = epsilon_points(epsilons(u_all, r_all), n_t).reshape(fs.size, replicates, cols.size)
+    observed = float(epsilon_points(epsilons(t, b), n_t).mean())
+    return Calibration(grid, loc_z, fs, points.mean(axis=2), observed, int(n_t), int(r), int(n), int(cols.size))
 
 
 def original_shift(bank: np.ndarray, retrain_control: np.ndarray, none_control: np.ndarray) -> np.ndarray:
@@ -284,7 +307,7 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
     for name, phi in (("method", u), ("retrain", ctrl), ("none", none)):
         if name not in cals:
             cals[name] = calibrate(phi, bank, delta, shifts=grid, replicates=int(replicates), seed=seed,
-                                   max_examples=max_examples)
+                                   max_examples=max_examples, level=level)
     method = _set_record("method", u, bank, cals["method"], margin, level)
     controls = {name: _set_record(name, phi, bank, cals[name], margin, level)
                 for name, phi in (("retrain", ctrl), ("none", none))}
@@ -334,8 +357,9 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
         "n_unlearned": int(n_u), "n_retrained": int(n_r), "n_examples": int(u.shape[1]),
         "models_to_decide": needed,
         "calibration": {"replicates": int(replicates), "shifts": list(cals["method"].shifts.tolist()),
-                        "examples_scored": cals["method"].n_scored, "seed": int(seed),
-                        "z": cals["method"].z().tolist()},
+                        "location_z": cals["method"].location_z.tolist(),
+                        "f_shifts": cals["method"].f_shifts.tolist(), "f_z": cals["method"].z().tolist(),
+                        "examples_scored": cals["method"].n_scored, "seed": int(seed)},
         "test": "equivalence (two one-sided tests) on the epsilon score F against the shift-back permutation "
                 "distribution of each fraction of the original's shift (ALGORITHMS.md §11; docs/audit.md)"}
     if accuracies:

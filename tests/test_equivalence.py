@@ -27,23 +27,22 @@ from attacks.verdict_simulation import draw_audit, operating_characteristics
 from duck.errors import DuckInputError
 
 
-def _calibration(shifts, means, sd, observed, location_z, k=400, seed=0):
-    """A calibration whose splits' F have the given mean and standard deviation at each shift, with the given
-    location z scores."""
+def _calibration(shifts, location_z, f_shifts, f_means, sd, observed, k=400, seed=0):
+    """A calibration with the given location z scores, and splits whose F have the given mean and standard
+    deviation at each share F's test ran at."""
     rng = np.random.default_rng(seed)
     z = rng.standard_normal(k)
     z = (z - z.mean()) / z.std(ddof=1)
-    samples = np.asarray(means)[:, None] + sd * z[None, :]
-    return Calibration(np.asarray(shifts, dtype=float), samples, observed, 8, 8, 40, 40,
-                       np.asarray(location_z, dtype=float))
+    samples = np.asarray(f_means)[:, None] + sd * z[None, :]
+    return Calibration(np.asarray(shifts, dtype=float), np.asarray(location_z, dtype=float),
+                       np.asarray(f_shifts, dtype=float), samples, observed, 8, 8, 40, 40)
 
 
 def test_the_interval_inverts_the_location_test_by_hand():
     """Location z = 10, 0, −10 at f = 0, 0.5, 1 (linear in f): the estimate is 0.5 and the 95 % interval
     0.5 ∓ 1.96 / 20 (on the grid 100x finer: steps of 0.005); F's test accepts f = 0.5 (its z is 0 there)."""
-    f_means = [0.3, 0.2, 0.1]
-    cal = _calibration([0.0, 0.5, 1.0], f_means, 0.01, 0.2, [10, 0, -10])
-    np.testing.assert_allclose(cal.z(), [-10, 0, 10], atol=1e-9)
+    cal = _calibration([0.0, 0.5, 1.0], [10, 0, -10], [0.45, 0.5, 0.55], [0.21, 0.2, 0.19], 0.01, 0.2)
+    np.testing.assert_allclose(cal.z(), [-1, 0, 1], atol=1e-9)
     eff = cal.effect(0.95)
     half = 1.959964 / 20
     assert eff["estimate"] == pytest.approx(0.5, abs=1e-9) and eff["consistent"]
@@ -51,21 +50,33 @@ def test_the_interval_inverts_the_location_test_by_hand():
     assert eff["low"] >= 0.5 - half and eff["high"] <= 0.5 + half  # only f whose test does not reject
     assert cal.effect(0.99)["high"] > eff["high"]  # a wider level widens it
     # the location beyond the grid: the interval sits at the end it points to
-    beyond = _calibration([0.0, 0.5, 1.0], f_means, 0.01, 0.2, [30, 20, 10]).effect(0.95)
+    beyond = _calibration([0.0, 0.5, 1.0], [30, 20, 10], [1.0], [0.2], 0.01, 0.2).effect(0.95)
     assert (beyond["estimate"], beyond["low"], beyond["high"]) == (1.0, 1.0, 1.0)
     assert _decide(beyond, 0.25) == "not_forgotten"
-    below = _calibration([-1.0, 0.0, 1.0], f_means, 0.01, 0.2, [-10, -20, -30]).effect(0.95)
+    below = _calibration([-1.0, 0.0, 1.0], [-10, -20, -30], [-1.0], [0.2], 0.01, 0.2).effect(0.95)
     assert below["high"] == -1.0 and _decide(below, 0.25) == "not_forgotten"
 
 
 def test_f_vetoes_a_set_whose_runs_differ_from_retrained_models_in_more_than_a_shift():
-    """The location allows f around 0 but F lies far below its distribution at every f (runs that agree with
-    each other, one target for all): not consistent, not forgotten; an F above its distribution at f = 0 (by
-    chance closer than exchangeable retrained models) is accepted there."""
-    collapsed = _calibration([-0.5, 0.0, 0.5], [0.3, 0.3, 0.3], 0.01, 0.0, [10, 0, -10]).effect(0.95)
+    """The location allows f around 0 but F lies far below its distribution at every share it ran at (runs that
+    agree with each other, one target for all): not consistent, not forgotten; an F above its distribution at
+    f = 0 (by chance closer than exchangeable retrained models) is accepted there, but not elsewhere."""
+    collapsed = _calibration([-0.5, 0.0, 0.5], [10, 0, -10], [-0.05, 0.0, 0.05], [0.3] * 3, 0.01, 0.0).effect(0.95)
     assert not collapsed["consistent"] and _decide(collapsed, 0.25) == "not_forgotten"
-    lucky = _calibration([-0.5, 0.0, 0.5], [0.2, 0.3, 0.2], 0.01, 0.4, [10, 0, -10]).effect(0.95)
+    lucky = _calibration([-0.5, 0.0, 0.5], [10, 0, -10], [-0.05, 0.0, 0.05], [0.2] * 3, 0.01, 0.4).effect(0.95)
     assert lucky["consistent"] and _decide(lucky, 0.25) == "forgotten"
+    off = _calibration([-0.5, 0.0, 0.5], [10, 0, -10], [-0.05, 0.05], [0.2] * 2, 0.01, 0.4).effect(0.95)
+    assert not off["consistent"]
+
+
+def test_f_runs_at_a_few_shares_inside_the_location_interval():
+    from attacks.equivalence import F_POINTS, f_points
+
+    x = np.linspace(-1, 1, 201)
+    z = -10 * x  # interval |z| <= 1.96: about [-0.196, 0.196]
+    pts = f_points(x, np.abs(z) <= 1.96, z)
+    assert pts.min() >= -0.2 and pts.max() <= 0.2 and 0.0 in pts and len(pts) <= F_POINTS + 2
+    assert f_points(x, np.zeros_like(x, dtype=bool), z - 100).tolist() == [-1.0]  # empty: the closest share
 
 
 @pytest.mark.parametrize("low,high,verdict", [

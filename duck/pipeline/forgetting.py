@@ -212,7 +212,7 @@ def _calibration_path(job: Job, name: str, sets: dict[str, dict[str, Any]], ref:
                       opts: dict[str, Any]) -> Any:
     spec = {"set": sets[name]["dir"], "ref": ref["dir"], "none": sets["none"]["dir"], "retrain": sets["retrain"]["dir"],
             "forget": job.scenario.forget_hash, "margin": opts["margin"], "replicates": opts["replicates"],
-            "seed": opts["seed"], "examples": opts["calibration_examples"], "v": 3}
+            "seed": opts["seed"], "examples": opts["calibration_examples"], "level": opts["ci_level"], "v": 4}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
     return job.cache_dir / "forgetting_calibrations" / f"{key}.npz"
 
@@ -221,8 +221,8 @@ def _load_calibration(path: Any) -> Calibration | None:
     try:
         with np.load(path, allow_pickle=False) as f:
             meta = np.asarray(f["meta"], dtype=np.int64)
-            return Calibration(np.asarray(f["shifts"]), np.asarray(f["samples"]), float(f["observed"]),
-                               *map(int, meta), np.asarray(f["location_z"]))
+            return Calibration(np.asarray(f["shifts"]), np.asarray(f["location_z"]), np.asarray(f["f_shifts"]),
+                               np.asarray(f["samples"]), float(f["observed"]), *map(int, meta))
     except (OSError, ValueError, KeyError, EOFError, TypeError):
         path.unlink(missing_ok=True)  # damaged: computed again
         return None
@@ -254,8 +254,9 @@ def verdict_block(job: Job, sets: dict[str, dict[str, Any]], ref: dict[str, Any]
     for name in ("retrain", "none"):
         if name not in cached:
             c = cals[name]
-            atomic_save_npz(paths[name], shifts=c.shifts, samples=c.samples, observed=np.array(c.observed),
-                            meta=np.array([c.n_models, c.n_bank, c.n_examples, c.n_scored]), location_z=c.location_z)
+            atomic_save_npz(paths[name], shifts=c.shifts, location_z=c.location_z, f_shifts=c.f_shifts,
+                            samples=c.samples, observed=np.array(c.observed),
+                            meta=np.array([c.n_models, c.n_bank, c.n_examples, c.n_scored]))
     return record
 
 
