@@ -399,7 +399,8 @@ def forgetting_fields(block: dict[str, Any]) -> dict[str, Any]:
     out = {"F": block["quality"], "F_ci": block.get("quality_ci"), "final_score": block["final_score"],
            "klom_forget": block["klom"]["forget"]["median"], "F_normalised": block.get("quality_normalised"),
            "F_normalised_ci": block.get("quality_normalised_ci"), "imprint_kept": block.get("shift"),
-           "imprint_kept_ci": block.get("shift_ci"), "verdict": block["verdict"]}
+           "imprint_kept_ci": block.get("shift_ci"), "verdict": block["verdict"],
+           "runs_time_s": (sum(block["unlearning_s"]) / len(block["unlearning_s"])) if block.get("unlearning_s") else None}
     if "ulira" in block:
         out["ulira_auc"] = block["ulira"]["auc"]
     out["controls_F"] = {name: {"F": c["quality"], "F_ci": c.get("quality_ci")} for name, c in block["controls"].items()}
