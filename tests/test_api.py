@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-import yaml
 from torch import nn
 from torch.utils.data import TensorDataset
 
 import duck
 from duck import DuckInputError
 from duck.pipeline.config import conf_dir
+from duck.pipeline.job import method_file_keys
 from duck.unlearn import get_unlearner_class, list_unlearners
 
 
@@ -185,7 +185,7 @@ FAST = {"epochs": 1, "max_epochs": 1, "low_epochs": 1, "erm_epochs": 1, "msteps"
 
 
 def _fast(name: str) -> dict:
-    keys = yaml.safe_load((conf_dir() / "method" / f"{name}.yaml").read_text())
+    keys = method_file_keys(conf_dir() / "method" / f"{name}.yaml")
     return {k: v for k, v in FAST.items() if k in keys}
 
 

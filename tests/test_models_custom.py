@@ -21,6 +21,7 @@ from duck.data.scenarios import build_scenario
 from duck.errors import DuckInputError
 from duck.metrics import split_accuracies
 from duck.models import Classifier, create_model, wrap_model
+from duck.pipeline.job import method_file_keys
 from duck.training import Recipe, train_classifier
 from duck.unlearn import UnlearnData, create_unlearner, list_unlearners
 from duck.unlearn.config import resolve_method_cfg
@@ -278,7 +279,7 @@ def test_every_method_runs_on_a_users_model(name, kind, small_rgb):
     torch.manual_seed(0)
     model = factory()
     sc = build_scenario("class_removal", small_rgb.train.labels, small_rgb.test.labels, 4, forget_classes=[1])
-    raw = yaml.safe_load((CONF / "method" / f"{name}.yaml").read_text())
+    raw = method_file_keys(CONF / "method" / f"{name}.yaml")  # with the configs it builds on
     raw.pop("name")
     hp = resolve_method_cfg(raw, "synthetic", "class_removal")
     hp.update({k: v for k, v in FAST.items() if k in hp})

@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 import torch
-import yaml
 from conftest import written_files
 
 from duck.pipeline.config import conf_dir
+from duck.pipeline.job import method_file_keys
 from duck.unlearn import list_unlearners
 
 USER_MODULE = textwrap.dedent("""
@@ -81,7 +81,7 @@ def trained(user_package, tmp_path_factory: pytest.TempPathFactory):
 
 
 def _fast_args(name: str) -> list[str]:
-    keys = yaml.safe_load((conf_dir() / "method" / f"{name}.yaml").read_text())
+    keys = method_file_keys(conf_dir() / "method" / f"{name}.yaml")
     return [f"method.{k}={v if not isinstance(v, list) else '[' + ','.join(map(str, v)) + ']'}"
             for k, v in FAST.items() if k in keys]
 
