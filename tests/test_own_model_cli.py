@@ -40,7 +40,8 @@ USER_MODULE = textwrap.dedent("""
 """)
 DATA = ("data=synthetic", "data.n_train=240", "data.n_test=120", "progress=false", "trainer=cpu")
 FAST = {"epochs": 1, "max_epochs": 1, "low_epochs": 1, "erm_epochs": 1, "msteps": 1, "batch_size": 32,
-        "forget_batch_size": 32, "batch_ratio": 1, "low_batch_ratio": 1, "milestones": []}
+        "forget_batch_size": 32, "batch_ratio": 1, "low_batch_ratio": 1, "milestones": [],
+        "n_shadow": 2, "num_oracles": 1}  # the reference banks of oracle / datamodel matching, smallest
 
 
 @pytest.fixture(scope="module")

@@ -60,8 +60,9 @@ def reference_models(job: Job, retain_idx: np.ndarray | None = None) -> Referenc
             raise DuckInputError(f"method.oracle_seed={seed} is the seed of the forgetting audit's retrain bank or "
                                  f"retrain control (attack.forgetting.seed={f['seed']} and the next): the oracles "
                                  "would be the very models the method is judged against; pick another oracle_seed")
-        bank = RetrainBank(_cache_dir(job), job.data, job.model_factory, job.recipe, retain, n_models=int(pool),
-                           seed=int(seed), **_bank_settings(job))
+        # a bank holds at least 2 models; only those asked for are trained (num_oracles=1: model 0 alone)
+        bank = RetrainBank(_cache_dir(job), job.data, job.model_factory, job.recipe, retain,
+                           n_models=max(int(pool), 2), seed=int(seed), **_bank_settings(job))
 
         def load(k: int) -> Any:  # oracle k, trained on first use (a run of per-run matching needs one of them)
             bank.train_models([int(k)])
