@@ -133,4 +133,5 @@ class BaselineUnlearner(Unlearner):
         return n
 
     def log_loss(self, loss: torch.Tensor, batch_size: int) -> None:
-        self.log("loss", loss.detach(), prog_bar=True, on_step=True, on_epoch=False, batch_size=batch_size)
+        # every log_every_n_steps steps and each epoch's mean (the experiment logger's curves)
+        self.log("loss", loss.detach(), prog_bar=True, on_step=True, on_epoch=True, batch_size=batch_size)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,8 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*Checkpoint directory.*")
+    # a short fit with an experiment logger: its curve is the epoch means (the loss is logged on_epoch too)
+    warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
 
 
 # Trainer arguments the jobs set themselves, and the setting a user changes instead: a ``trainer.*`` value for
@@ -250,7 +254,8 @@ class ClassifierModule(L.LightningModule):
         if self.augment:
             x = apply_augment(x, self.augment)
         loss = F.cross_entropy(self.model(x), y, label_smoothing=self.label_smoothing)
-        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=len(y))
+        # every log_every_n_steps steps (trainer.*) and each epoch's mean: the curves of an experiment logger
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(y))
         return loss
 
     def configure_optimizers(self) -> Any:
@@ -335,9 +340,32 @@ def worker_trainer_settings(trainer_cfg: Mapping[str, Any] | None, world: int
     return {**cfg, "strategy": _DDP_STRATEGIES[cfg.get("strategy")]}, [QuietWorker()]
 
 
+#: where the fits of the stage running now log their curves (:func:`stage_logger`): a callable that returns the
+#: stage's Lightning logger (made when the first fit asks for it), or None: no logger
+_STAGE_LOGGER: ContextVar[Callable[[], Any] | None] = ContextVar("duck_stage_logger", default=None)
+
+
+@contextmanager
+def stage_logger(source: Callable[[], Any] | None) -> Iterator[None]:
+    """Inside the block every :func:`fit` (the original's and the oracle's training, an unlearning method's
+    phases) logs to the Lightning logger ``source()`` returns; ``None`` switches logging off (the audit's banks,
+    a method's reference models). The experiment loggers (:mod:`duck.pipeline.tracking`) set it per stage, so
+    the training code and the unlearners take no logger argument; a stage that trains nothing (a model reused
+    from the cache) never calls ``source``."""
+    token = _STAGE_LOGGER.set(source)
+    try:
+        yield
+    finally:
+        _STAGE_LOGGER.reset(token)
+
+
 def fit(trainer: L.Trainer, module: L.LightningModule, loader: Any, world: int = 1) -> None:
     """``trainer.fit(module, loader)``; on ``world`` > 1 DDP workers train and this process gets the weights
-    back. A worker's :class:`DuckInputError` is raised here as one (:func:`raise_worker_input_error`)."""
+    back. A worker's :class:`DuckInputError` is raised here as one (:func:`raise_worker_input_error`). Inside a
+    :func:`stage_logger` block the trainer logs to the stage's logger."""
+    source = _STAGE_LOGGER.get()
+    if source is not None:
+        trainer.loggers = [*trainer.loggers, source()]
     # the model and data go to the workers through files in /dev/shm: passing descriptors failed on a
     # sandboxed Linux here ("unable to resize file ... Invalid argument" in the worker); restored afterwards
     sharing = torch.multiprocessing.get_sharing_strategy()

@@ -38,6 +38,7 @@ from duck.training import (
     check_finite_weights,
     fit,
     single_device,
+    stage_logger,
     worker_trainer_settings,
 )
 from duck.unlearn.config import check_positive, resolve_method_cfg
@@ -429,7 +430,8 @@ class Unlearner(L.LightningModule):
         self.model.to(device)
         one_off = None
         if self.needs:  # the reference models first (their training draws random numbers), then the run's seed
-            one_off = self.prepare()
+            with stage_logger(None):  # a bank of reference models, not the method's curves
+                one_off = self.prepare()
             L.seed_everything(self.seed, workers=True, verbose=False)
         if device.type == "cuda":
             torch.cuda.synchronize()

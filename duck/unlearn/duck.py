@@ -196,7 +196,8 @@ class DUCK(Unlearner):
             opt.step()
             if sched is not None:
                 sched.step()
-        self.log_dict({"loss": loss, "l_fgt": l_fgt, "l_ret": l_ret}, prog_bar=True, on_step=True, batch_size=len(x_f))
+        self.log_dict({"loss": loss, "l_fgt": l_fgt, "l_ret": l_ret}, prog_bar=True, on_step=True, on_epoch=True,
+                      batch_size=len(x_f))
 
     def configure_optimizers(self) -> Any:
         opt = torch.optim.Adam(self.model.parameters(), lr=self.lr, weight_decay=float(self.hp["weight_decay"]))
