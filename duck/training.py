@@ -362,9 +362,10 @@ def stage_logger(source: Callable[[], Any] | None) -> Iterator[None]:
 def fit(trainer: L.Trainer, module: L.LightningModule, loader: Any, world: int = 1) -> None:
     """``trainer.fit(module, loader)``; on ``world`` > 1 DDP workers train and this process gets the weights
     back. A worker's :class:`DuckInputError` is raised here as one (:func:`raise_worker_input_error`). Inside a
-    :func:`stage_logger` block the trainer logs to the stage's logger."""
+    :func:`stage_logger` block the trainer logs to the stage's logger; under DDP it does not: the workers are
+    processes of their own, whose copies of the logger would write the same files as this process's."""
     source = _STAGE_LOGGER.get()
-    if source is not None:
+    if source is not None and world == 1:
         trainer.loggers = [*trainer.loggers, source()]
     # the model and data go to the workers through files in /dev/shm: passing descriptors failed on a
     # sandboxed Linux here ("unable to resize file ... Invalid argument" in the worker); restored afterwards
