@@ -69,12 +69,19 @@ def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture) -> Callable[..., tupl
     return _run
 
 
+#: the experiment loggers' folders in a run directory (tests/test_loggers.py checks what they hold, and that a
+#: refused job leaves none)
+LOGGER_FOLDERS = ("csv", "tensorboard", "wandb")
+
+
 def written_files(run_dir: Path) -> set[str]:
-    """Files a job wrote into its run directory, ignoring Hydra's own (.hydra/, *.log)."""
+    """Files a job wrote into its run directory, ignoring Hydra's own (.hydra/, *.log) and the experiment
+    logger's (csv/ by default)."""
     if not run_dir.exists():
         return set()
     return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
-            if p.is_file() and ".hydra" not in p.parts and p.suffix != ".log"}
+            if p.is_file() and ".hydra" not in p.parts and p.suffix != ".log"
+            and p.relative_to(run_dir).parts[0] not in LOGGER_FOLDERS}
 
 
 @pytest.fixture(scope="session")

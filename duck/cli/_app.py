@@ -91,8 +91,8 @@ CHECKPOINT_KEYS = ("ckpt", "original_ckpt", "retrained_ckpt")
 def check_inputs_early(cfg: Any) -> None:
     """The checks a composed config can pass before torch and Lightning are imported (about 4 s): the required
     settings (:func:`check_required`), the checkpoint and forget-id files (the loaders' own checks, same lines),
-    a margins file (read and checked whole) and a ``data.root`` that is a loop of links. Values that need the
-    job's context are checked by the job."""
+    a margins file (read and checked whole), a ``data.root`` that is a loop of links, and the experiment logger.
+    Values that need the job's context are checked by the job."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -118,6 +118,10 @@ def check_inputs_early(cfg: Any) -> None:
         forget_id_file(value("scenario.forget_ids"))
     if value("data.root") is not None:
         resolved(value("data.root"), "data.root")
+    if cfg.get("logger") is not None:  # its settings, and its backend installed (one line with the extra to install)
+        from duck.pipeline.tracking import logger_settings
+
+        logger_settings(cfg.logger)
 
 
 def _results_in(folder: Path) -> list[str]:
@@ -336,32 +340,13 @@ def record_failed_job(message: str) -> None:
 
 
 def job_entry(command: str, about: str) -> Callable[[], None]:
-    """The console script of a pipeline job (:mod:`duck.pipeline.jobs`): compose the config, resolve it into
-    a :class:`~duck.pipeline.job.Job` (every setting checked before any work), run the job into the Hydra
-    run directory."""
+    """The console script of a pipeline job: compose the config, run it into the Hydra run directory
+    (:func:`duck.pipeline.jobs.run_command`: resolved into a Job, every setting checked before any work, tracked
+    by the ``logger`` config group)."""
 
     def task(cfg: Any) -> Any:
-        from duck.pipeline import jobs
-        from duck.pipeline.job import Job
+        from duck.pipeline.jobs import run_command
 
-        if command == "audit" and cfg.get("margins") is not None:  # the verdict from margin arrays: no model
-            from duck.pipeline.margins import audit_margins
-
-            audit_margins(cfg, hydra_output_dir())
-            return None
-        job = Job.from_cfg(cfg, command)
-        tune = cfg.get("tune") if command == "run" else None
-        if tune is not None:  # a trial of duck-run -m +tune=METHOD: its objective's settings, before any work
-            from duck.pipeline.tune import check_tune_settings
-
-            check_tune_settings(str(tune.get("objective", "auto")), tune.get("retained_margin"))
-        out = hydra_output_dir()
-        metrics, extra = getattr(jobs, command)(job, out)
-        if tune is not None:  # a trial of duck-run -m +tune=METHOD
-            from duck.pipeline.tune import tune_objective, write_tune_result
-
-            return write_tune_result(out, tune_objective(job, metrics, extra, str(tune.get("objective", "auto")),
-                                                           tune.get("retained_margin")))
-        return None  # nothing travels back to a sweep's launcher (joblib / submitit would pickle the models)
+        return run_command(command, cfg, hydra_output_dir())
 
     return hydra_entry(command, task, about)

@@ -5,9 +5,9 @@ or a bad value in the last job used to surface after every earlier job had run (
 Hydra's multi-line report or our one-line error only then, and a half-finished sweep directory. Here every
 job's overrides are composed up front (the sweep's command-line overrides and the ``hydra.sweeper.params`` of
 configs such as ``+sweep=methods``), and each composed config gets the checks that need no data: the
-mandatory ``???`` values, the shared numbers (``seed``, flags), the method's name, its hyperparameter keys
-and whether it supports the scenario. Checks that need the data set (class ids in range, forget-id files)
-still run in each job.
+mandatory ``???`` values, the shared numbers (``seed``, flags), the method's name, its hyperparameter keys,
+whether it supports the scenario, and the experiment logger (its backend installed). Checks that need the
+data set (class ids in range, forget-id files) still run in each job.
 
 To stay cheap the jobs are not all composed: every combination of the sweeps over config *groups*
 (``method=``, ``scenario=``, ``+experiment=`` ...: they decide which keys exist), and each value of every
@@ -94,6 +94,7 @@ def check_job_config(cfg: Any) -> None:
 
     check_required(cfg)
     check_job_numbers(cfg)
+    check_logger(cfg)
     if "method" in cfg and "scenario" in cfg and cfg.method is not None:
         from duck.pipeline.job import method_settings
         from duck.unlearn import get_unlearner_class, list_unlearners
@@ -107,6 +108,14 @@ def check_job_config(cfg: Any) -> None:
             able = [m for m in list_unlearners() if kind in get_unlearner_class(m).supported_scenarios]
             raise DuckInputError(f"method {name!r} does not support scenario {kind!r} (it supports "
                                  f"{', '.join(supported)}); sweep only the methods that do: method={','.join(able)}")
+
+
+def check_logger(cfg: Any) -> None:
+    """The experiment logger's settings, and its backend installed (:func:`duck.pipeline.tracking.logger_settings`)."""
+    if cfg.get("logger") is not None:
+        from duck.pipeline.tracking import logger_settings
+
+        logger_settings(cfg.logger)
 
 
 def check_sweep(config_name: str, args: list[str], root: Path) -> None:
@@ -123,6 +132,15 @@ def check_sweep(config_name: str, args: list[str], root: Path) -> None:
             raise DuckInputError(_missing_option(e, overrides, root)) from None
         except ConfigCompositionException as e:
             raise DuckInputError(_composition(e)) from None
+        # the logger every job shares, once (also for sweeps only Hydra enumerates: a search's intervals)
+        fixed = [f"{o.get_key_element()}={o.get_value_element_as_str()}" for o in _parse(overrides) or []
+                 if not o.is_sweep_override()]
+        try:
+            shared = compose(config_name, overrides=fixed)
+        except (MissingConfigException, ConfigCompositionException):
+            shared = None  # reported below, per job, or by Hydra
+        if shared is not None:
+            check_logger(shared)
         for job in jobs:
             try:
                 cfg = compose(config_name, overrides=job)

@@ -1,7 +1,9 @@
 """The four jobs of the command line, as library functions on a resolved :class:`~duck.pipeline.job.Job`:
 ``train`` (duck-train), ``unlearn`` (duck-unlearn), ``audit`` (duck-audit) and ``run`` (duck-run: original →
 unlearn → retrained oracle → audit → report). Each writes its files into ``out`` and prints one line per
-stage; the console scripts in :mod:`duck.cli` only compose the config and call them."""
+stage; its stages are timed and their training curves logged by a :class:`~duck.pipeline.tracking.Tracker`
+(the ``logger`` config group). The console scripts in :mod:`duck.cli` only compose the config and call
+:func:`run_command`."""
 
 from __future__ import annotations
 
@@ -39,16 +41,18 @@ from duck.pipeline.stages import (
     unlearn_model,
     write_forget_ids,
 )
+from duck.pipeline.tracking import UNTRACKED, Tracker, tracked
 from duck.unlearn import get_unlearner_class
 from duck.unlearn.config import resolve_method_cfg
 from duck.utils import warn_line
 
 
-def train(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def train(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, Any], dict[str, Any]]:
     """duck-train: the original (or with ``retrain=true`` the oracle on the retain set) → ``model.ckpt``,
     ``metrics.json``. A model at chance is refused before anything is written."""
     retrain = bool(job.config.get("retrain"))
-    model, metrics = fit_model(job, retrain)
+    with tracker.stage("training"):
+        model, metrics = fit_model(job, retrain)
     try:  # a model trained here at chance is written (the user asked for it) but said loudly
         check_original(job, metrics["acc"], "the trained model")
     except DuckInputError as e:
@@ -62,7 +66,7 @@ def train(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return metrics, {"model": model}
 
 
-def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def unlearn(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, Any], dict[str, Any]]:
     """duck-unlearn: checkpoint in, unlearned checkpoint out (the input's own format and key names), its
     ``metrics.json`` and ``forget_ids.txt``; with the audit, ``audit.json`` and the report too."""
     model, manifest, rule = load_model(job, job.inputs["ckpt"])
@@ -74,7 +78,9 @@ def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     reference = copy.deepcopy(model) if job.audit is not None else None  # the unlearner modifies its model
     # the shadows are trained with recipe=...: is it the one the original had?
     audit_warnings = check_recorded_recipes({"original": manifest}, job.recipe_cfg) if job.audit is not None else []
-    metrics, result = unlearn_model(job, model, original_acc, earlier=[stats["warning"]] if "warning" in stats else [])
+    with tracker.stage("unlearning"):
+        metrics, result = unlearn_model(job, model, original_acc,
+                                        earlier=[stats["warning"]] if "warning" in stats else [])
     path = unlearned_path(out, job)
     write_unlearned(path, result.model, rule, manifest_of(job, result.model, metrics["method"],
                                                           source_checkpoint=str(job.inputs["ckpt"]),
@@ -88,21 +94,24 @@ def unlearn(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         orig_rec = metrics_record(method="original", data_name=job.data.name, model_name=job.model_name,
                                   seed=job.seed, acc=original_acc, original_acc=original_acc, scenario=job.scenario)
         _, rows = summary_table([("original", orig_rec), (f"unlearned ({metrics['method']})", metrics)], job.scenario)
-        audits, paths = audit_and_report(
-            job, {"original": reference, "unlearned": result.model}, out, summary_rows=rows,
-            run_times={"unlearning": metrics["time_s"]}, title=f"duck-unlearn: {metrics['method']} on {job.data.name}",
-            out_dirs={"original": out / "original", "unlearned": out}, warnings=audit_warnings)
+        with tracker.stage("audit", training=False):
+            audits, paths = audit_and_report(
+                job, {"original": reference, "unlearned": result.model}, out, summary_rows=rows,
+                run_times={"unlearning": metrics["time_s"]},
+                title=f"duck-unlearn: {metrics['method']} on {job.data.name}",
+                out_dirs={"original": out / "original", "unlearned": out}, warnings=audit_warnings)
         print(audit_lines(audits))
         print(f"wrote {out / 'audit.json'}\nreport: {paths['html']}")
         extra = {"audits": audits, "report": paths}
     return metrics, {"model": result.model, "result": result, "unlearned_path": path, **extra}
 
 
-def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def audit(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, Any], dict[str, Any]]:
     """duck-audit: LiRA (+ SVM MIA) of one checkpoint with the cached shadow bank, the optional references
     (``original_ckpt``, ``retrained_ckpt``) audited with the same bank; ``audit.json``, the report."""
     if job.audit.attack.num_shards > 1:  # an array task building its slice of the banks
-        return train_bank_slices(job, out)
+        with tracker.stage("banks", training=False):
+            return train_bank_slices(job, out)
     ckpt = job.inputs["ckpt"]
     # a checkpoint unlearned or retrained for another forget set is refused: its audit would test the
     # wrong members
@@ -128,9 +137,10 @@ def audit(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     rows, accs = accuracy_rows(job, models, methods)
     check_original(job, accs[first], f"the {first} model")
     out_dirs = {name: out if name == role else out / name for name in models}
-    audits, paths = audit_and_report(job, models, out, summary_rows=rows, run_times={},
-                                     title=f"duck-audit: {Path(str(ckpt)).name} ({role})", out_dirs=out_dirs,
-                                     warnings=warnings)
+    with tracker.stage("audit", training=False):
+        audits, paths = audit_and_report(job, models, out, summary_rows=rows, run_times={},
+                                         title=f"duck-audit: {Path(str(ckpt)).name} ({role})", out_dirs=out_dirs,
+                                         warnings=warnings)
     write_forget_ids(out / "forget_ids.txt", job.scenario)
     lira = audits[role]["lira"]
     lo, hi = lira["auc_ci"]
@@ -176,28 +186,32 @@ def write_summary(out: Path, header: str, table: str, scenario: dict[str, Any], 
     atomic_save_json(out / "summary.json", data)
 
 
-def run(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def run(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, Any], dict[str, Any]]:
     """duck-run, the main job: original (trained or reused from the cache) → unlearn → retrained oracle →
     evaluate all three → ``metrics.json`` for each and a summary table (``summary.md``, ``summary.json``) →
     the audit of all three with one shadow bank and the report."""
     if job.audit is not None and job.audit.attack.num_shards > 1:  # an array task building its slice of the banks
-        return train_bank_slices(job, out)
+        with tracker.stage("banks", training=False):
+            return train_bank_slices(job, out)
     scenario, name = job.scenario, job.method
     stages = 4 if job.audit is not None else 3
     print(f"[1/{stages}] original {job.model_name} on {job.data.describe()}")
-    original, orig_metrics, reused = train_or_reuse(job, "original", out, check=lambda acc: check_original(job, acc))
+    with tracker.stage("original", own_run=True):  # a run of its own where it is trained
+        original, orig_metrics, reused = train_or_reuse(job, "original", out, check=lambda acc: check_original(job, acc))
     print(f"      {'reused from cache' if reused else 'trained'}: test accuracy {orig_metrics['acc']['test']:.4f}")
     original_acc = orig_metrics["acc"]
     reference = copy.deepcopy(original) if job.audit is not None else None  # unlearners modify their model in place
     print(f"[2/{stages}] unlearning with {name}: {scenario.kind}, {len(scenario.forget_idx)} forget samples")
-    metrics, result = unlearn_model(job, original, original_acc)
+    with tracker.stage("unlearning"):
+        metrics, result = unlearn_model(job, original, original_acc)
     save_checkpoint(out / "unlearned" / "unlearned.ckpt", result.model.state_dict(),
                     manifest_of(job, result.model, name))
     atomic_save_json(out / "unlearned" / "metrics.json", metrics)
     write_forget_ids(out / "forget_ids.txt", scenario)
     print(f"      done in {metrics['time_s']:.2f} s ({metrics['epochs']} epochs)")
     print(f"[3/{stages}] retrained oracle on the retain set")
-    retrained, retr_metrics, reused = train_or_reuse(job, "retrained", out, original_acc=original_acc)
+    with tracker.stage("retrained", own_run=True):
+        retrained, retr_metrics, reused = train_or_reuse(job, "retrained", out, original_acc=original_acc)
     print(f"      {'reused from cache' if reused else 'trained'} ({retr_metrics['time_s']:.1f} s)")
     table, records = summary_table([("original", orig_metrics), (f"unlearned ({name})", metrics),
                                     ("retrained", retr_metrics)], scenario)
@@ -211,11 +225,12 @@ def run(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         print(f"[4/{stages}] membership-inference audit of the three models ({job.audit.attack.n_shadow} shadows, "
               "trained once per setup and cached)")
         models = {"original": reference, "unlearned": result.model, "retrained": retrained}
-        audits, paths = audit_and_report(
-            job, models, out, summary_rows=records,
-            run_times={"original training": orig_metrics["time_s"], "unlearning": metrics["time_s"],
-                       "retraining": retr_metrics["time_s"]},
-            title=header.strip("# \n"), out_dirs={n: out / n for n in models})
+        with tracker.stage("audit", training=False):
+            audits, paths = audit_and_report(
+                job, models, out, summary_rows=records,
+                run_times={"original training": orig_metrics["time_s"], "unlearning": metrics["time_s"],
+                           "retraining": retr_metrics["time_s"]},
+                title=header.strip("# \n"), out_dirs={n: out / n for n in models})
         print(audit_lines(audits))
         print(f"report: {paths['html']}")
         extra = {"audits": audits, "report": paths}
@@ -223,3 +238,35 @@ def run(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             write_summary(out, header, table, scenario.summary(), records, audits["unlearned"]["forgetting"])
     print(f"results in {out}")
     return metrics, {"original": orig_metrics, "unlearned": metrics, "retrained": retr_metrics, "out": out, **extra}
+
+
+def run_command(command: str, cfg: Any, out: Path) -> float | None:
+    """A console script's job (``duck-train``, ``duck-unlearn``, ``duck-audit``, ``duck-run``) on its composed
+    config, into ``out``, tracked by the config's ``logger`` (:func:`~duck.pipeline.tracking.tracked`): the config
+    is resolved into a :class:`Job` (every setting checked before any work), the job runs; a trial of a search
+    (``duck-run -m +tune=METHOD``) returns its objective (the Optuna sweeper reads it), other jobs None (nothing
+    travels back to a sweep's launcher: joblib / submitit would pickle the models)."""
+    with tracked(cfg, command, out) as tracker:
+        if command == "audit" and cfg.get("margins") is not None:  # the verdict from margin arrays: no model
+            from duck.pipeline.margins import audit_margins
+
+            with tracker.stage("audit", training=False):
+                audit_margins(cfg, out)
+            return None
+        job = Job.from_cfg(cfg, command)
+        tune = cfg.get("tune") if command == "run" else None
+        if tune is not None:  # a trial of duck-run -m +tune=METHOD: its objective's settings, before any work
+            from duck.pipeline.tune import check_tune_settings
+
+            check_tune_settings(str(tune.get("objective", "auto")), tune.get("retained_margin"))
+        metrics, extra = JOBS[command](job, out, tracker)
+        if tune is None:
+            return None
+        from duck.pipeline.tune import tune_objective, write_tune_result
+
+        return write_tune_result(out, tune_objective(job, metrics, extra, str(tune.get("objective", "auto")),
+                                                     tune.get("retained_margin")))
+
+
+#: the jobs of the command line by name
+JOBS = {"train": train, "unlearn": unlearn, "audit": audit, "run": run}
