@@ -60,6 +60,22 @@ def test_the_search_runs_its_trials_and_writes_table_plot_and_preset(search):
     assert "reuse it: duck-run method=salun +preset=tuned_synthetic_salun" in proc.stdout
 
 
+def test_each_trial_is_a_run_of_the_experiment_logger(search):
+    """A search is one run per trial (the default logger, csv: docs/commands.md#loggers), with its objective."""
+    import csv
+
+    tmp, _ = search
+    runs = sorted((tmp / "sweep").glob("*/csv/job"))
+    assert len(runs) == 2
+    for run in runs:
+        with (run / "metrics.csv").open() as f:
+            result = list(csv.DictReader(f))[-1]
+        tune = json.loads((run.parent.parent / "tune.json").read_text())
+        assert float(result["tune/objective"]) == pytest.approx(tune["objective"])
+        tags = json.loads((run / "tags.json").read_text())
+        assert tags["study"] == "tune_salun" and tags["trial"] == run.parent.parent.name.split("_")[0]
+
+
 def test_a_preset_is_reused_and_refused_on_its_validation_forget_set(search):
     tmp, _ = search
     searchpath = f"hydra.searchpath=[file://{tmp / 'sweep'}]"
