@@ -56,6 +56,8 @@ CASES = [
     ("verdict", "settings=[2]", "bench.settings[0]"), ("verdict", "variants=[cauchy]", "bench.variants[0]"),
     ("verdict", "replicates=5", "bench.replicates"), ("verdict", "margin=1", "bench.margin"),
     ("verdict", "fractions=[-0.1]", "bench.fractions[0]"), ("compare", "default_rows=maybe", "bench.default_rows"),
+    ("loggers", "repetitions=0", "bench.repetitions"), ("loggers", "loggers=[neptune]", "unknown loggers ['neptune']"),
+    ("loggers", "args=oops", "bench.args"),
 ]
 
 
