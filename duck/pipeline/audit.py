@@ -307,7 +307,15 @@ def verdict_sentence(block: dict[str, Any]) -> str:
         return (f"**Not forgotten.** On the forget set, {n} runs of {block['method']} still differ from models "
                 f"retrained without it: they keep at least {lo:.0f} % of the original model's imprint (95 % "
                 f"interval; {margin:g} % allowed).")
-    return f"**Inconclusive.** {block['rule'][:1].upper() + block['rule'][1:]}."
+    more = ("raise attack.forgetting.n_unlearned and n_retrained"
+            + (f" to about {block['models_to_decide']}" if block.get("models_to_decide") else ""))
+    if block.get("power") is False:
+        return ("**Inconclusive.** This audit cannot tell even the original model, before unlearning, from models "
+                f"retrained without the forget set, so it cannot judge {block['method']} (no power): {more}, or "
+                "choose a forget set the original memorises.")
+    return (f"**Inconclusive.** On the forget set, {n} runs of {block['method']} keep between {lo:.0f} % and "
+            f"{hi:.0f} % of the original model's imprint: too uncertain to say whether they are within the "
+            f"{margin:g} % allowed; to decide, {more}.")
 
 
 def forgetting_markdown(block: dict[str, Any]) -> str:

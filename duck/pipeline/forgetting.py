@@ -341,7 +341,7 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
              "time_s": round(time.perf_counter() - t0, 3),
              "estimators": "epsilon score F and final score: google-deepmind/unlearning_evaluation metric.py; "
                            "KLOM: RoyRin/data-unlearning-bench eval.py, KL(P_U || P_R); U-LiRA: Hayes et al. 2024, "
-                           "shadow pairs, leave one pair out; verdict: equivalence test (ALGORITHMS.md §11)"}
+                           "shadow pairs, leave one pair out; verdict: equivalence test (docs/audit.md, forgetting verdict)"}
     if ulira is not None:
         block["ulira"] = ulira
     return block
