@@ -124,8 +124,8 @@ def feature_space_section(options: dict[str, Any], models: dict[str, Any], data:
 
     from duck.analysis.density import group_labels, model_densities
     from duck.analysis.tsne import tsne_panels
+    from duck.embeddings import embed_samples
     from duck.report.plots import tsne_panels_png
-    from duck.unlearn.duck import embed_samples
 
     idx, is_forget = feature_samples(scenario)
     embeddings, labels = {}, None
@@ -155,9 +155,9 @@ def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: A
     ``(markdown section, {model: released dict})``. The budget ``(eps, delta)`` is split over the models."""
     import numpy as np
 
+    from duck.embeddings import embed_samples
     from duck.privacy.mechanisms import make_generator
     from duck.privacy.shareable import shareable_outlier_statistics
-    from duck.unlearn.duck import embed_samples
 
     cfg_share = check_shareable_cfg(cfg_share)
     # one generator for all the models' releases: sequential composition needs independent noise per release

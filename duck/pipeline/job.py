@@ -381,7 +381,7 @@ def check_audit_against_data(job: Job) -> None:
     share, analysis = opts.shareable, opts.analysis
     if not (share["enabled"] or analysis["enabled"]):
         return
-    from duck.unlearn.duck import embed_samples
+    from duck.embeddings import embed_samples
 
     with torch.no_grad():
         dim = int(embed_samples(job.build_model(), data.train, np.array([0]), device=torch.device("cpu"))[0].shape[1])
