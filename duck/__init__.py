@@ -11,9 +11,9 @@ statistics (``duck.privacy``) never import the deep-learning side.
 
 from typing import Any
 
+from duck._version import __version__
 from duck.errors import DuckInputError
 
-__version__ = "0.1.0"
 __all__ = ["DuckInputError", "__version__", "audit", "forgetting_verdict", "unlearn"]
 
 
