@@ -9,6 +9,7 @@ import sys
 import types
 from typing import Any
 
+from duck.unlearn import duck, none  # noqa: F401  (registration: DUCK and the "none" negative control)
 from duck.unlearn.base import ForgetAccuracyStop, ModelBank, ReferenceModels, UnlearnData, Unlearner, UnlearnResult
 from duck.unlearn.registry import create_unlearner, get_unlearner_class, list_unlearners, register_unlearner
 
