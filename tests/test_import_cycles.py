@@ -101,6 +101,20 @@ def test_a_new_cycle_is_found(graph: grimp.ImportGraph, importer: str, imported:
     assert any(importer in cycle for cycle in import_cycles(graph))
 
 
+def _run_python(code: str, *paths: Path) -> None:
+    """Run ``code`` in a fresh interpreter that finds this checkout (and ``paths`` first)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_duck_unlearn_is_callable_however_it_was_first_imported() -> None:
+    """The package duck.unlearn imports nothing above it: the facade makes it callable when Python binds it,
+    also when a sub-module was imported first (no attribute lookup on ``duck`` then)."""
+    _run_python("import sys; import duck.unlearn.registry; from duck.unlearn import create_unlearner; "
+                "import duck; assert callable(sys.modules['duck.unlearn']) and duck.unlearn is sys.modules['duck.unlearn']")
+
+
 def test_a_plugin_registers_through_the_entry_point_group(tmp_path: Path) -> None:
     """The unlearner registry imports no method: the package imports its built-in ones, and other packages
     come in through the ``duck_unlearn.methods`` entry points (here a distribution found on ``sys.path``)."""
@@ -121,6 +135,4 @@ def test_a_plugin_registers_through_the_entry_point_group(tmp_path: Path) -> Non
             "list_unlearners; assert 'duck_test_plugin' not in sys.modules; names = list_unlearners(); "
             "assert {'duck', 'none', 'test_plugin'} <= set(names), names; "
             "assert get_unlearner_class('test_plugin').__name__ == 'PluginMethod'")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _run_python(code, tmp_path)
