@@ -23,6 +23,7 @@ import torch
 from duck._version import __version__
 from duck.errors import DuckInputError
 from duck.io import atomic_write, atomic_write_bytes
+from duck.paths import checkpoint_file
 
 FORMAT = "duck-unlearn/1"
 # manifest fields a job compares with what it was asked to build
@@ -163,11 +164,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     Anything that cannot be read or parsed (empty, text, truncated, a bare pickle, a manifest that is not a
     JSON object, a state dict with non-string keys or non-tensor values) and any floating tensor holding NaN
     or inf is a :class:`DuckInputError` naming ``path``."""
-    path = Path(path).expanduser()
-    if path.is_dir():
-        raise DuckInputError(f"checkpoint {path} is a directory; pass ckpt=PATH to a .ckpt/.pt/.safetensors file")
-    if not path.is_file():
-        raise DuckInputError(f"checkpoint {path} not found; pass ckpt=PATH to an existing .ckpt/.pt/.safetensors file")
+    path = checkpoint_file(path)
     try:
         data = path.read_bytes()
     except OSError as e:

@@ -1,14 +1,26 @@
-"""Small shared helpers used by every layer (no deep-learning imports beyond torch)."""
+"""Small shared helpers used by every layer (no deep-learning imports beyond torch).
+
+torch is imported by the functions that use it, not by this module: the command line checks its settings with
+these helpers before it imports torch (1.4 s), so that a bad setting is refused in well under a second."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from duck.errors import DuckInputError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _is_tensor(value: Any) -> bool:
+    """``isinstance(value, torch.Tensor)`` without importing torch (no tensor exists before torch is imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -17,6 +29,8 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     Asking for CUDA on a machine without it, or for a GPU index the machine lacks, raises instead of
     silently falling back (or failing later, at the first tensor moved there).
     """
+    import torch
+
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -32,15 +46,39 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
 
 
 def as_tensor(
-    X: Any, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32, name: str = "X"
+    X: Any, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None, name: str = "X"
 ) -> torch.Tensor:
-    """Convert numpy/torch/list input to a tensor on ``device``; reject NaN/inf with a clear error."""
+    """Convert numpy/torch/list input to a tensor on ``device`` (``dtype`` default float32); reject NaN/inf with a
+    clear error."""
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
     t = X if isinstance(X, torch.Tensor) else torch.as_tensor(np.asarray(X))
     t = t.to(device=device if device is not None else t.device, dtype=dtype)
     if t.is_floating_point() and not torch.isfinite(t).all():
         bad = (~torch.isfinite(t)).reshape(t.shape[0], -1).any(1).nonzero().flatten()[:5].tolist() if t.ndim else []
         raise ValueError(f"{name} contains NaN or inf values (first bad rows: {bad}); clean or drop those rows")
     return t
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new allocations (Linux ``MemAvailable``; None where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def human_bytes(n_bytes: float) -> str:
+    """``n_bytes`` as text in decimal units (``1.5 GB``)."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.1f} {unit}"
+    return f"{n_bytes / 1e3:.1f} kB"
 
 
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
@@ -128,6 +166,8 @@ def real_array_tensor(X: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
     Raises ``DuckInputError`` naming ``name`` for input that is not a numeric array (strings, objects,
     ragged lists) or is complex / boolean; shapes and finiteness are the caller's checks.
     """
+    import torch
+
     if isinstance(X, torch.Tensor):
         t = X.detach()
         if t.is_complex() or t.dtype == torch.bool:
@@ -160,7 +200,9 @@ def int64_array(value: Any, name: str, *, floats: bool = True, keep_scalar: bool
     would wrap around silently.
     """
     tail = f"; {hint}" if hint else ""
-    if isinstance(value, torch.Tensor):
+    if _is_tensor(value):
+        import torch
+
         t = value.detach().cpu()
         if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
             t = t.double()  # bfloat16, float16, float8: dtypes numpy lacks

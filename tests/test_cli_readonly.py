@@ -5,7 +5,6 @@ exit status 2, nothing written. Other errors keep Hydra's own report."""
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import stat
 import subprocess
@@ -89,17 +88,17 @@ def test_full_disk(run_cli, monkeypatch, tmp_path):
     assert not run_dir.exists()
 
 
-def test_log_file_refused(run_cli, monkeypatch, tmp_path):
-    """``logging.config`` wraps the log file's PermissionError in ``ValueError: Unable to configure handler
-    'file'``: the chain is followed (simulated: works as root)."""
-    real_open = logging.FileHandler._open
+def test_existing_directory_refusing_files(run_cli, monkeypatch, tmp_path):
+    """The run directory exists but refuses new files (where Hydra's log file would fail with ``ValueError:
+    Unable to configure handler 'file'``): the probe file names the path (simulated: works as root)."""
+    real_open = os.open
 
-    def refuse(self: logging.FileHandler) -> object:
-        if Path(self.baseFilename).parent == tmp_path / "run":
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), self.baseFilename)
-        return real_open(self)
+    def refuse(path: object, *args: object, **kwargs: object) -> int:
+        if Path(os.fsdecode(path)).parent == tmp_path / "run":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fsdecode(path))
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(logging.FileHandler, "_open", refuse)
+    monkeypatch.setattr(os, "open", refuse)
     code, _, err, run_dir = run_cli("train", *SYNTH_ARGS, "recipe.epochs=1")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
@@ -119,12 +118,46 @@ def test_job_errors_are_not_taken_for_the_run_directory(run_cli, monkeypatch):
     assert code == 1 and "PermissionError" in err and "cannot write the run directory" not in err
 
 
-def test_only_unwritable_errors_are_recognised():
-    from duck.cli._app import unwritable_output_message
+def test_only_unwritable_errors_are_refused(tmp_path, monkeypatch):
+    """Other OS errors of the output directory are not taken for an unwritable one (Hydra reports them)."""
+    from duck.cli import _output
 
-    assert unwritable_output_message(ValueError("Unable to configure handler 'file'"), []) is None
-    assert unwritable_output_message(RuntimeError("boom"), []) is None
-    assert unwritable_output_message(FileNotFoundError(errno.ENOENT, "No such file", "x"), []) is None
-    wrapped = ValueError("Unable to configure handler 'file'")
-    wrapped.__cause__ = PermissionError(errno.EACCES, "Permission denied", "/x/run/train.log")
-    assert unwritable_output_message(wrapped, []) is None  # no Hydra config in its frames: not Hydra's start-up
+    def broken(folder: Path) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO), str(folder))
+
+    monkeypatch.setattr(_output, "_probe", broken)
+    with pytest.raises(OSError, match="Input/output error"):
+        _output.check_output_folder(tmp_path / "run", False, [])
+    message = _output.unwritable_message(OSError(errno.EEXIST, "File exists", str(tmp_path / "run")),
+                                         tmp_path / "run", True, False)
+    assert message == (f"cannot write the sweep directory {tmp_path / 'run'} (a file of that name exists); "
+                       "run from a writable directory or pass hydra.sweep.dir=WRITABLE_DIR")
+
+
+def test_the_probe_leaves_nothing_behind(tmp_path):
+    from duck.cli._output import check_output_folder
+
+    check_output_folder(tmp_path / "a" / "b", False, [])
+    assert tree(tmp_path) == {"a", "a/b"}
+
+
+def test_read_only_launch_directory_simulated(tmp_path, monkeypatch, capsys):
+    """The default run directory under a launch directory that refuses new folders (simulated: works as root):
+    the advice is to run elsewhere, the path is the folder the system refused."""
+    from duck.cli._output import check_output_folder
+
+    real_mkdir = os.mkdir
+
+    def refuse(path: object, *args: object, **kwargs: object) -> None:
+        if Path(os.fsdecode(path)) == tmp_path / "outputs":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fsdecode(path))
+        real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", refuse)
+    with pytest.raises(SystemExit) as exit_:
+        check_output_folder(tmp_path / "outputs" / "train" / "now", False, ["hydra.verbose=false"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"error: cannot write the run directory {tmp_path}/outputs/train/now "
+                                       f"(Permission denied: {tmp_path}/outputs); run from a writable directory "
+                                       "or pass hydra.run.dir=WRITABLE_DIR\n")
+    assert tree(tmp_path) == set()

@@ -164,3 +164,30 @@ def test_lead_sections_open_the_report(tmp_path: Path, audits: dict) -> None:
     md = paths["md"].read_text()
     assert md.index("**Verdict: forgotten.**") < md.index("Membership inference: members") \
         < md.index("## Accuracy and AUS") < md.index("## Later")
+
+
+def test_page_template_escapes_every_user_text_and_inlines_its_style() -> None:
+    """report.html comes from the Jinja2 template (autoescaped): headings, paragraphs, table cells, image alt
+    texts and code from users are shown, never interpreted; Markdown's raw HTML is escaped by markdown-it-py."""
+    from html.parser import HTMLParser
+
+    from duck.report.document import Code, Heading, Image, Markdown, Paragraph, Table, to_html
+
+    evil = '<script>alert("x")</script>'
+    page = to_html([Heading(evil, 1), Paragraph(evil), Table([evil], [[evil, 1.5]]), Image("p.png", b"\x89PNG", evil),
+                    Code(evil), Markdown(f"**bold** {evil}")], title=evil)
+
+    class Tags(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tags: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list) -> None:
+            self.tags.append(tag)
+
+    parser = Tags()
+    parser.feed(page)
+    assert "script" not in parser.tags and page.count("&lt;script&gt;") == 8  # title, h1, p, th, td, alt, pre, md
+    assert page.count('alt="&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;"') == 1
+    assert "<strong>bold</strong>" in page and "<td>1.5</td>" in page
+    assert "border-collapse:collapse" in page and 'src="data:image/png;base64,iVBORw=="' in page

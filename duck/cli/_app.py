@@ -3,11 +3,8 @@ text, clean error exits, and the entry point that turns a composed config into a
 
 from __future__ import annotations
 
-import errno
-import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,27 +61,63 @@ def check_group_choices(args: list[str], root: Path) -> None:
         fail(message)
 
 
-def check_override_keys(config_name: str, args: list[str], root: Path) -> None:
-    """Fail with one line for ``key=value`` overrides of keys the config does not have (``attack.nshadow=4``:
-    Hydra's own report is six lines and exit status 1). Composes the config once (~0.1 s); sweeps (``-m``)
-    and anything else Hydra may still accept are left to Hydra."""
+def compose_checked(config_name: str, args: list[str], root: Path) -> Any:
+    """Compose the config of a single job as Hydra will (~0.1 s, before torch is imported) and fail with one line
+    for ``key=value`` overrides of keys it does not have (``attack.nshadow=4``: Hydra's own report is six lines and
+    exit status 1). Returns the composed config, or None for sweeps (``-m``), other flags, and anything Hydra
+    reports itself."""
     if any(a in ("-m", "--multirun") or a.startswith("-") for a in args):
-        return
+        return None
     overrides = [a for a in args if "=" in a and not a.startswith(("hydra.", "hydra/", "~"))]
-    if not overrides:
-        return
     from hydra import compose, initialize_config_dir
     from hydra.errors import ConfigCompositionException
 
     try:
         with initialize_config_dir(str(root), version_base="1.3"):
-            compose(config_name, overrides=overrides)
+            return compose(config_name, overrides=overrides)
     except ConfigCompositionException as e:
         message = unknown_key_message(e)
         if message:
             fail(message)
     except Exception:  # Hydra reports everything else itself, as before
-        return
+        return None
+    return None
+
+
+#: settings naming a checkpoint file the job reads
+CHECKPOINT_KEYS = ("ckpt", "original_ckpt", "retrained_ckpt")
+
+
+def check_inputs_early(cfg: Any) -> None:
+    """The checks a composed config can pass before torch and Lightning are imported (about 4 s): the required
+    settings (:func:`check_required`), the checkpoint and forget-id files (the loaders' own checks, same lines),
+    a margins file (read and checked whole) and a ``data.root`` that is a loop of links. Values that need the
+    job's context are checked by the job."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from duck.paths import checkpoint_file, forget_id_file, resolved
+
+    def value(key: str) -> Any:
+        try:
+            found = OmegaConf.select(cfg, key, default=None)
+        except OmegaConfBaseException:  # an interpolation only the job resolves
+            return None
+        return found if isinstance(found, str) and found.strip() else None
+
+    if value("margins") is None:  # duck-audit margins=FILE needs no checkpoint nor forget set
+        check_required(cfg)
+    else:  # the whole file is checked (numpy only, ~0.1 s)
+        from attacks.equivalence import read_margins
+
+        read_margins(value("margins"))
+    for key in CHECKPOINT_KEYS:
+        if value(key) is not None:
+            checkpoint_file(value(key))
+    if value("scenario.forget_ids") is not None:
+        forget_id_file(value("scenario.forget_ids"))
+    if value("data.root") is not None:
+        resolved(value("data.root"), "data.root")
 
 
 def _results_in(folder: Path) -> list[str]:
@@ -202,108 +235,6 @@ def help_text(command: str, config_name: str, about: str, root: Path) -> str:
     return "\n".join(lines)
 
 
-#: errno values of an output directory or log file that cannot be made: no permission, a read-only or full file
-#: system, a file where a directory should be (or where the directory itself should be)
-UNWRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
-                        errno.EEXIST})
-
-
-def _raised_in(exc: BaseException, code: object) -> bool:
-    """Whether ``exc`` passed through a frame running ``code`` (Hydra re-raises a job's own exception later,
-    from outside the job, with the job's frames still in its traceback)."""
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code is code:
-            return True
-        tb = tb.tb_next
-    return False
-
-
-def _hydra_config_in(exc: BaseException) -> Any:
-    """The composed config Hydra was working with where ``exc`` was raised (Hydra sets its global config only
-    for the time of a job): the innermost traceback frame's ``config`` (Hydra's ``run_job``) or ``self.config``
-    (a launcher or sweeper plugin) that has a ``hydra`` node; None without one."""
-    from omegaconf import DictConfig
-
-    found = None
-    tb = exc.__traceback__
-    while tb is not None:
-        local = tb.tb_frame.f_locals
-        for cfg in (local.get("config"), getattr(local.get("self"), "config", None)):
-            if isinstance(cfg, DictConfig) and "hydra" in cfg:
-                found = cfg
-        tb = tb.tb_next
-    return found
-
-
-def unwritable_output_message(exc: BaseException, args: list[str], task_code: object = None) -> str | None:
-    """The error line for Hydra failing to create the run (``-m``: sweep) directory or its log file, or None.
-
-    ``exc`` counts when it is an :class:`OSError` with an :data:`UNWRITABLE` errno, or a ``ValueError`` of
-    ``logging.config`` whose ``__cause__``/``__context__`` chain holds one, raised outside the job (the frames
-    of ``task_code``) on a path in, above or below the output directory Hydra composed. Anything else: None."""
-    if not isinstance(exc, (OSError, ValueError)) or (task_code is not None and _raised_in(exc, task_code)):
-        return None
-    cause: BaseException | None = exc
-    seen: set[int] = set()
-    while cause is not None and not isinstance(cause, OSError) and id(cause) not in seen:
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    cfg = _hydra_config_in(exc)
-    if not isinstance(cause, OSError) or cause.errno not in UNWRITABLE or cfg is None:
-        return None
-    multirun = any(a in ("-m", "--multirun") for a in args)
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    folder = Path(os.path.abspath(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir)))
-    reason = ("a file of that name exists" if cause.errno == errno.EEXIST
-              else cause.strerror or errno.errorcode.get(cause.errno or 0, str(cause)))
-    if cause.filename is not None:
-        failed = Path(os.path.abspath(os.fsdecode(cause.filename)))
-        if not (failed == folder or failed in folder.parents or folder in failed.parents):
-            return None  # another file (a config Hydra read, say): Hydra reports it
-        if failed != folder:
-            reason += f": {failed}"
-    advice = ("free some space or pass" if cause.errno in (errno.ENOSPC, errno.EDQUOT)
-              else "pass" if any(a.startswith(f"{key}=") for a in args)
-              else "run from a writable directory or pass")
-    return (f"cannot write the {'sweep' if multirun else 'run'} directory {folder} ({reason}); "
-            f"{advice} {key}=WRITABLE_DIR")
-
-
-@contextmanager
-def unwritable_output_reported(args: list[str], task_code: object = None) -> Iterator[None]:
-    """Within: Hydra failing to create the output directory or its log file (:func:`unwritable_output_message`)
-    exits with one error line and status 2 instead of Hydra's 30-line traceback and status 1.
-
-    Hydra prints and exits inside ``hydra._internal.utils.run_and_report``, before the exception reaches the
-    caller: each call of it is wrapped here (the original is restored on exit; a Hydra without it is left
-    alone)."""
-    import hydra._internal.utils as hydra_utils
-
-    original = getattr(hydra_utils, "run_and_report", None)
-    if original is None:
-        yield
-        return
-
-    def run_and_report(func: Callable[[], Any]) -> Any:
-        def guarded() -> Any:
-            try:
-                return func()
-            except (OSError, ValueError) as e:
-                message = unwritable_output_message(e, args, task_code)
-                if message:
-                    fail(message)
-                raise
-
-        return original(guarded)
-
-    hydra_utils.run_and_report = run_and_report
-    try:
-        yield
-    finally:
-        hydra_utils.run_and_report = original
-
-
 #: the error line of a job stopped by SIGTERM while training
 TERMINATED = ("the job received SIGTERM (a scheduler's time limit or pre-emption, or kill) and stopped while "
               "training; its run directory holds only the stages finished before, and unfinished cache entries "
@@ -332,7 +263,12 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
         check_key_lengths(args)
         check_tune_plugin(args)
         check_group_choices(args, root)
-        check_override_keys(config_name, args, root)
+        composed = compose_checked(config_name, args, root)
+        if composed is not None:
+            try:
+                check_inputs_early(composed)
+            except DuckInputError as e:
+                fail(str(e))
         check_output_dir(args)
         multirun = any(a in ("-m", "--multirun") for a in args)
         if multirun:
@@ -365,8 +301,7 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
                 record_failed_job(str(e))  # the sweep's other jobs go on; the sweep exits non-zero at its end
                 return FAILED_TRIAL if cfg.get("tune") is not None else None
 
-        with unwritable_output_reported(args, getattr(_run, "__wrapped__", _run).__code__):
-            _run()
+        _run()  # the output directory is checked by the OutputDirCheck callback (duck/cli/_output.py)
         if multirun:
             from duck.report.sweep import LAST_FAILED
 

@@ -21,6 +21,7 @@ from duck.data.augment import check_augment
 from duck.data.base import DatasetSplits, IndexedDataset, check_path_text
 from duck.data.registry import register_dataset
 from duck.errors import DuckInputError
+from duck.paths import resolved
 from duck.utils import check_number, check_positive_int
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -204,7 +205,8 @@ def imagefolder(root: str | None = None, train_split: str = "train", test_split:
     in_chans, img_size = check_in_chans(in_chans), check_img_size(img_size)
     mean_t = check_norm(mean, "data.mean", in_chans, IMAGENET_MEAN, positive=False)
     std_t = check_norm(std, "data.std", in_chans, IMAGENET_STD, positive=True)
-    if (root_p / train_split).resolve() == (root_p / test_split).resolve():
+    resolved(root_p, "data.root")  # a loop of links: one line, not pathlib's RuntimeError
+    if resolved(root_p / train_split, "data.train_split") == resolved(root_p / test_split, "data.test_split"):
         raise DuckInputError(
             f"data.train_split={train_split!r} and data.test_split={test_split!r} name the same folder "
             f"{root_p / train_split}: every test sample would be a training sample (a member), so test accuracy "

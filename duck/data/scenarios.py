@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from duck.errors import DuckInputError
+from duck.paths import forget_id_file
 from duck.utils import INT64_MAX, INT64_MIN, check_number, check_seed, int64_array
 
 SCENARIOS = ("class_removal", "homogeneous_removal", "custom", "targeted")
@@ -138,9 +139,7 @@ def read_forget_ids(path: str | Path, max_count: int | None = None) -> np.ndarra
     the ``forget_ids.txt`` every job writes), ``.csv`` (first column; a first row holding a non-numeric word
     is a header) or ``.npy`` (a 1-D integer array, loaded without pickle). With ``max_count`` (the training-set
     size), a file that holds more ids than that is refused before it is read (:func:`_check_id_file_size`)."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise DuckInputError(f"forget-id file {p} not found; pass scenario.forget_ids=PATH to a .txt/.npy/.csv file")
+    p = forget_id_file(path)
     where = f"forget-id file {p}"
     _check_id_file_size(p, where, max_count)
     if p.suffix == ".npy":

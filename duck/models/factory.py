@@ -21,7 +21,7 @@ from torch import nn
 from duck.errors import DuckInputError
 from duck.models.classifier import Classifier, error_line, wrap_model
 from duck.models.small_cnn import SmallCNN
-from duck.utils import check_bool, check_number
+from duck.utils import available_memory, check_bool, check_number, human_bytes
 
 _LOCAL_MODELS: dict[str, Callable[..., nn.Module]] = {}
 
@@ -219,6 +219,38 @@ def _custom_model(num_classes: int, in_chans: int, img_size: int, target: Any, h
     return clf
 
 
+def _state_bytes(net: nn.Module) -> int:
+    """Bytes of a module's parameters and buffers (works on the ``meta`` device, where nothing is allocated)."""
+    return sum(t.numel() * t.element_size() for t in (*net.parameters(), *net.buffers()))
+
+
+def _built_within_memory(build: Callable[[], nn.Module], name: str, options: dict[str, Any]) -> nn.Module:
+    """``build()``, refused first when the model's weights cannot fit in the available memory.
+
+    The model is first built on PyTorch's ``meta`` device (shapes only, nothing allocated, the random number
+    generators untouched) to count its parameter and buffer bytes; more than the available memory (Linux
+    ``MemAvailable``) is a :class:`DuckInputError` naming the size and the options, before an allocation fails
+    with an allocator traceback. An allocation that still fails (an estimate that could not be made) gets the
+    same one-line refusal."""
+    shown = " ".join(f"model.{k}={v!r}" for k, v in options.items())
+    fix = f"choose a smaller model or lower its size options{f' ({shown})' if shown else ''}"
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            need: int | None = _state_bytes(build())
+    except Exception:  # a model that cannot be built on the meta device: no estimate, the real build decides
+        need = None
+    free = available_memory()
+    if need is not None and free is not None and need > free:
+        raise DuckInputError(f"model {name!r} needs {human_bytes(need)} of memory for its weights alone and "
+                             f"{human_bytes(free)} is available; {fix}")
+    try:
+        return build()
+    except (MemoryError, RuntimeError) as e:
+        if isinstance(e, MemoryError) or "allocat" in str(e) or "out of memory" in str(e):
+            raise DuckInputError(f"model {name!r} cannot be allocated ({error_line(e)}); {fix}") from None
+        raise
+
+
 def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int = 32, /, *, pretrained: bool = False,
                  cifar_stem: bool | str = "auto", **kwargs: Any) -> Classifier:
     """Build ``name`` (a local small CNN, ``custom`` or any timm model) for ``num_classes`` outputs and the input
@@ -265,7 +297,8 @@ def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int =
         if cifar_stem != "auto":
             raise DuckInputError(f"model.cifar_stem={cifar_stem!r} does not apply to {name} (only ResNet-style timm "
                                  "models have that stem); remove the model.cifar_stem override")
-        net = _LOCAL_MODELS[name](num_classes=num_classes, in_chans=in_chans, **kwargs)
+        net = _built_within_memory(lambda: _LOCAL_MODELS[name](num_classes=num_classes, in_chans=in_chans, **kwargs),
+                                   name, kwargs)
         smallest = getattr(net, "min_img_size", 1)
         if img_size < smallest:
             raise DuckInputError(f"{name} needs images of at least {smallest}x{smallest} pixels (its max-pools halve "
@@ -280,7 +313,8 @@ def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int =
         )
     args = dict(pretrained=pretrained, num_classes=num_classes, in_chans=in_chans, **kwargs)
     try:
-        net = _timm_model(name, img_size, args, kwargs)
+        net = (_timm_model(name, img_size, args, kwargs) if pretrained else
+               _built_within_memory(lambda: _timm_model(name, img_size, args, kwargs), name, kwargs))
     except (RuntimeError, OSError) as e:
         if pretrained:
             raise DuckInputError(f"cannot load pretrained weights for {name} ({e}); set model.pretrained=false "

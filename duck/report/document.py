@@ -1,5 +1,6 @@
 """A minimal document model rendered twice: Markdown (``report.md``) and self-contained HTML
-(``report.html``, images embedded as base64 data URIs, no external assets).
+(``report.html``, images embedded as base64 data URIs, no external assets) from the Jinja2 template
+``page.html.j2`` with the style sheet ``page.css`` (both beside this module).
 
 A document is a list of blocks: :class:`Heading`, :class:`Paragraph`, :class:`Table`, :class:`Image`,
 :class:`Code`, and :class:`Markdown` (free text from callers, rendered as CommonMark with pipe tables; raw HTML
@@ -9,10 +10,13 @@ in it is escaped).
 from __future__ import annotations
 
 import base64
-import html
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
+
+from jinja2 import Environment, PackageLoader
+from markupsafe import Markup
 
 
 @dataclass
@@ -52,16 +56,8 @@ class Markdown:
 
 Block = Heading | Paragraph | Table | Image | Code | Markdown
 
-CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:980px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}
-h1{font-size:1.6em;border-bottom:2px solid #ddd;padding-bottom:.3em}h2{font-size:1.25em;margin-top:1.6em}
-table{border-collapse:collapse;margin:.8em 0;font-size:.92em}
-th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left}
-th{background:#f4f4f4}tr:nth-child(even) td{background:#fafafa}
-pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:.8em;overflow-x:auto;font-size:.85em}
-img{max-width:100%;border:1px solid #eee;margin:.5em 0}
-"""
+#: the page template and its style sheet, beside this module (package data)
+TEMPLATE, STYLE = "page.html.j2", "page.css"
 
 
 def _cell_md(v: Any) -> str:
@@ -88,16 +84,6 @@ def to_markdown(blocks: Sequence[Block]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def _table_html(headers: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _split_row(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
 def markdown_to_html(text: str) -> str:
     """CommonMark with pipe tables (markdown-it-py, the parser ``rich`` uses); raw HTML in the text is shown
     escaped, never interpreted (class names and paths come from users)."""
@@ -106,22 +92,30 @@ def markdown_to_html(text: str) -> str:
     return MarkdownIt("commonmark", {"html": False}).enable("table").render(text.strip())
 
 
+def _view(b: Block) -> dict[str, Any]:
+    """A block as the template's data: its ``kind`` and fields (images base64-encoded, Markdown rendered)."""
+    if isinstance(b, Heading):
+        return {"kind": "heading", "text": b.text, "level": b.level}
+    if isinstance(b, Paragraph):
+        return {"kind": "paragraph", "text": b.text}
+    if isinstance(b, Table):
+        return {"kind": "table", "headers": [str(h) for h in b.headers], "rows": [[str(c) for c in r] for r in b.rows]}
+    if isinstance(b, Image):
+        return {"kind": "image", "alt": b.alt, "base64": base64.b64encode(b.png).decode("ascii")}
+    if isinstance(b, Code):
+        return {"kind": "code", "text": b.text}
+    return {"kind": "html", "html": Markup(markdown_to_html(b.text))}
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Environment:
+    return Environment(loader=PackageLoader("duck.report", ""), autoescape=True, keep_trailing_newline=True)
+
+
 def to_html(blocks: Sequence[Block], title: str) -> str:
-    body: list[str] = []
-    for b in blocks:
-        if isinstance(b, Heading):
-            body.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
-        elif isinstance(b, Paragraph):
-            body.append(f"<p>{html.escape(b.text)}</p>")
-        elif isinstance(b, Table):
-            body.append(_table_html(b.headers, b.rows))
-        elif isinstance(b, Image):
-            data = base64.b64encode(b.png).decode("ascii")
-            body.append(f'<img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">')
-        elif isinstance(b, Code):
-            body.append(f"<pre>{html.escape(b.text)}</pre>")
-        elif isinstance(b, Markdown):
-            body.append(markdown_to_html(b.text))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    """The blocks as one self-contained HTML page (Jinja2 template :data:`TEMPLATE`, style :data:`STYLE` inlined,
+    images as data URIs)."""
+    from importlib.resources import files
+
+    css = files("duck.report").joinpath(STYLE).read_text(encoding="utf-8")
+    return _environment().get_template(TEMPLATE).render(title=title, css=Markup(css), blocks=[_view(b) for b in blocks])
