@@ -45,6 +45,7 @@ from lightning.pytorch.callbacks import Callback
 
 from attacks.batched import calibrate, check_batchable, train_batched
 from attacks.lira import lira_phi, view_logits
+from duck._version import __version__
 from duck.checkpoint import build_manifest, load_checkpoint, load_into, save_checkpoint
 from duck.data.base import DatasetSplits, IndexedDataset
 from duck.data.loaders import collate_indexed, fetch
@@ -267,8 +268,6 @@ def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shado
     the training pool, the precision and every other ``trainer.*`` setting that changes training
     (``duck.training.training_trainer_settings``; not where the run executes). The storage key is a hash
     of this."""
-    from duck import __version__
-
     precision = dict(trainer_cfg or {}).get("precision")
     training = training_trainer_settings(trainer_cfg, precision=False)
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from duck._version import __version__
 from duck.errors import DuckInputError
 from duck.io import DISK_ERRNOS, atomic_save_json, disk_error, exclusive_lock, remove_stale_temps, temp_name
 from duck.metrics import metrics_record
@@ -26,8 +27,6 @@ def cache_key(job: Job, retrain: bool) -> str:
     seed, precision and every other ``trainer.*`` setting that changes training (gradient clipping,
     accumulation, ...: ``duck.training.training_trainer_settings``), the number of DDP processes where there
     are several (``trainer.devices`` x ``num_nodes``), and the forget ids for an oracle."""
-    from duck import __version__
-
     training = training_trainer_settings(job.trainer_cfg, precision=False)
     world = data_parallel_size(job.trainer_cfg)  # DDP: another sample order per step, other weights
     spec = {"data": job.data_cfg, "model": job.model_cfg, "recipe": job.recipe_cfg,

@@ -44,6 +44,7 @@ from attacks.forgetting import (
     summarize,
 )
 from attacks.retrain_bank import RetrainBank
+from duck._version import __version__
 from duck.errors import DuckInputError
 from duck.io import atomic_save_npz
 from duck.models import Classifier
@@ -76,8 +77,6 @@ def _weights_digest(model: torch.nn.Module) -> str:
 
 def unlearned_set_key(job: Job, original: Classifier) -> str:
     """What an unlearned set depends on (the cache key of its runs)."""
-    from duck import __version__
-
     spec = {"original": _weights_digest(original), "method": job.method, "hparams": job.hparams,
             "forget": job.scenario.forget_hash, "data": job.data.fingerprint(),
             "trainer": training_trainer_settings(job.trainer_cfg), "version": __version__}

@@ -40,6 +40,7 @@ from attacks.forgetting import (
 from attacks.retrain_bank import ShadowRetrainBank
 from attacks.roc import roc_summary
 from attacks.shadow import ShadowBank
+from duck._version import __version__
 from duck.data.base import DatasetSplits, ReindexedDataset
 from duck.data.scenarios import build_scenario
 from duck.errors import DuckInputError
@@ -107,7 +108,6 @@ def _shadow_scenario(job: Job, labels: np.ndarray, forget_pos: np.ndarray) -> An
 def unlearned_shadows(job: Job, bank: ShadowBank, method: str, method_cfg: dict[str, Any]) -> tuple[np.ndarray, int]:
     """φ of every unlearned shadow ``U_k`` on every training sample ``(E, N_train)``, and how many were computed
     now (the rest came from the cache)."""
-    from duck import __version__
     from duck.unlearn.config import resolve_method_cfg
 
     hparams = resolve_method_cfg(method_cfg, job.data.name, job.scenario.kind)
