@@ -111,7 +111,7 @@ def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float]
             except (OSError, ValueError, KeyError, EOFError):
                 path.unlink(missing_ok=True)  # a damaged entry is recomputed
         t_run = time.perf_counter()
-        unlearner = create_unlearner(job.method, copy.deepcopy(original), udata, job.method_cfg, seed=job.seed + i,
+        unlearner = create_unlearner(job.method, copy.deepcopy(original), udata, job.hparams, seed=job.seed + i,
                                      trainer_cfg=job.trainer_cfg, progress=False)
         result = unlearner.unlearn()
         arrays = model_phi(result.model.to(job.device), job)

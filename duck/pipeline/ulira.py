@@ -110,7 +110,7 @@ def unlearned_shadows(job: Job, bank: ShadowBank, method: str, method_cfg: dict[
     now (the rest came from the cache)."""
     from duck.unlearn.config import resolve_method_cfg
 
-    hparams = resolve_method_cfg(method_cfg, job.data.name, job.scenario.kind)
+    hparams = resolve_method_cfg(method_cfg, job.data.name, job.scenario.kind)  # the job's: as they are
     spec = {"bank": bank.key, "method": method, "hparams": hparams, "forget": job.scenario.forget_hash,
             "trainer": training_trainer_settings(job.trainer_cfg), "seed": job.seed, "version": __version__}
     folder = job.cache_dir / "unlearned_shadows" / hashlib.sha256(
@@ -138,7 +138,7 @@ def unlearned_shadows(job: Job, bank: ShadowBank, method: str, method_cfg: dict[
                             model_factory=job.model_factory)
         # a seed per pair (the method's randomness, a retrain's initialisation): one seed for every k made the
         # retrain control's models share an initialisation, and a never-seen class's logit with it
-        result = create_unlearner(method, copy.deepcopy(shadow), udata, method_cfg, seed=pair_seed(job.seed, k),
+        result = create_unlearner(method, copy.deepcopy(shadow), udata, hparams, seed=pair_seed(job.seed, k),
                                   trainer_cfg=job.trainer_cfg).unlearn()
         phi = model_phi(result.model.to(job.device), job)["phi_train"]
         atomic_save_npz(path, phi_train=phi)
@@ -190,7 +190,7 @@ def ulira_audit(job: Job, target: Classifier | None = None, oracle: Classifier |
     retrain_bank = shadow_retrain_bank(job, bank)
     retrain_bank.train()
     phi_r = retrain_bank.shadow_phi(["identity"])[0][..., 0][:, forget]  # (E, F)
-    phi_u, computed = unlearned_shadows(job, bank, job.method, job.method_cfg)
+    phi_u, computed = unlearned_shadows(job, bank, job.method, job.hparams)
     summary, aucs = _pairs_summary(job, phi_u[:, forget], phi_r, mask)
     out: dict[str, Any] = {**summary, "n_pairs": int(bank.n_shadow), "computed_now": computed}
     controls: dict[str, Any] = {}
