@@ -317,6 +317,19 @@ def test_a_read_only_cache_is_one_line_and_readable(tmp_path):
             folder.chmod(0o755)
 
 
+def test_a_full_cache_disk_ends_a_job_in_one_error_line(run_cli, tmp_path, monkeypatch):
+    """duck-train's cached original cannot be written: one ``error:`` line naming the file, exit 2."""
+    from conftest import SYNTH_ARGS
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DUCK_CACHE_DIR", str(cache))
+    _refuse_under(monkeypatch, cache, "replace", errno.ENOSPC)
+    code, _, err, _ = run_cli("run", *SYNTH_ARGS, "recipe.epochs=1", "audit=false")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"error: cannot write {cache / 'store-v1' / 'models'}") and "no space left" in lines[0]
+
+
 def test_the_store_sits_low_and_imports_no_deep_learning():
     code = "import sys, duck.store; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
