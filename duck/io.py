@@ -14,8 +14,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -228,38 +227,3 @@ def atomic_save_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path
 def atomic_save_npz(path: str | os.PathLike, **arrays: Any) -> Path:
     """``np.savez_compressed`` atomically (the target name keeps its ``.npz`` suffix)."""
     return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
-
-
-@contextmanager
-def exclusive_lock(lock_file: str | os.PathLike, waiting: Callable[[], None] | None = None,
-                   shared: bool = False) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``lock_file`` (``fcntl.flock``; created if missing) for the block:
-    concurrent jobs on one cache entry take turns, and the second finds the first's result. ``shared``: a
-    shared lock instead (holders of shared locks run together; an exclusive holder waits for all of them).
-    ``waiting()`` is called once when another process holds the lock. Without ``fcntl`` (Windows) there is no
-    lock; files stay atomic."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    path = Path(lock_file)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+b")
-    except OSError as e:
-        if e.errno in _DISK_ERRORS:
-            raise disk_error(path, e) from None
-        raise
-    with f:
-        try:
-            fcntl.flock(f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if waiting is not None:
-                waiting()
-            fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
