@@ -7,7 +7,6 @@ import errno
 import json
 import multiprocessing
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -211,19 +210,14 @@ def test_a_second_process_waits_with_one_warning(tmp_path):
 
 # ---------------------------------------------------------------------------------------- killed writers
 def test_a_writer_killed_mid_write_leaves_no_artifact_and_the_next_open_removes_its_temp(tmp_path):
+    from conftest import kill_writer_mid_write
+
     code = ("import sys, time; from duck.store import Store, ArtifactSpec; "
             "e = Store(sys.argv[1]).open(ArtifactSpec('models', 1, {'seed': 0})); "
             "e.write('model.ckpt', lambda f: (f.write(b'x' * 4096), f.flush(), time.sleep(120)))")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)])
     entry_dir = Store(tmp_path).open(ArtifactSpec("models", 1, {"seed": 0})).dir
-    try:
-        deadline = time.time() + 60
-        while not list(entry_dir.glob(".*.tmp")) and time.time() < deadline:
-            time.sleep(0.05)
-        assert list(entry_dir.glob(".*.tmp")), "the writer never started"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    entry_dir.mkdir(parents=True)
+    kill_writer_mid_write(code, str(tmp_path), folder=entry_dir)
     assert not (entry_dir / "model.ckpt").exists() and len(list(entry_dir.glob(".*.tmp"))) == 1
     entry = Store(tmp_path).open(ArtifactSpec("models", 1, {"seed": 0}))  # the next open sweeps it
     assert list(entry.dir.iterdir()) == []
