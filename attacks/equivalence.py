@@ -361,7 +361,7 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
                         "f_shifts": cals["method"].f_shifts.tolist(), "f_z": cals["method"].z().tolist(),
                         "examples_scored": cals["method"].n_scored, "seed": int(seed)},
         "test": "equivalence (two one-sided tests) on the epsilon score F against the shift-back permutation "
-                "distribution of each fraction of the original's shift (ALGORITHMS.md §11; docs/audit.md)"}
+                "distribution of each fraction of the original's shift (docs/audit.md, forgetting verdict)"}
     if accuracies:
         record["utility"] = utility_ratios(accuracies, max_utility_loss)
         if not record["utility"]["ok"]:

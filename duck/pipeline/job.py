@@ -21,7 +21,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from attacks.audit import AuditSettings, check_audit_data
-from attacks.shadow import check_cache_dir
 from duck.analysis.options import check_analysis_cfg, check_analysis_data
 from duck.data.augment import check_augment
 from duck.data.base import DatasetSplits, subset_splits
@@ -31,6 +30,7 @@ from duck.errors import DuckInputError
 from duck.models import Classifier, create_model
 from duck.pipeline.config import conf_dir, container, resolve_progress
 from duck.privacy.shareable import check_shareable_cfg
+from duck.store import check_cache_dir
 from duck.training import Recipe, check_data_parallel, check_trainer_settings, data_parallel_size
 from duck.unlearn import get_unlearner_class
 from duck.unlearn.config import MethodParams, check_known_keys, resolve_method_cfg
