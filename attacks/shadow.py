@@ -50,7 +50,7 @@ from duck.errors import DuckInputError
 from duck.models import Classifier
 from duck.store import CORRUPT_ERRORS
 from duck.training import Recipe, single_device, train_classifier, training_trainer_settings
-from duck.utils import warn_line
+from duck.utils import available_memory, human_bytes, warn_line
 
 POOLS = ("train", "train+test")
 MODES = ("auto", "batched", "sequential")
@@ -107,13 +107,6 @@ def state_bytes(model: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in model.state_dict().values())
 
 
-def _human(n_bytes: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if n_bytes >= size:
-            return f"{n_bytes / size:.1f} {unit}"
-    return f"{n_bytes / 1e3:.1f} kB"
-
-
 def _free_disk(path: Path) -> int | None:
     """Free bytes on the file system that will hold ``path`` (its nearest existing parent)."""
     import shutil
@@ -125,18 +118,6 @@ def _free_disk(path: Path) -> int | None:
         return shutil.disk_usage(p).free
     except OSError:
         return None
-
-
-def _available_memory() -> int | None:
-    """Bytes of memory available to new allocations (Linux ``MemAvailable``; None where unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 #: bytes of memory per model and example while a bank is built and scored: the keep matrix's draws and ranks
@@ -151,10 +132,10 @@ def check_bank_resources(n_models: int, n_examples: int, model_bytes: int, where
     one error naming both sizes and ``setting``, the option to lower."""
     need_disk, need_ram = n_models * model_bytes, RAM_BYTES_PER_CELL * n_models * n_examples
     for need, free, what in ((need_disk, _free_disk(where), "on disk under the cache directory"),
-                             (need_ram, _available_memory(), "of memory")):
+                             (need_ram, available_memory(), "of memory")):
         if free is not None and need > free:
-            raise DuckInputError(f"{setting}={n_models}: the {label} of {n_models} models needs about {_human(need)} "
-                                 f"{what}, and {_human(free)} is free; lower {setting}"
+            raise DuckInputError(f"{setting}={n_models}: the {label} of {n_models} models needs about {human_bytes(need)} "
+                                 f"{what}, and {human_bytes(free)} is free; lower {setting}"
                                  + (" or choose another cache_dir" if "disk" in what else ""))
 
 
