@@ -164,23 +164,28 @@ def tradeoff_png(points: Sequence[Mapping[str, Any]], references: Sequence[Mappi
     retained test accuracy; right, the verdict's scale, the share of the original's imprint kept, with the
     ``forgotten`` band ±``margin`` shaded. Error bars: each job's interval. ``references``: ``{"label", "A_t",
     "q", "imprint"}`` points of the controls, drawn in black."""
+    from matplotlib import colormaps
+
     fig = _figure(10.4, 4.4)
     axes = [fig.add_subplot(1, 2, i + 1) for i in range(2)]
     methods = list(dict.fromkeys(str(p["method"]) for p in points))
+    cmap = colormaps["tab10" if len(methods) <= 10 else "tab20"]
+    color = {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+    markers = {m: "osD^vP<>"[(i // cmap.N) % 8] if len(methods) > cmap.N else "o" for i, m in enumerate(methods)}
     for ax, key, label in ((axes[0], "F_normalised", "normalised forgetting q (1 = like retraining)"),
                            (axes[1], "imprint_kept", "imprint kept (0 = like retraining, 1 = like the original)")):
         if key == "imprint_kept" and margin is not None:
             ax.axhspan(-margin, margin, color="#2ca02c", alpha=0.12, lw=0, label=f"forgotten zone (±{margin:g})")
-        for i, method in enumerate(methods):
+        for method in methods:
             first = True
             for p in points:
                 if str(p["method"]) != method or p.get(key) is None or p.get("A_t") is None:
                     continue
                 size = 30 * min(4.0, max(0.25, float(p.get("time_ratio") or 1.0)) * 4)
                 ax.errorbar([p["A_t"]], [p[key]], yerr=_interval_bars(float(p[key]), p.get(f"{key}_ci")), fmt="none",
-                            ecolor=f"C{i % 10}", alpha=0.7, capsize=3)
-                ax.scatter([p["A_t"]], [p[key]], s=size, color=f"C{i % 10}", alpha=0.85, edgecolors="white",
-                           label=method if first else None, zorder=3)
+                            ecolor=color[method], alpha=0.7, capsize=3)
+                ax.scatter([p["A_t"]], [p[key]], s=size, color=color[method], marker=markers[method], alpha=0.85,
+                           edgecolors="white", label=method if first else None, zorder=3)
                 first = False
         ref_key = "q" if key == "F_normalised" else "imprint"
         for r, marker in zip(references, ("X", "*", "P", "D"), strict=False):
@@ -192,6 +197,10 @@ def tradeoff_png(points: Sequence[Mapping[str, Any]], references: Sequence[Mappi
     axes[0].set_title("Forgetting against utility (marker area: time / retraining)", fontsize=9)
     axes[1].set_title("The verdict's scale", fontsize=9)
     handles, labels = axes[1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(6, max(1, len(labels))), fontsize=7, frameon=False,
-               bbox_to_anchor=(0.5, -0.08))
+    fig.tight_layout()
+    legend = fig.legend(handles, labels, loc="upper center", ncol=min(6, max(1, len(labels))), fontsize=7,
+                        frameon=False, bbox_to_anchor=(0.5, 0.0), markerscale=0.7)
+    for handle in legend.legend_handles:  # legend markers of one size (the plot's size is the time)
+        if hasattr(handle, "set_sizes"):
+            handle.set_sizes([36])
     return _png(fig)
