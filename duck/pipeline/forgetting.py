@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attacks.equivalence import Calibration, verdict_and_calibrations
+from attacks.equivalence import DEFAULT_SHIFTS, Calibration, verdict_and_calibrations
 from attacks.forgetting import (
     epsilon_points,
     epsilons,
@@ -202,8 +202,9 @@ def _calibration_entry(job: Job, name: str, sets: dict[str, dict[str, Any]], ref
     """The store entry of control ``name``'s calibration (``forgetting_calibrations``)."""
     spec = {"set": sets[name]["key"], "ref": ref["key"], "none": sets["none"]["key"], "retrain": sets["retrain"]["key"],
             "forget": job.scenario.forget_hash, "margin": opts["margin"], "replicates": opts["replicates"],
-            "seed": opts["seed"], "examples": opts["calibration_examples"], "level": opts["ci_level"]}
-    return Store(job.cache_dir).open(ArtifactSpec("forgetting_calibrations", 4, spec), label="verdict calibration")
+            "seed": opts["seed"], "examples": opts["calibration_examples"], "level": opts["ci_level"],
+            "shifts": list(DEFAULT_SHIFTS)}
+    return Store(job.cache_dir).open(ArtifactSpec("forgetting_calibrations", 5, spec), label="verdict calibration")
 
 
 def _load_calibration(path: Any) -> Calibration:
