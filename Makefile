@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 FMNIST_DIR ?= /usr/share/datasets/fashion-mnist
 PYTEST_ARGS ?=
 
-.PHONY: venv install demo test test-all lint fashion-mnist clean
+.PHONY: venv install demo test test-all lint fashion-mnist chromium clean
 
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -27,15 +27,24 @@ fashion-mnist:
 	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1)) || \
 	  echo "could not install dataset-fashion-mnist; Fashion-MNIST tests will be skipped"; fi
 
+# Chromium renders the HTML pages in tests/test_browser.py (Debian package chromium); optional: those tests skip
+# with a reason without it.
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then echo "chromium present"; \
+	else echo "chromium missing: installing Debian package chromium (apt-get)"; \
+	  (apt-get install -y -q chromium >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || \
+	  echo "could not install chromium; the browser checks will be skipped"; fi
+
 demo: install
 	$(BIN)/duck-run
 
-test: install fashion-mnist
+test: install fashion-mnist chromium
 	$(BIN)/lint-imports --no-logo --no-cache
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
-test-all: install fashion-mnist
+test-all: install fashion-mnist chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install

@@ -6,18 +6,15 @@ Names are resolved lazily (PEP 562): importing :mod:`attacks` imports neither to
 
 from __future__ import annotations
 
-from duck._lazy import lazy_exports
+import lazy_loader
 
 _LAZY = {
-    "audit_models": "attacks.audit",
-    "AuditSettings": "attacks.audit",
-    "ShadowBank": "attacks.shadow",
-    "keep_matrix": "attacks.shadow",
-    "train_batched": "attacks.batched",
-    "lira_phi": "attacks.lira",
-    "lira_scores": "attacks.lira",
-    "roc_summary": "attacks.roc",
-    "svm_mia": "attacks.svm_mia",
+    "audit": ["AuditSettings", "audit_models"],
+    "shadow": ["ShadowBank", "keep_matrix"],
+    "batched": ["train_batched"],
+    "lira": ["lira_phi", "lira_scores"],
+    "roc": ["roc_summary"],
+    "svm_mia": ["svm_mia"],
 }
 
-__getattr__, __dir__, __all__ = lazy_exports("attacks", _LAZY)
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs=_LAZY)

@@ -318,7 +318,7 @@ def audit_models(cfg_attack: AuditSettings | Mapping[str, Any] | None, data: Dat
     references; any may be missing, other names are audited like targets) with one shadow bank.
 
     The bank (E = ``attack.n_shadow`` shadows of ``model_factory()`` trained with ``recipe`` and
-    ``augment``) is loaded from ``<cache_dir>/shadow_banks/<key>/`` or trained there first. ``seed``
+    ``augment``) is loaded from ``<cache_dir>/store-v1/shadow_banks/<key>/`` or trained there first. ``seed``
     drives the bootstrap and the SVM splits. ``out_dirs`` (name -> directory) says where to write each
     model's ``audit.json`` and ``lira_stats.npz``. Returns ``{name: audit dict}``."""
     if not models:

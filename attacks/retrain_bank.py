@@ -3,11 +3,12 @@ set ``D_r`` with seeds 0..R−1 and the target's recipe — the distribution of 
 set, against which every unlearned model of the same forget set is compared.
 
 It is a :class:`~attacks.shadow.ShadowBank` whose every model trains on the retain set (the "keep matrix" is
-the retain mask in every row) with its own seed: the caching under ``<cache_dir>/retrain_banks/<key>/``,
-the lock per key, the atomic writes, resuming after an interruption, batched training where it is faster and
-the φ of every train and test sample per set of views are the shadow bank's. The key holds everything the
-shadow bank's does (data content, model, recipe, trainer settings, R, seed) plus the forget set's hash, so a
-different forget set never reuses a bank, and every method and audit of the same forget set shares one.
+the retain mask in every row) with its own seed: the caching in the artifact store
+(``<cache_dir>/store-v1/retrain_banks/<key>/``, :mod:`attacks.bank_cache`), the lock per key, the atomic writes,
+resuming after an interruption, batched training where it is faster and the φ of every train and test sample
+per set of views are the shadow bank's. The key holds everything the shadow bank's does (data content, model,
+recipe, trainer settings, R, seed) plus the forget set's hash, so a different forget set never reuses a bank,
+and every method and audit of the same forget set shares one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import numpy as np
 from attacks.shadow import ShadowBank
 from duck.data.base import DatasetSplits
 from duck.errors import DuckInputError
-from duck.io import atomic_save_npz
 from duck.models import Classifier
 from duck.training import Recipe
 
@@ -81,13 +81,11 @@ class RetrainBank(ShadowBank):
         from duck.metrics import predict_logits
 
         path = self.dir / "correct.npz"
-        self._check_layout()
-        self._clear(path, "file")
-        if path.is_file():
-            shape = (self.n_shadow, len(self.data.train) + len(self.data.test))
-            cached = self.read_arrays(path, {"correct": shape}, kind="b")
-            if cached is not None:
-                return cached["correct"]
+        self.cache.check_layout()
+        shape = (self.n_shadow, len(self.data.train) + len(self.data.test))
+        cached = self.cache.read_arrays(path, {"correct": shape}, kind="b")
+        if cached is not None:
+            return cached["correct"]
         rows = []
         for k in range(self.n_shadow):
             model = self._load_or_retrain(k).to(self.device)
@@ -97,7 +95,7 @@ class RetrainBank(ShadowBank):
                 correct.append((logits.argmax(1) == labels).numpy())
             rows.append(np.concatenate(correct))
         out = np.stack(rows)
-        atomic_save_npz(path, correct=out)
+        self.cache.write_arrays(path, correct=out)
         return out
 
 

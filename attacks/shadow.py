@@ -5,23 +5,21 @@ matrix, and per column the ``E/2`` smallest entries are IN, so every example of 
 training data of exactly half of the shadows. Shadow ``k`` trains on its IN examples with seed
 ``shadow_seed(seed, k)`` (initialisation, shuffling, augmentation).
 
-The bank depends only on (data, model, recipe, E, seed, pool): it is stored under
-``<cache_dir>/shadow_banks/<key>/`` (``meta.json``, ``keep.npy``, ``shadows/shadow_KKKK.ckpt``, and the
-shadows' φ on every train/test sample per set of query views, ``phi_<views>.npz``), all written
-atomically. Training proceeds in chunks of ``chunk_size`` models (batched, or one after another) and
-saves each shadow as soon as its chunk is done, so a bank larger than memory trains chunk by chunk and an
-interrupted bank resumes from the shadows already saved. The next audit on the same setup only runs
-inference (or nothing, once the φ file exists).
+The bank depends only on (data, model, recipe, E, seed, pool): it is one entry of the artifact store,
+``<cache_dir>/store-v1/shadow_banks/<key>/`` (``meta.json``, ``keep.npy``, ``shadows/shadow_KKKK.ckpt``, and
+the shadows' φ on every train/test sample per set of query views, ``phi_<views>.npz``), all written atomically;
+its files, their checks and its lock are :class:`attacks.bank_cache.BankCache`'s. Training proceeds in chunks
+of ``chunk_size`` models (batched, or one after another) and saves each shadow as soon as its chunk is done, so
+a bank larger than memory trains chunk by chunk and an interrupted bank resumes from the shadows already saved.
+The next audit on the same setup only runs inference (or nothing, once the φ file exists).
 
 Concurrent audits of one bank (a Hydra sweep over methods, jobs sharing a cache directory) take turns: training
-and the ``meta.json`` update run under an exclusive advisory lock on ``shadow_banks/<key>.lock`` (``fcntl.flock``,
-released by the OS when a job dies), so a second audit waits for the first, then finds the shadows saved
-and trains none of them again, and neither loses the other's entries in ``meta.json``. Where ``fcntl`` is
-missing (Windows) there is no lock: shadows are still written atomically, but both jobs may train them.
+runs under the bank's lock in the store (``shadow_banks/<key>.lock``, :func:`duck.store.file_lock`; released by
+the OS when a job dies), so a second audit waits for the first, then finds the shadows saved and trains none of
+them again; ``meta.json`` is updated under the entry's index lock, so neither loses the other's entries.
 
-The bank directory is a cache: a damaged entry (unreadable or malformed ``meta.json``, ``keep.npy`` or φ
-file, a φ file holding NaN/inf, a checkpoint that does not load or whose manifest names another shadow or
-bank, a file where a directory belongs or the reverse) is rebuilt with a one-line ``warning: ...``; it is
+The bank directory is a cache: a damaged entry (see :mod:`attacks.bank_cache`; here also a checkpoint that does
+not load or whose manifest names another shadow or bank) is rebuilt with a one-line ``warning: ...``; it is
 never used as it is and never ends the job with a traceback.
 """
 
@@ -31,9 +29,7 @@ import functools
 import hashlib
 import json
 import os
-import shutil
 import time
-import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,18 +39,19 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from attacks.bank_cache import BANK_FORMAT, BankCache  # noqa: F401 (BANK_FORMAT: the banks' store version)
 from attacks.batched import calibrate, check_batchable, train_batched
 from attacks.lira import lira_phi, view_logits
+from duck._version import __version__
 from duck.checkpoint import build_manifest, load_checkpoint, load_into, save_checkpoint
 from duck.data.base import DatasetSplits, IndexedDataset
 from duck.data.loaders import collate_indexed, fetch
 from duck.errors import DuckInputError
-from duck.io import atomic_save_json, atomic_save_npz, exclusive_lock
 from duck.models import Classifier
+from duck.store import CORRUPT_ERRORS
 from duck.training import Recipe, single_device, train_classifier, training_trainer_settings
-from duck.utils import warn_line
+from duck.utils import available_memory, human_bytes, warn_line
 
-BANK_FORMAT = 1
 POOLS = ("train", "train+test")
 MODES = ("auto", "batched", "sequential")
 
@@ -74,34 +71,6 @@ def resolve_threads(threads: int | str | None) -> int | None:
     if not str(threads).isdigit() or int(threads) < 1:
         raise DuckInputError(f"attack.threads={threads!r}; use auto, null or a positive integer")
     return int(threads)
-
-
-def check_cache_dir(cache_dir: str | Path) -> Path:
-    """``cache_dir`` (``$DUCK_CACHE_DIR``) as a path, refusing one that exists as (or under) a file."""
-    path = Path(str(cache_dir)).expanduser()
-    for p in (path, *path.parents):
-        if p.exists():
-            if not p.is_dir():
-                raise DuckInputError(f"cache_dir={str(cache_dir)!r} (DUCK_CACHE_DIR) is not a directory: {p} is a "
-                                     "file; point DUCK_CACHE_DIR / cache_dir= at a folder")
-            break
-    return path
-
-
-#: what reading a damaged .npy/.npz/.json raises
-CORRUPT_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, json.JSONDecodeError)
-
-
-def _first_line(e: BaseException, n: int = 120) -> str:
-    return (str(e).splitlines() or [""])[0][:n] or type(e).__name__
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and bool(np.isfinite(x))
 
 
 @contextmanager
@@ -138,13 +107,6 @@ def state_bytes(model: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in model.state_dict().values())
 
 
-def _human(n_bytes: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if n_bytes >= size:
-            return f"{n_bytes / size:.1f} {unit}"
-    return f"{n_bytes / 1e3:.1f} kB"
-
-
 def _free_disk(path: Path) -> int | None:
     """Free bytes on the file system that will hold ``path`` (its nearest existing parent)."""
     import shutil
@@ -156,18 +118,6 @@ def _free_disk(path: Path) -> int | None:
         return shutil.disk_usage(p).free
     except OSError:
         return None
-
-
-def _available_memory() -> int | None:
-    """Bytes of memory available to new allocations (Linux ``MemAvailable``; None where unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 #: bytes of memory per model and example while a bank is built and scored: the keep matrix's draws and ranks
@@ -182,10 +132,10 @@ def check_bank_resources(n_models: int, n_examples: int, model_bytes: int, where
     one error naming both sizes and ``setting``, the option to lower."""
     need_disk, need_ram = n_models * model_bytes, RAM_BYTES_PER_CELL * n_models * n_examples
     for need, free, what in ((need_disk, _free_disk(where), "on disk under the cache directory"),
-                             (need_ram, _available_memory(), "of memory")):
+                             (need_ram, available_memory(), "of memory")):
         if free is not None and need > free:
-            raise DuckInputError(f"{setting}={n_models}: the {label} of {n_models} models needs about {_human(need)} "
-                                 f"{what}, and {_human(free)} is free; lower {setting}"
+            raise DuckInputError(f"{setting}={n_models}: the {label} of {n_models} models needs about {human_bytes(need)} "
+                                 f"{what}, and {human_bytes(free)} is free; lower {setting}"
                                  + (" or choose another cache_dir" if "disk" in what else ""))
 
 
@@ -265,16 +215,14 @@ def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shado
               augment: Sequence[str], trainer_cfg: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a bank depends on: data (content fingerprint), model (spec + parameter shapes), recipe, E, seed,
     the training pool, the precision and every other ``trainer.*`` setting that changes training
-    (``duck.training.training_trainer_settings``; not where the run executes). The storage key is a hash
-    of this."""
-    from duck import __version__
-
+    (``duck.training.training_trainer_settings``; not where the run executes). The store key is a hash of
+    this, the bank's kind and :data:`~attacks.bank_cache.BANK_FORMAT`."""
     precision = dict(trainer_cfg or {}).get("precision")
     training = training_trainer_settings(trainer_cfg, precision=False)
 
     shapes = [[n, list(t.shape)] for n, t in model.state_dict().items()]
     return json.loads(json.dumps({
-        "format": BANK_FORMAT, "duck_version": __version__,
+        "duck_version": __version__,
         "data": {"name": data.name, "n_train": len(data.train), "n_test": len(data.test),
                  "fingerprint": data.fingerprint()},
         "augment": list(augment),
@@ -287,11 +235,6 @@ def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shado
         "n_shadow": int(n_shadow), "seed": int(seed), "pool": pool, "precision": str(precision),
         **({"trainer": training} if training else {}),  # absent by default: keys of existing banks unchanged
     }, sort_keys=True, default=str))
-
-
-def _spec_key(spec: Mapping[str, Any]) -> str:
-    """The storage key of a bank: a hash of its :func:`bank_spec`."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
 
 
 class ShadowBank:
@@ -331,13 +274,13 @@ class ShadowBank:
         self.n_pool = len(self.dataset)
         self.threads = resolve_threads(threads)
         model = model_factory()
-        self.spec = {**bank_spec(data, model, recipe, n_shadow=self.n_shadow, seed=self.seed,
-                                 pool=pool, augment=self.augment, trainer_cfg=self.trainer_cfg), **self.extra_spec()}
-        self.key = _spec_key(self.spec)
-        self.dir = check_cache_dir(cache_dir) / self.folder / self.key
+        spec = {**bank_spec(data, model, recipe, n_shadow=self.n_shadow, seed=self.seed, pool=pool,
+                            augment=self.augment, trainer_cfg=self.trainer_cfg), **self.extra_spec()}
+        #: the bank's files in the artifact store: layout, checks, lock (attacks.bank_cache)
+        self.cache = BankCache(cache_dir, self.folder, spec, label=self.label, n_models=self.n_shadow)
+        self.spec, self.key, self.dir = self.cache.spec, self.cache.key, self.cache.dir
         self.model_bytes = state_bytes(model)  # one checkpoint's size: the resource check, the "MB on disk" line
         self._check_resources(self.model_bytes)
-        self._keep: np.ndarray | None = None
         self._estimate: Callable[[float], None] | None = None  # called with the first epoch's seconds
         #: what this object trained (``train()`` calls, including retraining damaged shadows while loading)
         self.job: dict[str, Any] = {"trained": [], "seconds": 0.0, "mode": None, "mode_info": {}}
@@ -371,129 +314,30 @@ class ShadowBank:
         """Seed of model ``k`` (initialisation, data order, augmentation)."""
         return shadow_seed(self.seed, k)
 
-    # -- layout ---------------------------------------------------------------------------------------
+    # -- the stored files (attacks.bank_cache) -----------------------------------------------------------
     def shadow_path(self, k: int) -> Path:
-        return self.dir / "shadows" / f"shadow_{k:04d}.ckpt"
+        return self.cache.model_path(k)
 
     def phi_path(self, views: Sequence[str]) -> Path:
-        tag = hashlib.sha256("|".join(views).encode()).hexdigest()[:10]
-        return self.dir / f"phi_{tag}.npz"
-
-    def _clear(self, path: Path, want: str) -> None:
-        """Remove whatever stands at ``path`` in place of a ``want`` (``"file"`` or ``"dir"``), with a warning:
-        e.g. a regular file where the ``shadows`` directory belongs (everything under the bank directory is
-        ours to rebuild)."""
-        if (path.is_file() if want == "file" else path.is_dir()) or not (path.exists() or path.is_symlink()):
-            return  # the right kind (a symlink to one is fine), or nothing there
-        real_dir = path.is_dir() and not path.is_symlink()
-        what = ("a directory" if real_dir else "not a regular file") if want == "file" else "not a directory"
-        warn_line(f"{self.label} {self.dir}: {path.name} is {what}; removing it and rebuilding what it held")
-        try:
-            if real_dir:
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        except OSError as e:
-            raise DuckInputError(f"{self.label} {self.dir}: cannot remove {path} ({e.strerror or e}); delete it "
-                                 "by hand or point DUCK_CACHE_DIR / cache_dir= at another folder") from None
-
-    def _check_layout(self) -> None:
-        """Directories where the bank needs directories (a file in their place is removed, with a warning)."""
-        for path in (self.dir.parent, self.dir, self.dir / "shadows"):
-            self._clear(path, "dir")
-
-    def _meta_problem(self, meta: Any) -> str | None:
-        """Why ``meta`` (a parsed ``meta.json``) is not a valid description of this bank, or None.
-
-        The directory name is a hash of the spec, so a stored spec that differs from this setup's spec is
-        damage (an empty or malformed spec, an edited or copied file) whenever it does not hash to this
-        directory's key: the bank is then rebuilt like any damaged entry. Only a different spec that does hash
-        to this key (a key collision: not expected to happen) is refused, by the caller."""
-        if not isinstance(meta, dict):
-            return f"a JSON {type(meta).__name__}, not a bank description"
-        spec = meta.get("spec")
-        if not isinstance(spec, dict) or set(spec) != set(self.spec):
-            return "malformed spec" if isinstance(spec, dict) and spec else "missing or empty spec"
-        if spec != self.spec and _spec_key(spec) != self.key:
-            return "its spec does not belong to this directory (edited or copied?)"
-        if "key" in meta and meta["key"] != self.key:
-            return f"key {str(meta['key'])[:40]!r}, expected {self.key!r}"
-        trained = meta.get("trained")
-        if not isinstance(trained, list) or not all(_is_int(k) and 0 <= k < self.n_shadow for k in trained):
-            return f"'trained' is {json.dumps(trained)[:60]}, not a list of shadow ids"
-        seconds = meta.get("train_seconds", 0.0)
-        if not _is_number(seconds) or seconds < 0:
-            return f"'train_seconds' is {json.dumps(seconds)[:60]}, not a non-negative number"
-        if not isinstance(meta.get("runs", []), list):
-            return "'runs' is not a list"
-        return None
+        return self.cache.phi_path(views)
 
     def train_seconds(self) -> float:
         """Seconds spent training this bank's models so far (every job's share; the one-off cost of the bank)."""
-        return float(self._meta().get("train_seconds", 0.0))
-
-    def _meta(self) -> dict[str, Any]:
-        """``meta.json`` (written for a new bank). A corrupt or malformed one is rebuilt: the whole bank
-        directory is removed with a warning (see :meth:`_meta_problem`)."""
-        self._check_layout()
-        path = self.dir / "meta.json"
-        self._clear(path, "file")
-        if path.is_file():
-            try:
-                meta = json.loads(path.read_text())
-                problem = self._meta_problem(meta)
-            except (*CORRUPT_ERRORS, UnicodeDecodeError) as e:
-                problem = _first_line(e)
-            if problem:
-                warn_line(f"{self.label} {self.dir} has a corrupt meta.json ({problem}); rebuilding the bank")
-                shutil.rmtree(self.dir, ignore_errors=True)
-                if path.exists():
-                    raise DuckInputError(f"{self.label} {self.dir} cannot be removed; delete it by hand")
-                self._keep = None
-                return self._meta()
-            if meta["spec"] != self.spec:  # hashes to this key (see _meta_problem): a real key collision
-                raise DuckInputError(f"{self.label} {self.dir} was written for another setup whose description "
-                                     "hashes to the same key; delete the directory to rebuild it")
-            return meta
-        meta = {"spec": self.spec, "key": self.key, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "train_seconds": 0.0, "trained": []}
-        atomic_save_json(path, meta)
-        return meta
+        return self.cache.train_seconds()
 
     @property
     def keep(self) -> np.ndarray:
-        """``(E, N_pool)`` bool keep matrix, created once and stored in ``keep.npy``."""
-        if self._keep is None:
-            path = self.dir / "keep.npy"
-            self._meta()
-            expected = self.expected_keep()  # deterministic in the spec
-            self._clear(path, "file")
-            keep = None
-            if path.is_file():
-                try:
-                    keep = np.load(path, allow_pickle=False)
-                    ok = (isinstance(keep, np.ndarray) and keep.shape == expected.shape and keep.dtype == bool
-                          and np.array_equal(keep, expected))
-                    problem = "" if ok else "not this bank's keep matrix"
-                except CORRUPT_ERRORS as e:
-                    problem = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
-                if problem:
-                    warn_line(f"{self.label} {self.dir}: corrupt keep.npy ({problem}); rewriting it")
-                    keep = None
-            if keep is None:
-                keep = expected
-                from duck.io import atomic_write
-
-                atomic_write(path, lambda f: np.save(f, keep))
-            self._keep = keep
-        return self._keep
+        """``(E, N_pool)`` bool keep matrix (:meth:`expected_keep`), created once and stored in ``keep.npy``."""
+        return self.cache.keep(self.expected_keep)
 
     def missing(self) -> list[int]:
         """Shadows not saved yet (all of them for a new bank; the rest after an interruption)."""
-        self._check_layout()
-        for k in range(self.n_shadow):
-            self._clear(self.shadow_path(k), "file")
-        return [k for k in range(self.n_shadow) if not self.shadow_path(k).is_file()]
+        return self.cache.missing()
+
+    def read_arrays(self, path: Path, shapes: Mapping[str, tuple[int, ...]], *, kind: str,
+                    check: Callable[[Mapping[str, np.ndarray]], None] | None = None) -> dict[str, np.ndarray] | None:
+        """:meth:`attacks.bank_cache.BankCache.read_arrays`."""
+        return self.cache.read_arrays(path, shapes, kind=kind, check=check)
 
     # -- training -------------------------------------------------------------------------------------
     def _fresh(self, k: int) -> Classifier:
@@ -542,30 +386,19 @@ class ShadowBank:
                                         augment=self.augment, seed=s, trainer_cfg=self.trainer_cfg, callbacks=timer)
             self._save(k, model)
 
-    @contextmanager
-    def _locked(self, shared: bool = False) -> Iterator[None]:
-        """Hold the bank's lock (module docstring): exclusive, or shared by the slices of a sharded build;
-        says once that it waits for another job."""
-        self._check_layout()
-        # beside the bank directory (which a corrupt meta.json removes while the lock is held)
-        with exclusive_lock(self.dir.parent / f"{self.key}.lock",
-                            lambda: warn_line(f"{self.label} {self.dir} is being trained by another job; waiting for it"),
-                            shared=shared):
-            yield
-
     def train(self) -> dict[str, Any]:
         """Train the missing shadows chunk by chunk, saving each chunk as it completes. Returns what this call
         did (``{"trained": [...], "seconds": ..., "mode": ..., "mode_info": ...}``); :attr:`job` sums all calls,
         including the retraining of damaged shadows found while loading them (:meth:`shadow_phi`). Runs under
         the bank's lock: a concurrent job's shadows are waited for, not trained twice."""
-        with self._locked():
+        with self.cache.lock():
             return self._train_unlocked()
 
     def train_models(self, ks: Sequence[int]) -> dict[str, Any]:
         """Train only the missing models among ``ks`` (under the bank's exclusive lock): a bank whose models are
         used one at a time (oracle matching's per-run oracles) trains those asked for, not all of them."""
         wanted = {int(k) for k in ks}
-        with self._locked():
+        with self.cache.lock():
             return self._train_unlocked(lambda k: k in wanted)
 
     def train_slice(self, shard: int, num_shards: int) -> dict[str, Any]:
@@ -575,7 +408,7 @@ class ShadowBank:
         :meth:`train` waits for all of them and then finds the bank complete."""
         if not 0 <= shard < num_shards:
             raise DuckInputError(f"attack.shard={shard} must be in 0..{num_shards - 1}")
-        with self._locked(shared=True):
+        with self.cache.lock(shared=True):
             return self._train_unlocked(lambda k: k % num_shards == shard)
 
     #: may model k be taken from a bank of the same setup with another number of models? Only where model k's
@@ -585,13 +418,9 @@ class ShadowBank:
 
     def _siblings(self) -> list[tuple[Path, str]]:
         """``(directory, key)`` of the banks of this setup with another number of models, largest first."""
-        folder = self.dir.parent
-        if not self.shares_models_across_sizes or not folder.is_dir():
+        if not self.shares_models_across_sizes:
             return []
-        present = {p.name for p in folder.iterdir() if p.is_dir()}
-        keys = {(m, _spec_key({**self.spec, "n_shadow": m})) for m in range(2, max(4 * self.n_shadow, 256) + 1)
-                if m != self.n_shadow}
-        return [(folder / key, key) for m, key in sorted(keys, reverse=True) if key in present]
+        return self.cache.siblings(range(2, max(4 * self.n_shadow, 256) + 1))
 
     def _adopt(self, todo: Sequence[int]) -> list[int]:
         """Copy the models in ``todo`` that a sibling bank (:meth:`_siblings`) holds already, re-labelled as this
@@ -614,10 +443,12 @@ class ShadowBank:
         if adopted:
             print(f"{self.label} {self.key[:8]}: {len(adopted)} of its {self.n_shadow} models taken from a bank of "
                   "the same setup with another number of models", flush=True)
-            meta = self._meta()
-            meta["trained"] = sorted(set(meta.get("trained", [])) | set(adopted))
-            meta["adopted"] = sorted(set(meta.get("adopted", [])) | set(adopted))
-            atomic_save_json(self.dir / "meta.json", meta)
+
+            def add(meta: dict[str, Any]) -> None:
+                meta["trained"] = sorted(set(meta.get("trained", [])) | set(adopted))
+                meta["adopted"] = sorted(set(meta.get("adopted", [])) | set(adopted))
+
+            self.cache.record(add)
         return adopted
 
     def _train_unlocked(self, only: Callable[[int], bool] | None = None) -> dict[str, Any]:
@@ -656,12 +487,14 @@ class ShadowBank:
         self.job["seconds"] += seconds
         if self.job["mode"] is None:
             self.job["mode"], self.job["mode_info"] = mode, info
-        meta = self._meta()
-        meta["train_seconds"] = float(meta.get("train_seconds", 0.0)) + seconds
-        meta["trained"] = sorted(set(meta.get("trained", [])) | set(todo))
         run = {"trained": todo, "seconds": seconds, "mode": mode, "mode_info": info}
-        meta.setdefault("runs", []).append(run)
-        atomic_save_json(self.dir / "meta.json", meta)
+
+        def add(meta: dict[str, Any]) -> None:
+            meta["train_seconds"] = float(meta.get("train_seconds", 0.0)) + seconds
+            meta["trained"] = sorted(set(meta.get("trained", [])) | set(todo))
+            meta.setdefault("runs", []).append(run)
+
+        self.cache.record(add)
         return {"trained": todo, "seconds": seconds, "mode": mode, "mode_info": info}
 
     def _names(self, manifest: Any, k: int, key: str) -> tuple[Any, Any, Any] | None:
@@ -691,12 +524,10 @@ class ShadowBank:
         """φ of every shadow on every train and test sample for each view (eval mode):
         ``(phi_train (E, N_train, V), phi_test (E, N_test, V), reused)``; cached in ``phi_<views>.npz``."""
         path = self.phi_path(views)
-        self._check_layout()
-        self._clear(path, "file")
-        if path.is_file():
-            cached = self._read_phi(path, views)
-            if cached is not None:
-                return cached[0], cached[1], True
+        self.cache.check_layout()
+        cached = self._read_phi(path, views)
+        if cached is not None:
+            return cached[0], cached[1], True
         if self.missing():
             raise DuckInputError(f"{self.label} {self.dir} is incomplete ({len(self.missing())} shadows "
                                  "missing); train it first (ShadowBank.train)")
@@ -712,43 +543,20 @@ class ShadowBank:
                                                  batch_size=batch_size)  # (V, N, C), (N,)
                     parts[split].append(lira_phi(logits, labels).T.numpy())  # (N, V)
         phi_train, phi_test = np.stack(parts["train"]), np.stack(parts["test"])  # (E, N, V)
-        atomic_save_npz(path, phi_train=phi_train, phi_test=phi_test, views=np.array(list(views)))
+        self.cache.write_arrays(path, phi_train=phi_train, phi_test=phi_test, views=np.array(list(views)))
         return phi_train, phi_test, False
 
     def _read_phi(self, path: Path, views: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
         """The cached φ arrays if ``path`` is intact and matches this bank; otherwise warn and return None
         (the file is then recomputed)."""
-        def same_views(f: Any) -> None:
+        def same_views(f: Mapping[str, np.ndarray]) -> None:
             if list(f["views"]) != list(views):
                 raise ValueError(f"views {list(f['views'])}, expected {list(views)}")
 
-        arrays = self.read_arrays(path, {"phi_train": (self.n_shadow, len(self.data.train), len(views)),
+        arrays = self.cache.read_arrays(path, {"phi_train": (self.n_shadow, len(self.data.train), len(views)),
                                          "phi_test": (self.n_shadow, len(self.data.test), len(views))},
                                   kind="f", check=same_views)
         return None if arrays is None else (arrays["phi_train"], arrays["phi_test"])
-
-    def read_arrays(self, path: Path, shapes: Mapping[str, tuple[int, ...]], *, kind: str,
-                    check: Callable[[Any], None] | None = None) -> dict[str, np.ndarray] | None:
-        """The arrays ``shapes`` names from the cached ``path`` if each has its shape and dtype kind (``"f"``:
-        finite floats, ``"b"``: bool) and ``check(npz)`` passes; otherwise one warning and None (recompute)."""
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                if check is not None:
-                    check(f)
-                arrays = {k: np.asarray(f[k]) for k in shapes}
-            for k, shape in shapes.items():
-                if arrays[k].shape != shape or arrays[k].dtype.kind != kind:
-                    raise ValueError(f"{k} is a {arrays[k].shape} {arrays[k].dtype} array, expected {shape}")
-                if kind == "f" and not np.isfinite(arrays[k]).all():
-                    raise ValueError(f"{k} holds {int((~np.isfinite(arrays[k])).sum())} NaN or inf values")
-        except CORRUPT_ERRORS as e:
-            self.warn_corrupt(path, e)
-            return None
-        return arrays
-
-    def warn_corrupt(self, path: Path, e: BaseException) -> None:
-        """One warning line for a damaged cached file of this bank that is about to be recomputed."""
-        warn_line(f"{self.label} {self.dir}: corrupt {path.name} ({_first_line(e)}); recomputing it")
 
     def _load_or_retrain(self, k: int) -> Classifier:
         """Shadow ``k``; a corrupt, unloadable or misplaced checkpoint (see :meth:`load_shadow`) is deleted and
@@ -756,8 +564,8 @@ class ShadowBank:
         try:
             return self.load_shadow(k)
         except DuckInputError as e:
-            warn_line(f"{self.label} {self.dir}: corrupt {self.shadow_path(k).name} "
-                      f"({_first_line(e, 160)}); training it again")
+            reason = (str(e).splitlines() or [""])[0][:160] or type(e).__name__
+            warn_line(f"{self.label} {self.dir}: corrupt {self.shadow_path(k).name} ({reason}); training it again")
         self.shadow_path(k).unlink(missing_ok=True)
         self.train()
         return self.load_shadow(k)

@@ -32,8 +32,8 @@ from torch import nn
 
 from baselines.common import CLASS_REMOVAL_ONLY, BaselineUnlearner
 from baselines.masking import FrozenEntries
+from duck.embeddings import embed_samples
 from duck.errors import DuckInputError
-from duck.unlearn.duck import embed_samples
 from duck.unlearn.registry import register_unlearner
 
 

@@ -49,7 +49,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from duck.pipeline.config import compose, configure_threads, hydra_output_dir
     from duck.pipeline.job import Job
     from duck.pipeline.stages import fit_model
-    from duck.unlearn.config import resolve_method_cfg
 
     validate(cfg, RULES)
     out = hydra_output_dir()
@@ -62,7 +61,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     ckpt = out / "original.pt"
     torch.save(model.plain_state_dict(), ckpt)  # what a user holds: a plain state dict
     unlearn_cfg = Job.from_cfg(compose("unlearn", [*common, f"ckpt={ckpt}"]), "unlearn")
-    hparams = resolve_method_cfg(unlearn_cfg.method_cfg, job.data.name, "class_removal")
+    hparams = unlearn_cfg.hparams
     train, test = _XY(job.data.train), _XY(job.data.test)
     env = {**os.environ, "DUCK_CACHE_DIR": str(out / "cache")}
     rows: dict[str, list[dict[str, float]]] = {"cli": [], "api": []}

@@ -51,6 +51,7 @@ from duck.data.scenarios import Scenario, build_scenario
 from duck.errors import DuckInputError
 from duck.metrics import scenario_aus, split_accuracies
 from duck.models import create_model
+from duck.store import STORE_FOLDER
 from duck.training import Recipe, train_classifier
 from duck.utils import resolve_device
 
@@ -387,7 +388,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
         out = Path(tempfile.mkdtemp(prefix="duck-bench-audit-"))
     cache = Path(cfg.cache_dir).expanduser() if cfg.get("cache_dir") else out / "cache"
-    if cfg.get("cache_dir") is None and any(cache.glob("shadow_banks/*")):
+    if cfg.get("cache_dir") is None and any((cache / STORE_FOLDER).glob("shadow_banks/*")):
         raise DuckInputError(f"{cache} already holds shadow banks; the reuse figure needs a cold cache")
     result: dict[str, Any] = {"device": str(device), "torch_threads": torch.get_num_threads()}
     tables = []

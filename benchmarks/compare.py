@@ -39,6 +39,7 @@ from benchmarks.common import (
 )
 from duck.errors import DuckInputError
 from duck.metrics import forget_target, forget_target_met
+from duck.report.sweep_page import forgetting_fields, write_sweep_page
 
 SCENARIO_TITLES = {"class_removal": "Class removal (Table I protocol)",
                    "homogeneous_removal": "Homogeneous removal (Table II protocol)"}
@@ -392,19 +393,19 @@ def forgetting_overrides(cfg: DictConfig) -> list[str]:
                                                 for k, v in f.items()]]
 
 
-def forgetting_fields(block: dict[str, Any]) -> dict[str, Any]:
-    """The comparison table's forgetting columns of one run: the imprint kept (the verdict's equivalent shift,
-    with its interval), F (with its interval), the final score, KLOM on the forget examples (median), U-LiRA's
-    AUC where it ran, the verdict."""
-    out = {"F": block["quality"], "F_ci": block.get("quality_ci"), "final_score": block["final_score"],
-           "klom_forget": block["klom"]["forget"]["median"], "F_normalised": block.get("quality_normalised"),
-           "F_normalised_ci": block.get("quality_normalised_ci"), "imprint_kept": block.get("shift"),
-           "imprint_kept_ci": block.get("shift_ci"), "verdict": block["verdict"],
-           "runs_time_s": (sum(block["unlearning_s"]) / len(block["unlearning_s"])) if block.get("unlearning_s") else None}
-    if "ulira" in block:
-        out["ulira_auc"] = block["ulira"]["auc"]
-    out["controls_F"] = {name: {"F": c["quality"], "F_ci": c.get("quality_ci")} for name, c in block["controls"].items()}
-    return out
+def write_page(path: Path, records: list[dict[str, Any]], title: str) -> Path:
+    """The comparison as the sweep page (:mod:`duck.report.sweep_page`): each run's records with its time relative
+    to the same run's retraining; failed runs listed with their error."""
+    from duck.report.sweep import aggregate
+
+    retrain_s = {r["run"]: r.get("time_s") for r in records if r.get("method") == "retrain" and "error" not in r}
+    rows = [{**r, "setup": "", "forget": r["run"],
+             "time_ratio": (float(r["time_s"]) / float(retrain_s[r["run"]])
+                            if r.get("time_s") is not None and retrain_s.get(r["run"]) else None)}
+            for r in records if "error" not in r]
+    failed = [{"job": r["run"], "overrides": [f"method={r['method']}"], "error": r["error"]} for r in records
+              if "error" in r]
+    return write_sweep_page(path, title, aggregate(rows), rows, failed)
 
 
 def controls_text(records: list[dict[str, Any]], scenario: str) -> str:
@@ -684,6 +685,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     csv_out = csv_text(summary)
     atomic_write_text(out / "compare.md", table + "\n")
     atomic_write_text(out / "compare.csv", csv_out)
+    write_page(out / "sweep.html", records, f"duck-bench compare: {data.name} / {cfg.model}")
     return {"table": table, "csv": csv_out, "summary": summary,
             "runs": [{k: v for k, v in r.items() if k != "metrics"} for r in records],
             "protocol": {"runs": runs, "methods": methods, "data": str(cfg.data), "model": str(cfg.model),

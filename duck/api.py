@@ -180,7 +180,7 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
               model_factory=setup.factory, device=torch_device,
               trainer_cfg=OmegaConf.to_container(cfg.trainer, resolve=True),
               recipe=Recipe.from_cfg(OmegaConf.to_container(cfg.recipe, resolve=True)) if recipe else None,
-              method=name, method_cfg=method_cfg, hparams=resolve_method_cfg(method_cfg, data.name, scenario.kind),
+              method=name, hparams=resolve_method_cfg(method_cfg, data.name, scenario.kind),
               trust=Trust(check_number(min_acc_factor, "min_acc_factor", 0.0, False),
                           None if expect_acc is None else check_number(expect_acc, "expect_acc", 0.0, False, 1.0),
                           check_number(expect_acc_tol, "expect_acc_tol", 0.0, False, 1.0)),

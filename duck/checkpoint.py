@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from duck._version import __version__
 from duck.errors import DuckInputError
 from duck.io import atomic_write, atomic_write_bytes
 from duck.paths import checkpoint_file
@@ -48,8 +49,6 @@ def build_manifest(model_spec: Mapping[str, Any], dataset: str, *, method: str |
                    scenario: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
                    seed: int | None = None, **extra: Any) -> dict[str, Any]:
     """Everything a later job needs to refuse a mismatch (plain JSON types only)."""
-    from duck import __version__
-
     manifest = {**dict(model_spec), "dataset": dataset, "method": method, "seed": seed,
                 "scenario": dict(scenario) if scenario else None, "config": config,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "duck_version": __version__, **extra}

@@ -2,7 +2,16 @@
 
 Command-line entry points catch :class:`DuckInputError`, print its message as one line on stderr
 and exit with status 2, writing nothing else. Its message must name the bad value and say what to do.
+A recoverable problem (a damaged cache entry that is computed again) is one ``warning:`` line (:func:`warn_line`).
 """
+
+
+def warn_line(message: str) -> None:
+    """One ``warning: ...`` line on stderr (for a recoverable problem such as a corrupt cache entry that is
+    rebuilt; Python's ``warnings`` would print two lines with a source location)."""
+    import sys
+
+    print(f"warning: {message}", file=sys.stderr)
 
 
 class DuckInputError(ValueError):

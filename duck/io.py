@@ -13,8 +13,8 @@ import math
 import os
 import secrets
 import socket
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -63,23 +63,71 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(path: Path) -> list[Path]:
-    """Remove the temporary files of earlier writers of ``path`` that were killed (``kill -9``, a crash):
-    only files written on this host by a process that no longer exists; live writers' files and other hosts'
-    are kept."""
-    host = socket.gethostname()
+#: a temporary file nobody has written to for this long is a dead writer's, whatever its host: another
+#: machine's writer cannot be checked by its pid, and a pid may have been reused since (writers touch their file
+#: with every block they write, so a live one is never this old)
+STALE_TEMP_AGE_S = 3600.0
+
+
+def _is_stale(tmp: Path, owner: str, host: str, max_age_s: float) -> bool:
+    """Is ``tmp`` (a :func:`temp_name` whose name between its target and ``.tmp`` is ``owner``:
+    ``<host>.<pid>.<random>``) a dead writer's: written on this host by a process that no longer exists, or
+    untouched for ``max_age_s`` seconds?"""
+    parts = owner.rsplit(".", 2)  # host (may hold dots), pid, random
+    if len(parts) == 3 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
+        return True
+    try:
+        return time.time() - tmp.stat().st_mtime > max_age_s
+    except FileNotFoundError:  # its writer renamed or removed it meanwhile
+        return False
+
+
+def _unlink_all(paths: Iterable[Path]) -> list[Path]:
     removed = []
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        rest = tmp.name[len(path.name) + 2:-4].split(".")  # host (may hold dots) . pid . random
-        if len(rest) < 3 or ".".join(rest[:-2]) != host or not rest[-2].isdigit():
-            continue
-        if not _alive(int(rest[-2])):
-            try:
-                tmp.unlink()
-                removed.append(tmp)
-            except FileNotFoundError:
-                pass
+    for tmp in paths:
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except FileNotFoundError:
+            pass
     return removed
+
+
+def remove_stale_temps(path: Path, max_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
+    """Remove the temporary files of earlier writers of ``path`` that were killed (``kill -9``, a crash): those
+    written on this host by a process that no longer exists, and any host's untouched for ``max_age_s``
+    (:data:`STALE_TEMP_AGE_S`); live writers' files are kept."""
+    host = socket.gethostname()
+    return _unlink_all(tmp for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp")
+                       if _is_stale(tmp, tmp.name[len(path.name) + 2:-4], host, max_age_s))
+
+
+def remove_stale_temps_under(folder: Path, max_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
+    """:func:`remove_stale_temps` for every target under ``folder`` (recursively): the sweep of a cache entry
+    when it is opened. A name's target is unknown here, so the writer's host is read from the name's end."""
+    host = socket.gethostname()
+
+    def owner(tmp: Path) -> str:  # "<target>.<host>.<pid>.<random>" -> "<host>.<pid>.<random>" when it is ours
+        name = tmp.name[1:-4]
+        parts = name.rsplit(".", 2)
+        return name[len(parts[0]) - len(host):] if parts[0].endswith(f".{host}") else ""
+
+    return _unlink_all(tmp for tmp in folder.rglob(".*.tmp") if tmp.is_file()
+                       and _is_stale(tmp, owner(tmp), host, max_age_s))
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (POSIX; where a directory cannot be opened, e.g. Windows, nothing)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
@@ -87,7 +135,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
 
     The file gets the mode a plain ``open(path, "w")`` would give it (0666 less the umask), not the 0600 of
     the temporary file: reports and checkpoints stay readable by whoever may read the directory. A killed
-    earlier writer's temporary file is removed first (:func:`remove_stale_temps`); a write the file system
+    earlier writer's temporary file is removed first (:func:`remove_stale_temps`); the directory is synced after
+    the rename, so the new name survives a power cut; a write the file system
     refuses (full disk, read-only, no permission) removes its partial file and raises one
     :class:`~duck.errors.DuckInputError` naming the path."""
     path = Path(path)
@@ -107,6 +156,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     except BaseException as e:
         try:
             os.unlink(tmp)
@@ -177,38 +227,3 @@ def atomic_save_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path
 def atomic_save_npz(path: str | os.PathLike, **arrays: Any) -> Path:
     """``np.savez_compressed`` atomically (the target name keeps its ``.npz`` suffix)."""
     return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
-
-
-@contextmanager
-def exclusive_lock(lock_file: str | os.PathLike, waiting: Callable[[], None] | None = None,
-                   shared: bool = False) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``lock_file`` (``fcntl.flock``; created if missing) for the block:
-    concurrent jobs on one cache entry take turns, and the second finds the first's result. ``shared``: a
-    shared lock instead (holders of shared locks run together; an exclusive holder waits for all of them).
-    ``waiting()`` is called once when another process holds the lock. Without ``fcntl`` (Windows) there is no
-    lock; files stay atomic."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    path = Path(lock_file)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+b")
-    except OSError as e:
-        if e.errno in _DISK_ERRORS:
-            raise disk_error(path, e) from None
-        raise
-    with f:
-        try:
-            fcntl.flock(f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if waiting is not None:
-                waiting()
-            fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-

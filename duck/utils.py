@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from duck.errors import DuckInputError
+from duck.errors import DuckInputError, warn_line  # noqa: F401 (warn_line: re-exported, its home is duck.errors)
 
 if TYPE_CHECKING:
     import torch
@@ -87,14 +87,6 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__") or int(value.__index__()) < minimum:
         raise DuckInputError(f"{name}={value!r} must be an integer >= {minimum}")
     return int(value.__index__())
-
-
-def warn_line(message: str) -> None:
-    """One ``warning: ...`` line on stderr (for a recoverable problem such as a corrupt cache entry that is
-    rebuilt; Python's ``warnings`` would print two lines with a source location)."""
-    import sys
-
-    print(f"warning: {message}", file=sys.stderr)
 
 
 def check_bool(value: Any, name: str) -> bool:

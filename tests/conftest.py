@@ -69,6 +69,24 @@ def run_cli(tmp_path: Path, capsys: pytest.CaptureFixture) -> Callable[..., tupl
     return _run
 
 
+def kill_writer_mid_write(code: str, *args: str, folder: Path) -> None:
+    """Run ``python -c code *args`` (a writer that blocks half-way through a write), wait until its temporary
+    ``.*.tmp`` file appears in ``folder``, then ``kill -9`` it."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", code, *args])
+    try:
+        deadline = time.time() + 60
+        while not list(folder.glob(".*.tmp")) and time.time() < deadline:
+            time.sleep(0.05)
+        assert list(folder.glob(".*.tmp")), "the writer never started"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
 #: the experiment loggers' folders in a run directory (tests/test_loggers.py checks what they hold, and that a
 #: refused job leaves none)
 LOGGER_FOLDERS = ("csv", "tensorboard", "wandb")

@@ -469,7 +469,9 @@ def test_key_collision_is_refused(data, tmp_path: Path, monkeypatch) -> None:
     """Another setup whose spec hashes to the same key (made to happen here) is not rebuilt over."""
     import json
 
-    monkeypatch.setattr(shadow_mod, "_spec_key", lambda spec: "k" * 20)
+    from duck import store
+
+    monkeypatch.setattr(store, "spec_key", lambda kind, version, fields: "k" * 20)
     bank = make_bank(data, tmp_path)
     _ = bank.keep
     meta = json.loads((bank.dir / "meta.json").read_text())

@@ -209,7 +209,7 @@ def test_duck_audit_refuses_a_checkpoint_made_for_another_forget_set(run_cli, sy
     assert "but the requested scenario is class_removal of classes [2]" in err
     assert "Pass the scenario it was made for (scenario=class_removal scenario.forget_classes=[1])" in err
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
-    assert written_files(run_dir) == set() and not (tmp_path / "cache" / "shadow_banks").exists()
+    assert written_files(run_dir) == set() and not (tmp_path / "cache" / "store-v1" / "shadow_banks").exists()
 
 
 @pytest.mark.slow
@@ -281,7 +281,7 @@ def test_duck_audit_checks_options_before_any_work(run_cli, synthetic_ckpt: Path
     code, _, err, run_dir = run_cli("audit", *SYNTH_ARGS, *CLI_ATTACK, *FORGET_1, f"ckpt={synthetic_ckpt}", arg)
     assert code == 2 and match in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
-    assert written_files(run_dir) == set() and not (tmp_path / "cache" / "shadow_banks").exists()
+    assert written_files(run_dir) == set() and not (tmp_path / "cache" / "store-v1" / "shadow_banks").exists()
 
 
 def test_duck_audit_cache_dir_that_is_a_file(run_cli, synthetic_ckpt: Path, tmp_path: Path,

@@ -96,7 +96,7 @@ def _cached_run(run_cli, tmp_path, monkeypatch, name: str) -> tuple[tuple[str, .
     args = (*SYNTH_ARGS, "audit=false", "recipe.epochs=1", "scenario.forget_classes=[1]")
     code, _, err, _ = run_cli("run", *args)
     assert code == 0, err
-    entries = sorted((cache / "models").glob(f"*/{name}"))
+    entries = sorted((cache / "store-v1" / "models").glob(f"*/{name}"))
     assert len(entries) == 2  # the original and the oracle
     return args, entries
 

@@ -88,6 +88,7 @@ def test_sweep_ends_with_a_mean_std_table_over_its_jobs(run_cli, tmp_path):
                                 "seed=0,1", f"cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}")
     assert code == 0, err
     assert "sweep summary:" in out and (sweep / "sweep_summary.md").is_file()
+    assert f"page: {sweep / 'sweep.html'}" in out and "no forgetting audit in this sweep" in (sweep / "sweep.html").read_text()
     result = json.loads((sweep / "sweep_summary.json").read_text())
     by_method = {s["method"]: s for s in result["summary"]}
     assert {k: v["n"] for k, v in by_method.items()} == {"original": 2, "retrain": 2, "duck": 2, "finetune": 2}

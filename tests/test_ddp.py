@@ -146,7 +146,7 @@ def test_duck_run_under_ddp_sim_with_the_audit(tmp_path):
         assert [s.split("]")[0] for s in stages] == ["[1/4", "[2/4", "[3/4", "[4/4"], proc.stdout
         runs[name] = json.loads((out / "summary.json").read_text())
         assert (out / "original" / "audit.json").is_file() and (out / "report.html").is_file()
-    models = sorted(p.name for p in (tmp_path / "cache" / "models").iterdir() if p.is_dir())
+    models = sorted(p.name for p in (tmp_path / "cache" / "store-v1" / "models").iterdir() if p.is_dir())
     assert len(models) == 4  # original and oracle, each for DDP and for one process
     rows = {name: {r["model"]: r for r in run["rows"]} for name, run in runs.items()}
     for model in ("original", "retrained"):

@@ -13,10 +13,11 @@ from conftest import SYNTH_ARGS, written_files
 
 from duck.data.loaders import cycle, make_loader
 from duck.data.scenarios import build_scenario
+from duck.embeddings import embed_samples
 from duck.errors import DuckInputError
 from duck.metrics import split_accuracies
 from duck.unlearn import UnlearnData, create_unlearner, list_unlearners
-from duck.unlearn.duck import class_centroids, cosine_distance, embed_samples, nearest_incorrect_centroid
+from duck.unlearn.duck import class_centroids, cosine_distance, nearest_incorrect_centroid
 
 BASE = {"lambda_fgt": 1.5, "lambda_ret": 1.5, "batch_ratio": 2, "temperature": 2.0, "lr": 1e-3, "batch_size": 32,
         "weight_decay": 5e-4, "tolerance": 0.01, "max_epochs": 10, "stop_check": "epoch", "recompute_targets": False,

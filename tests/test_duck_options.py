@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from duck.data.scenarios import Scenario, build_scenario
+from duck.embeddings import embed_samples
 from duck.errors import DuckInputError
 from duck.metrics import predict_logits, split_accuracies
 from duck.unlearn import UnlearnData, create_unlearner
-from duck.unlearn.duck import embed_samples, nearest_incorrect_centroid
+from duck.unlearn.duck import nearest_incorrect_centroid
 
 # conf/method/duck.yaml with the synthetic preset (batch_size 32, batch_ratio 2) written out
 BASE = {"lambda_fgt": 1.5, "lambda_ret": 1.5, "batch_ratio": 2, "temperature": 2.0, "lr": 1e-3, "batch_size": 32,

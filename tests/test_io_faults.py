@@ -99,21 +99,12 @@ def test_a_run_directory_with_only_a_killed_writers_temporary_file_is_not_refuse
 
 
 def test_kill_9_mid_write_then_the_next_writer_cleans_up(tmp_path):
-    import signal
-    import time
+    from conftest import kill_writer_mid_write
 
     target = tmp_path / "model.ckpt"
     code = ("import sys, time; from duck.io import atomic_write; "
             "atomic_write(sys.argv[1], lambda f: (f.write(b'x' * 4096), f.flush(), time.sleep(120)))")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(target)])
-    try:
-        deadline = time.time() + 60
-        while not list(tmp_path.glob(".model.ckpt.*.tmp")) and time.time() < deadline:
-            time.sleep(0.05)
-        assert list(tmp_path.glob(".model.ckpt.*.tmp")), "the writer never started"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    kill_writer_mid_write(code, str(target), folder=tmp_path)
     assert not target.exists() and len(list(tmp_path.glob(".*.tmp"))) == 1  # what kill -9 leaves
     atomic_write_text(target, "weights")
     assert target.read_text() == "weights" and list(tmp_path.glob(".*.tmp")) == []
@@ -197,10 +188,12 @@ def test_two_shard_tasks_build_one_bank_and_the_audit_trains_nothing(tmp_path):
     assert all(s["computed_now"] == 0 for k, s in audit["forgetting"]["sets"].items() if k != "method")
 
 
-def test_shard_settings_are_checked(run_cli):
+def test_shard_settings_are_checked(run_cli, tmp_path):
     from conftest import SYNTH_ARGS
 
     code, _, err, _ = run_cli("run", *SYNTH_ARGS, "attack.num_shards=2", "attack.shard=2")
     assert code == 2 and "attack.shard=2 must be an integer in 0..1" in err
-    code, _, err, _ = run_cli("unlearn", *SYNTH_ARGS, "ckpt=x.ckpt", "audit=true", "attack.num_shards=2")
+    ckpt = tmp_path / "x.ckpt"
+    ckpt.write_bytes(b"")  # exists (a missing one is refused first), never read: the settings are refused before
+    code, _, err, _ = run_cli("unlearn", *SYNTH_ARGS, f"ckpt={ckpt}", "audit=true", "attack.num_shards=2")
     assert code == 2 and "attack.num_shards=2" in err

@@ -281,8 +281,8 @@ def test_every_method_runs_on_a_users_model(name, kind, small_rgb):
     sc = build_scenario("class_removal", small_rgb.train.labels, small_rgb.test.labels, 4, forget_classes=[1])
     raw = method_file_keys(CONF / "method" / f"{name}.yaml")  # with the configs it builds on
     raw.pop("name")
-    hp = resolve_method_cfg(raw, "synthetic", "class_removal")
-    hp.update({k: v for k, v in FAST.items() if k in hp})
+    resolved = resolve_method_cfg(raw, "synthetic", "class_removal")
+    hp = {**resolved, **{k: v for k, v in FAST.items() if k in resolved}}
     rec = Recipe(epochs=1, batch_size=32, optimizer=lambda p: torch.optim.SGD(p, lr=0.01))
     data = UnlearnData(small_rgb.train, sc, 4, "synthetic", split_accuracies(model, small_rgb, sc), recipe=rec,
                        model_factory=factory, references=_fresh_references(factory, len(small_rgb.train)))

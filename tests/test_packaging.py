@@ -6,8 +6,9 @@ some 40 lines per folder on every `pip install` (issue 37: ~600 lines of `make d
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 

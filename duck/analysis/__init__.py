@@ -7,19 +7,13 @@ nor scikit-learn nor matplotlib.
 
 from __future__ import annotations
 
-from duck._lazy import lazy_exports
+import lazy_loader
 
 _LAZY = {
-    "check_analysis_cfg": "duck.analysis.options",
-    "cluster_densities": "duck.analysis.density",
-    "components_for_variance": "duck.analysis.density",
-    "group_labels": "duck.analysis.density",
-    "log_ball_volume": "duck.analysis.density",
-    "model_densities": "duck.analysis.density",
-    "region_mean": "duck.analysis.shap_maps",
-    "shap_values": "duck.analysis.shap_maps",
-    "stratified_subsample": "duck.analysis.tsne",
-    "tsne_panels": "duck.analysis.tsne",
+    "options": ["check_analysis_cfg"],
+    "density": ["cluster_densities", "components_for_variance", "group_labels", "log_ball_volume", "model_densities"],
+    "shap_maps": ["region_mean", "shap_values"],
+    "tsne": ["stratified_subsample", "tsne_panels"],
 }
 
-__getattr__, __dir__, __all__ = lazy_exports("duck.analysis", _LAZY)
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs=_LAZY)

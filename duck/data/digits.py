@@ -7,8 +7,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from duck.data.augment import check_augment
 from duck.data.base import DatasetSplits, TensorImageDataset
@@ -50,6 +48,11 @@ def digits(test_fraction: float = 0.25, split_seed: int = 0, augment: Sequence[s
         raise DuckInputError(f"data.split_seed={split_seed} is too large; scikit-learn's splits take seeds in "
                              "[0, 2^32 - 1]")
     augment = check_augment(augment)
+    # scikit-learn is imported here, not at the top: the package imports this module to register it, and
+    # scikit-learn would add most of a second to every import of duck.data
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
     bunch = load_digits()
     images = bunch.images.astype(np.float32) / 16.0  # (1797, 8, 8) in [0, 1]
     labels = bunch.target.astype(np.int64)

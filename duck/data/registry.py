@@ -1,4 +1,8 @@
-"""Data set registry: ``@register_dataset(name)`` and ``build_datasets(name, **cfg)``."""
+"""Data set registry: ``@register_dataset(name)`` and ``build_datasets(name, **cfg)``.
+
+The registry imports no data set: each data set module registers itself when imported, and the package
+(``duck/data/__init__.py``) imports the built-in ones, so they are registered before any function here runs.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ _DATASETS: dict[str, Callable[..., DatasetSplits]] = {}
 
 
 def register_dataset(name: str) -> Callable[[Callable[..., DatasetSplits]], Callable[..., DatasetSplits]]:
+    """Decorator: register a builder of a data set's :class:`~duck.data.base.DatasetSplits` under ``name``."""
+
     def deco(fn: Callable[..., DatasetSplits]) -> Callable[..., DatasetSplits]:
         if name in _DATASETS:
             raise ValueError(f"data set {name!r} registered twice")
@@ -23,14 +29,12 @@ def register_dataset(name: str) -> Callable[[Callable[..., DatasetSplits]], Call
 
 
 def list_datasets() -> list[str]:
-    _import_builtin()
     return sorted(_DATASETS)
 
 
 def dataset_options(name: str) -> list[str] | None:
     """The ``data.*`` keys data set ``name`` takes (its builder's keyword parameters, the keys of
     ``conf/data/NAME.yaml`` besides ``name``); ``None`` for a builder that takes any keyword (``**kwargs``)."""
-    _import_builtin()
     params = inspect.signature(_DATASETS[name]).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
@@ -42,7 +46,6 @@ def build_datasets(name: str, **kwargs: Any) -> DatasetSplits:
 
     A keyword the data set does not take is refused (``DuckInputError`` naming it and listing the valid
     ones), never ignored."""
-    _import_builtin()
     if name not in _DATASETS:
         raise DuckInputError(f"unknown data set {name!r}; choose one of: {', '.join(sorted(_DATASETS))}")
     valid = dataset_options(name)
@@ -54,6 +57,3 @@ def build_datasets(name: str, **kwargs: Any) -> DatasetSplits:
         )
     return _DATASETS[name](**kwargs)
 
-
-def _import_builtin() -> None:
-    from duck.data import cifar, digits, fashion_mnist, imagefolder, synthetic  # noqa: F401  (registration)

@@ -6,15 +6,14 @@ This package imports nothing from the deep-learning side of duck-unlearn.
 
 from __future__ import annotations
 
-from duck._lazy import lazy_exports
+import lazy_loader
 
 _LAZY = {
-    "KMeansPP": "duck.deletion.kmeans_pp",
-    "QKMeans": "duck.deletion.qkmeans",
-    "DCKMeans": "duck.deletion.dckmeans",
-    "learn_spn": "duck.deletion.spn",
-    "SPN": "duck.deletion.spn",
-    "LSHIndex": "duck.deletion.lsh",
+    "kmeans_pp": ["KMeansPP"],
+    "qkmeans": ["QKMeans"],
+    "dckmeans": ["DCKMeans"],
+    "spn": ["SPN", "learn_spn"],
+    "lsh": ["LSHIndex"],
 }
 
-__getattr__, __dir__, __all__ = lazy_exports("duck.deletion", _LAZY)
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs=_LAZY)

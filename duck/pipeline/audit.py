@@ -124,8 +124,8 @@ def feature_space_section(options: dict[str, Any], models: dict[str, Any], data:
 
     from duck.analysis.density import group_labels, model_densities
     from duck.analysis.tsne import tsne_panels
+    from duck.embeddings import embed_samples
     from duck.report.plots import tsne_panels_png
-    from duck.unlearn.duck import embed_samples
 
     idx, is_forget = feature_samples(scenario)
     embeddings, labels = {}, None
@@ -155,9 +155,9 @@ def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: A
     ``(markdown section, {model: released dict})``. The budget ``(eps, delta)`` is split over the models."""
     import numpy as np
 
+    from duck.embeddings import embed_samples
     from duck.privacy.mechanisms import make_generator
     from duck.privacy.shareable import shareable_outlier_statistics
-    from duck.unlearn.duck import embed_samples
 
     cfg_share = check_shareable_cfg(cfg_share)
     # one generator for all the models' releases: sequential composition needs independent noise per release
@@ -307,7 +307,15 @@ def verdict_sentence(block: dict[str, Any]) -> str:
         return (f"**Not forgotten.** On the forget set, {n} runs of {block['method']} still differ from models "
                 f"retrained without it: they keep at least {lo:.0f} % of the original model's imprint (95 % "
                 f"interval; {margin:g} % allowed).")
-    return f"**Inconclusive.** {block['rule'][:1].upper() + block['rule'][1:]}."
+    more = ("raise attack.forgetting.n_unlearned and n_retrained"
+            + (f" to about {block['models_to_decide']}" if block.get("models_to_decide") else ""))
+    if block.get("power") is False:
+        return ("**Inconclusive.** This audit cannot tell even the original model, before unlearning, from models "
+                f"retrained without the forget set, so it cannot judge {block['method']} (no power): {more}, or "
+                "choose a forget set the original memorises.")
+    return (f"**Inconclusive.** On the forget set, {n} runs of {block['method']} keep between {lo:.0f} % and "
+            f"{hi:.0f} % of the original model's imprint: too uncertain to say whether they are within the "
+            f"{margin:g} % allowed; to decide, {more}.")
 
 
 def forgetting_markdown(block: dict[str, Any]) -> str:

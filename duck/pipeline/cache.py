@@ -1,9 +1,9 @@
 """The cache of trained originals and retrained oracles: a model trained once for a setup is reused by every
-later job of the same setup (``<cache_dir>/models/<key>/``)."""
+later job of the same setup (the artifact store's ``models`` entries: ``<cache_dir>/store-v1/models/<key>/``
+with ``model.ckpt`` and ``metrics.json``)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -11,23 +11,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from duck._version import __version__
 from duck.errors import DuckInputError
-from duck.io import DISK_ERRNOS, atomic_save_json, disk_error, exclusive_lock, remove_stale_temps, temp_name
+from duck.io import DISK_ERRNOS, atomic_save_json, disk_error, remove_stale_temps, temp_name
 from duck.metrics import metrics_record
 from duck.models import Classifier
 from duck.pipeline.job import Job
 from duck.pipeline.stages import evaluate, fit_model, save_model
+from duck.store import ArtifactSpec, Store
 from duck.training import data_parallel_size, training_trainer_settings
 from duck.utils import warn_line
 
+#: the store's kind of a cached original or oracle, and its version
+MODEL_KIND, MODEL_VERSION = "models", 1
 
-def cache_key(job: Job, retrain: bool) -> str:
-    """Identifies a trained model: data config and content (``DatasetSplits.fingerprint``), model, recipe,
+
+def cache_spec(job: Job, retrain: bool) -> ArtifactSpec:
+    """What a trained model depends on: data config and content (``DatasetSplits.fingerprint``), model, recipe,
     seed, precision and every other ``trainer.*`` setting that changes training (gradient clipping,
     accumulation, ...: ``duck.training.training_trainer_settings``), the number of DDP processes where there
     are several (``trainer.devices`` x ``num_nodes``), and the forget ids for an oracle."""
-    from duck import __version__
-
     training = training_trainer_settings(job.trainer_cfg, precision=False)
     world = data_parallel_size(job.trainer_cfg)  # DDP: another sample order per step, other weights
     spec = {"data": job.data_cfg, "model": job.model_cfg, "recipe": job.recipe_cfg,
@@ -36,7 +39,12 @@ def cache_key(job: Job, retrain: bool) -> str:
             **({"trainer": training} if training else {}),  # absent by default: existing cache keys unchanged
             **({"ddp_processes": world} if world > 1 else {}),
             "content": job.data.fingerprint()}
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return ArtifactSpec(MODEL_KIND, MODEL_VERSION, spec)
+
+
+def cache_key(job: Job, retrain: bool) -> str:
+    """The store key of the job's original (or, with ``retrain``, its oracle): :func:`cache_spec`'s."""
+    return cache_spec(job, retrain).key
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
@@ -104,12 +112,12 @@ def train_or_reuse(job: Job, role: str, out: Path, original_acc: dict[str, float
     retrain = role == "retrained"
     if job.cache_dir is None:
         raise DuckInputError("this job has no cache_dir; pass cache_dir=DIR")
-    cached = job.cache_dir / "models" / cache_key(job, retrain)
-    ckpt, mfile = cached / "model.ckpt", cached / "metrics.json"
+    entry = Store(job.cache_dir).open(cache_spec(job, retrain), label=f"cached {role} model")
+    cached = entry.dir
+    ckpt, mfile = entry.path("model.ckpt"), entry.path("metrics.json")
     reused = False
     # one job trains a cache entry at a time; a second job of the same setup waits and then reuses it
-    with exclusive_lock(cached.parent / f"{cached.name}.lock",
-                        lambda: warn_line(f"the {role} model {cached} is being trained by another job; waiting")):
+    with entry.lock(waiting=f"the {role} model {cached} is being trained by another job; waiting"):
         if job.reuse_cached and ckpt.is_file() and mfile.is_file():
             try:
                 model = load_cached(job, ckpt)

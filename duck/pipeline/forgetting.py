@@ -6,8 +6,9 @@ Model sets (all cached under the job's cache directory):
   method and audit of the forget set);
 - the **unlearned set**: N runs of the job's method from the same original with seeds ``seed .. seed + N − 1``
   (run 0 is the audited model's own seed), their φ and correctness on every train and test sample
-  (``unlearned_sets/<key>/run_KKK.npz``, keyed by the original's weights, the method and its resolved
-  hyperparameters, the forget set, the data and the training-relevant trainer settings);
+  (the store entry ``unlearned_sets/<key>/run_KKK.npz``, keyed by the original's weights, the method and its
+  resolved hyperparameters, the forget set, the data and the training-relevant trainer settings; computed under
+  the entry's lock, so a concurrent audit of the same method waits and reuses the runs);
 - the **controls**: ``none`` (R originals, each trained on the full training set with its own seed: models that
   saw the forget set; :class:`OriginalBank`, shared by every forget set) and ``retrain`` (N more retrains with
   other seeds: the ceiling an indistinguishable method can reach at this N and R).
@@ -17,24 +18,24 @@ NeurIPS 2023 challenge, and KLOM on forget, retain and test examples (:mod:`atta
 equivalence test (:mod:`attacks.equivalence`, ALGORITHMS.md §11): ``forgotten`` only when the method is shown to
 keep less than ``attack.forgetting.margin`` of the original's shift away from retrained models (an interval from
 a shift-back permutation test of F), ``not_forgotten`` when it is shown to keep more, ``inconclusive`` otherwise
-or when the ``none`` control itself is not shown farther than the margin (no power). The controls'
-calibrations are cached beside their scores. With ``attack.forgetting.ulira``, U-LiRA on shadow pairs
-(:mod:`duck.pipeline.ulira`) joins the rule: a method whose U-LiRA AUC exceeds the retrain control's (the
-interval of the paired difference above 0) is ``not_forgotten`` whatever F says.
+or when the ``none`` control itself is not shown farther than the margin (no power). The controls' scores and
+calibrations are stored too (``forgetting_scores``, ``forgetting_calibrations``). With
+``attack.forgetting.ulira``, U-LiRA on shadow pairs (:mod:`duck.pipeline.ulira`) joins the rule: a method whose
+U-LiRA AUC exceeds the retrain control's (the interval of the paired difference above 0) is ``not_forgotten``
+whatever F says.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import time
 from typing import Any
 
 import numpy as np
 import torch
 
-from attacks.equivalence import Calibration, verdict_and_calibrations
+from attacks.equivalence import DEFAULT_SHIFTS, Calibration, verdict_and_calibrations
 from attacks.forgetting import (
     epsilon_points,
     epsilons,
@@ -44,11 +45,12 @@ from attacks.forgetting import (
     summarize,
 )
 from attacks.retrain_bank import RetrainBank
+from duck._version import __version__
 from duck.errors import DuckInputError
-from duck.io import atomic_save_npz
 from duck.models import Classifier
 from duck.pipeline.job import Job
 from duck.pipeline.stages import model_phi, unlearn_data
+from duck.store import JSON, NPZ, ArtifactSpec, Codec, Store, has_arrays
 from duck.training import data_parallel_size, training_trainer_settings
 from duck.unlearn import create_unlearner, get_unlearner_class
 
@@ -74,10 +76,12 @@ def _weights_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def unlearned_set_key(job: Job, original: Classifier) -> str:
-    """What an unlearned set depends on (the cache key of its runs)."""
-    from duck import __version__
+#: the arrays of one stored unlearning run (:func:`duck.pipeline.stages.model_phi` and its time)
+RUN_ARRAYS = ("phi_train", "phi_test", "correct_train", "correct_test", "time_s")
 
+
+def unlearned_set_spec(job: Job, original: Classifier) -> ArtifactSpec:
+    """What an unlearned set depends on (the store entry of its runs)."""
     spec = {"original": _weights_digest(original), "method": job.method, "hparams": job.hparams,
             "forget": job.scenario.forget_hash, "data": job.data.fingerprint(),
             "trainer": training_trainer_settings(job.trainer_cfg), "version": __version__}
@@ -85,49 +89,40 @@ def unlearned_set_key(job: Job, original: Classifier) -> str:
         world = data_parallel_size(job.trainer_cfg)
         if world > 1:
             spec["ddp_processes"] = world
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return ArtifactSpec("unlearned_sets", 1, spec)
 
 
 def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float], n: int,
                   progress: bool = False) -> dict[str, Any]:
     """N runs of the job's method from ``original`` (seeds ``job.seed + i``): stacked φ and correctness
-    ``(N, samples)``, each run cached as soon as it is done (an interrupted set resumes)."""
+    ``(N, samples)``, each run stored as soon as it is done (an interrupted set resumes); a concurrent audit of
+    the same set waits on the entry's lock, then reuses the runs."""
     from tqdm.auto import tqdm
 
-    folder = job.cache_dir / "unlearned_sets" / unlearned_set_key(job, original)
-    runs, trained, seconds = [], 0, []
-    missing = [i for i in range(n) if not (folder / f"run_{i:03d}.npz").is_file()]
-    if missing:
-        print(f"forgetting audit: {len(missing)} of the {n} runs of {job.method} from the original to compute "
-              f"({n - len(missing)} cached)", flush=True)
-    udata = unlearn_data(job, original_acc) if missing else None
-    for i in tqdm(range(n), desc=f"unlearning runs ({job.method})", disable=not progress):
-        path = folder / f"run_{i:03d}.npz"
-        if path.is_file():
-            try:
-                with np.load(path, allow_pickle=False) as f:
-                    runs.append({k: np.asarray(f[k]) for k in f.files})
-                seconds.append(float(runs[-1]["time_s"]))
-                continue
-            except (OSError, ValueError, KeyError, EOFError):
-                path.unlink(missing_ok=True)  # a damaged entry is recomputed
-        t_run = time.perf_counter()
-        unlearner = create_unlearner(job.method, copy.deepcopy(original), udata, job.method_cfg, seed=job.seed + i,
-                                     trainer_cfg=job.trainer_cfg, progress=False)
-        result = unlearner.unlearn()
-        arrays = model_phi(result.model.to(job.device), job)
-        arrays["time_s"] = np.array(result.time_s)
-        atomic_save_npz(path, **arrays)
-        runs.append(arrays)
-        seconds.append(result.time_s)
-        trained += 1
-        left = sum(j > i for j in missing)
-        if trained == 1 and left:  # the time the user waits for, from the first run measured
-            per = time.perf_counter() - t_run
-            print(f"forgetting audit: {job.method} run {i + 1} of {n} from the original took {per:.2f} s; the other "
-                  f"{left} (not cached) about {left * per:.0f} s", flush=True)
-    stacked = {k: np.stack([r[k] for r in runs]) for k in ("phi_train", "phi_test", "correct_train", "correct_test")}
-    return {**stacked, "dir": str(folder), "computed_now": trained, "unlearning_s": seconds}
+    entry = Store(job.cache_dir).open(unlearned_set_spec(job, original), label=f"unlearned set of {job.method}")
+    names = [f"run_{i:03d}.npz" for i in range(n)]
+    with entry.lock(waiting=f"the runs of {job.method} in {entry.dir} are being computed by another job; waiting"):
+        runs = [entry.read(name, NPZ, has_arrays(*RUN_ARRAYS)) for name in names]
+        missing = [i for i, run in enumerate(runs) if run is None]
+        if missing:
+            print(f"forgetting audit: {len(missing)} of the {n} runs of {job.method} from the original to compute "
+                  f"({n - len(missing)} cached)", flush=True)
+            udata = unlearn_data(job, original_acc)
+        for count, i in enumerate(tqdm(missing, desc=f"unlearning runs ({job.method})", disable=not progress)):
+            t_run = time.perf_counter()
+            unlearner = create_unlearner(job.method, copy.deepcopy(original), udata, job.hparams,
+                                         seed=job.seed + i, trainer_cfg=job.trainer_cfg, progress=False)
+            result = unlearner.unlearn()
+            runs[i] = {**model_phi(result.model.to(job.device), job), "time_s": np.array(result.time_s)}
+            entry.save(names[i], runs[i], NPZ)
+            left = len(missing) - count - 1
+            if count == 0 and left:  # the time the user waits for, from the first run measured
+                per = time.perf_counter() - t_run
+                print(f"forgetting audit: {job.method} run {i + 1} of {n} from the original took {per:.2f} s; the "
+                      f"other {left} (not cached) about {left * per:.0f} s", flush=True)
+    stacked = {k: np.stack([r[k] for r in runs]) for k in RUN_ARRAYS[:4]}
+    return {**stacked, "dir": str(entry.dir), "key": entry.key, "computed_now": len(missing),
+            "unlearning_s": [float(r["time_s"]) for r in runs]}
 
 
 def bank_set(bank: RetrainBank) -> dict[str, Any]:
@@ -138,7 +133,8 @@ def bank_set(bank: RetrainBank) -> dict[str, Any]:
     correct = bank.accuracies()
     n_train = phi_train.shape[1]
     return {"phi_train": phi_train, "phi_test": phi_test, "correct_train": correct[:, :n_train],
-            "correct_test": correct[:, n_train:], "dir": str(bank.dir), "computed_now": len(info["trained"]),
+            "correct_test": correct[:, n_train:], "dir": str(bank.dir), "key": bank.key,
+            "computed_now": len(info["trained"]),
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
@@ -183,21 +179,14 @@ def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | N
 
 def cached_score(job: Job, s: dict[str, Any], ref: dict[str, Any], level: float | None,
                  klom_ids: dict[str, np.ndarray]) -> dict[str, Any]:
-    """:func:`score_set` of a control against the retrain bank, cached beside the banks: the controls of a
-    forget set score the same for every method, so a second method's audit scores only its own runs."""
-    from duck.io import atomic_save_json
-
-    spec = {"set": s["dir"], "ref": ref["dir"], "level": level, "forget": job.scenario.forget_hash, "v": 3,
+    """:func:`score_set` of a control against the retrain bank, stored (``forgetting_scores``): the controls of a
+    forget set score the same for every method, so a second method's audit scores only its own runs. A set or
+    bank computed (even partly) now is scored again."""
+    spec = {"set": s["key"], "ref": ref["key"], "level": level, "forget": job.scenario.forget_hash,
             "klom": {k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in klom_ids.items()}}
-    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
-    path = job.cache_dir / "forgetting_scores" / f"{key}.json"
-    if path.is_file() and not s["computed_now"] and not ref["computed_now"]:
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            path.unlink(missing_ok=True)  # damaged: scored again
-    out = score_set(s, ref, job, level, klom_ids)
-    atomic_save_json(path, out)
+    entry = Store(job.cache_dir).open(ArtifactSpec("forgetting_scores", 3, spec), label="forgetting score")
+    out, _ = entry.get_or_compute("score.json", lambda: score_set(s, ref, job, level, klom_ids), JSON,
+                                  reuse=not s["computed_now"] and not ref["computed_now"])
     return out
 
 
@@ -208,24 +197,31 @@ def _ulira_separated(ulira: dict[str, Any] | None) -> bool:
     return bool(diff and diff["ci"][0] > 0)
 
 
-def _calibration_path(job: Job, name: str, sets: dict[str, dict[str, Any]], ref: dict[str, Any],
-                      opts: dict[str, Any]) -> Any:
-    spec = {"set": sets[name]["dir"], "ref": ref["dir"], "none": sets["none"]["dir"], "retrain": sets["retrain"]["dir"],
+def _calibration_entry(job: Job, name: str, sets: dict[str, dict[str, Any]], ref: dict[str, Any],
+                       opts: dict[str, Any]) -> Any:
+    """The store entry of control ``name``'s calibration (``forgetting_calibrations``)."""
+    spec = {"set": sets[name]["key"], "ref": ref["key"], "none": sets["none"]["key"], "retrain": sets["retrain"]["key"],
             "forget": job.scenario.forget_hash, "margin": opts["margin"], "replicates": opts["replicates"],
-            "seed": opts["seed"], "examples": opts["calibration_examples"], "level": opts["ci_level"], "v": 4}
-    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
-    return job.cache_dir / "forgetting_calibrations" / f"{key}.npz"
+            "seed": opts["seed"], "examples": opts["calibration_examples"], "level": opts["ci_level"],
+            "shifts": list(DEFAULT_SHIFTS)}
+    return Store(job.cache_dir).open(ArtifactSpec("forgetting_calibrations", 5, spec), label="verdict calibration")
 
 
-def _load_calibration(path: Any) -> Calibration | None:
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            meta = np.asarray(f["meta"], dtype=np.int64)
-            return Calibration(np.asarray(f["shifts"]), np.asarray(f["location_z"]), np.asarray(f["f_shifts"]),
-                               np.asarray(f["samples"]), float(f["observed"]), *map(int, meta))
-    except (OSError, ValueError, KeyError, EOFError, TypeError):
-        path.unlink(missing_ok=True)  # damaged: computed again
-        return None
+def _load_calibration(path: Any) -> Calibration:
+    with np.load(path, allow_pickle=False) as f:
+        meta = np.asarray(f["meta"], dtype=np.int64)
+        return Calibration(np.asarray(f["shifts"]), np.asarray(f["location_z"]), np.asarray(f["f_shifts"]),
+                           np.asarray(f["samples"]), float(f["observed"]), *map(int, meta))
+
+
+def _save_calibration(path: Any, c: Calibration) -> None:
+    NPZ.save(path, {"shifts": c.shifts, "location_z": c.location_z, "f_shifts": c.f_shifts, "samples": c.samples,
+                    "observed": np.array(c.observed),
+                    "meta": np.array([c.n_models, c.n_bank, c.n_examples, c.n_scored])})
+
+
+#: a verdict calibration (:class:`attacks.equivalence.Calibration`) in one ``.npz`` file
+CALIBRATION = Codec(load=_load_calibration, save=_save_calibration)
 
 
 def verdict_block(job: Job, sets: dict[str, dict[str, Any]], ref: dict[str, Any], scores: dict[str, Any]
@@ -236,11 +232,11 @@ def verdict_block(job: Job, sets: dict[str, dict[str, Any]], ref: dict[str, Any]
     opts = job.audit.attack.forgetting
     forget = np.asarray(job.scenario.forget_idx)
     phi = {name: s["phi_train"][:, forget] for name, s in sets.items()}
-    cached, paths = {}, {}
+    cached, entries = {}, {}
     for name in ("retrain", "none"):
-        paths[name] = _calibration_path(job, name, sets, ref, opts)
-        if paths[name].is_file() and not sets[name]["computed_now"] and not ref["computed_now"]:
-            cal = _load_calibration(paths[name])
+        entries[name] = _calibration_entry(job, name, sets, ref, opts)
+        if not sets[name]["computed_now"] and not ref["computed_now"]:
+            cal = entries[name].read("calibration.npz", CALIBRATION)
             if cal is not None:
                 cached[name] = cal
     m = scores["method"]
@@ -251,12 +247,9 @@ def verdict_block(job: Job, sets: dict[str, dict[str, Any]], ref: dict[str, Any]
         level=opts["ci_level"], replicates=opts["replicates"], seed=opts["seed"],
         max_examples=opts["calibration_examples"], accuracies=accuracies,
         max_utility_loss=opts["max_utility_loss"], calibrations=cached)
-    for name in ("retrain", "none"):
+    for name in ("retrain", "none"):  # deterministic: a concurrent job writes the same file (atomically)
         if name not in cached:
-            c = cals[name]
-            atomic_save_npz(paths[name], shifts=c.shifts, location_z=c.location_z, f_shifts=c.f_shifts,
-                            samples=c.samples, observed=np.array(c.observed),
-                            meta=np.array([c.n_models, c.n_bank, c.n_examples, c.n_scored]))
+            entries[name].save("calibration.npz", cals[name], CALIBRATION)
     return record
 
 
@@ -341,7 +334,7 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
              "time_s": round(time.perf_counter() - t0, 3),
              "estimators": "epsilon score F and final score: google-deepmind/unlearning_evaluation metric.py; "
                            "KLOM: RoyRin/data-unlearning-bench eval.py, KL(P_U || P_R); U-LiRA: Hayes et al. 2024, "
-                           "shadow pairs, leave one pair out; verdict: equivalence test (ALGORITHMS.md §11)"}
+                           "shadow pairs, leave one pair out; verdict: equivalence test (docs/audit.md, forgetting verdict)"}
     if ulira is not None:
         block["ulira"] = ulira
     return block

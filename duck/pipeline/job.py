@@ -21,7 +21,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from attacks.audit import AuditSettings, check_audit_data
-from attacks.shadow import check_cache_dir
 from duck.analysis.options import check_analysis_cfg, check_analysis_data
 from duck.data.augment import check_augment
 from duck.data.base import DatasetSplits, subset_splits
@@ -31,9 +30,10 @@ from duck.errors import DuckInputError
 from duck.models import Classifier, create_model
 from duck.pipeline.config import conf_dir, container, resolve_progress
 from duck.privacy.shareable import check_shareable_cfg
+from duck.store import check_cache_dir
 from duck.training import Recipe, check_data_parallel, check_trainer_settings, data_parallel_size
 from duck.unlearn import get_unlearner_class
-from duck.unlearn.config import check_known_keys, resolve_method_cfg
+from duck.unlearn.config import MethodParams, check_known_keys, resolve_method_cfg
 from duck.utils import check_bool, check_number, warn_line
 
 #: job commands and what each needs
@@ -82,9 +82,10 @@ class AuditOptions:
     analysis: dict[str, Any]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    """Everything a run needs, resolved once (see the module docstring)."""
+    """Everything a run needs, resolved once (see the module docstring); frozen: a stage that needs a variant
+    (another seed, the method of an audited checkpoint) makes one with :meth:`replace`."""
 
     command: str
     data: DatasetSplits
@@ -95,8 +96,7 @@ class Job:
     trainer_cfg: dict[str, Any] = field(default_factory=dict)
     recipe: Recipe | None = None
     method: str | None = None
-    method_cfg: dict[str, Any] | None = None  # the method's config (presets resolved by the unlearner)
-    hparams: dict[str, Any] | None = None  # its effective hyperparameters for this data set and scenario
+    hparams: MethodParams | None = None  # its effective hyperparameters for this data set and scenario, resolved once
     audit: AuditOptions | None = None
     trust: Trust = field(default_factory=Trust)
     input_check: bool = True  # refuse data prepared differently from the original's training (stages.check_inputs)
@@ -157,6 +157,11 @@ class Job:
             raise DuckInputError("retrain=true needs a scenario (e.g. scenario=class_removal) to define the retain set")
         check_validation_separation(cfg.get("tuned_on"), data.name, scenario)
         model_name, model_kw = model_settings(cfg)
+        method, hparams = None, None
+        if cfg.get("method") is not None and command in ("unlearn", "run"):
+            method, method_cfg = method_settings(cfg)
+            hparams = resolve_method_cfg(method_cfg, data.name, scenario.kind)
+        recipe_cfg = container(cfg.recipe) if cfg.get("recipe") is not None else {}
         job = cls(command=command, data=data, scenario=scenario, model_name=model_name,
                   model_factory=lambda: create_model(model_name, data.num_classes, data.in_chans, data.img_size,
                                                      **model_kw),
@@ -167,24 +172,20 @@ class Job:
                   progress=resolve_progress(cfg.get("progress", "auto")),
                   reuse_cached=bool(cfg.get("reuse_cached", True)), config=container(cfg),
                   inputs={k: cfg.get(k) for k in ("ckpt", "original_ckpt", "retrained_ckpt", "role") if k in cfg},
-                  data_cfg=data_identity(cfg), model_cfg=container(cfg.model),
-                  recipe_cfg=container(cfg.recipe) if cfg.get("recipe") is not None else {})
-        if cfg.get("method") is not None and command in ("unlearn", "run"):
-            job.method, job.method_cfg = method_settings(cfg)
-            job.hparams = resolve_method_cfg(job.method_cfg, data.name, scenario.kind)
-            get_unlearner_class(job.method).check_trainer_cfg(job.trainer_cfg)
-        if cfg.get("recipe") is not None:
-            job.recipe = Recipe.from_cfg(job.recipe_cfg)
+                  data_cfg=data_identity(cfg), model_cfg=container(cfg.model), recipe_cfg=recipe_cfg,
+                  method=method, hparams=hparams,
+                  recipe=Recipe.from_cfg(recipe_cfg) if cfg.get("recipe") is not None else None,
+                  cache_dir=check_cache_dir(cfg.cache_dir) if cfg.get("cache_dir") is not None else None,
+                  audit=AuditOptions(attack_settings, share, analysis) if attack_settings is not None else None)
+        if method is not None:
+            get_unlearner_class(method).check_trainer_cfg(job.trainer_cfg)
         check_trainer_settings(job.trainer_cfg)
         if command in ("train", "run"):  # the original / oracle train with DDP where trainer.devices > 1
             check_data_parallel(job.trainer_cfg, job.recipe.batch_size if job.recipe is not None else None)
         elif data_parallel_size(job.trainer_cfg) > 1 and command == "audit":
             warn_line(f"trainer.devices={job.trainer_cfg.get('devices')!r} not used: duck-audit trains its banks on "
                       "one device each (batched where faster); DDP is for duck-train / duck-run's original and oracle")
-        if cfg.get("cache_dir") is not None:
-            job.cache_dir = check_cache_dir(cfg.cache_dir)
         if attack_settings is not None:
-            job.audit = AuditOptions(attack_settings, share, analysis)
             if attack_settings.num_shards > 1 and command not in ("run", "audit"):
                 raise DuckInputError(f"attack.num_shards={attack_settings.num_shards}: banks are built in slices by "
                                      "duck-run or duck-audit array jobs; run duck-unlearn audit=true afterwards")
@@ -381,7 +382,7 @@ def check_audit_against_data(job: Job) -> None:
     share, analysis = opts.shareable, opts.analysis
     if not (share["enabled"] or analysis["enabled"]):
         return
-    from duck.unlearn.duck import embed_samples
+    from duck.embeddings import embed_samples
 
     with torch.no_grad():
         dim = int(embed_samples(job.build_model(), data.train, np.array([0]), device=torch.device("cpu"))[0].shape[1])

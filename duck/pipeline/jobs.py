@@ -131,7 +131,7 @@ def audit(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, 
             manifests[ref] = ref_manifest
     warnings = check_recorded_recipes(manifests, job.recipe_cfg)
     if job.audit.attack.forgetting["enabled"]:
-        method_from_manifest(job, role, manifest, ckpt)
+        job = method_from_manifest(job, role, manifest, ckpt)
     first = "original" if "original" in models else role
     check_inputs(job, models[first], f"the {first} model")
     rows, accs = accuracy_rows(job, models, methods)
@@ -151,10 +151,10 @@ def audit(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, 
     return audits[role], {"audits": audits, "paths": paths, "out": out}
 
 
-def method_from_manifest(job: Job, role: str, manifest: dict[str, Any] | None, ckpt: Any) -> None:
+def method_from_manifest(job: Job, role: str, manifest: dict[str, Any] | None, ckpt: Any) -> Job:
     """The forgetting audit of ``duck-audit`` reruns the method that made the audited checkpoint: its name,
     hyperparameters and seed come from the checkpoint's manifest (``duck-unlearn`` and ``duck-run`` record
-    them); a checkpoint without them is refused with the command that can audit it."""
+    them); a checkpoint without them is refused with the command that can audit it. Returns the job with them."""
     config = (manifest or {}).get("config") or {}
     if role != "unlearned" or not isinstance(config.get("method"), dict):
         raise DuckInputError(f"attack.forgetting.enabled=true: ckpt={ckpt} is "
@@ -163,11 +163,11 @@ def method_from_manifest(job: Job, role: str, manifest: dict[str, Any] | None, c
                              + "; the forgetting audit reruns the method that unlearned it: audit a checkpoint "
                              "written by duck-unlearn, or run duck-unlearn ... audit=true attack.forgetting."
                              "enabled=true")
-    job.method, job.method_cfg = method_settings(config)
-    job.hparams = resolve_method_cfg(job.method_cfg, job.data.name, job.scenario.kind)
-    get_unlearner_class(job.method).check_trainer_cfg(job.trainer_cfg)
-    if manifest.get("seed") is not None:
-        job.seed = int(manifest["seed"])  # run 0 of the N unlearning runs is the audited checkpoint's own seed
+    method, method_cfg = method_settings(config)
+    get_unlearner_class(method).check_trainer_cfg(job.trainer_cfg)
+    seed = job.seed if manifest.get("seed") is None else int(manifest["seed"])  # run 0: the checkpoint's own seed
+    return job.replace(method=method, hparams=resolve_method_cfg(method_cfg, job.data.name, job.scenario.kind),
+                       seed=seed)
 
 
 def write_summary(out: Path, header: str, table: str, scenario: dict[str, Any], records: list[dict[str, Any]],

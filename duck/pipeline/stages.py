@@ -194,7 +194,7 @@ def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float], e
                   ) -> tuple[dict[str, Any], UnlearnResult]:
     """Unlearn ``model`` (in place) with the job's method and evaluate it: ``(metrics record, UnlearnResult)``.
     ``earlier``: warnings printed before (the input check's), recorded with the run's own in ``warnings``."""
-    unlearner = create_unlearner(job.method, model, unlearn_data(job, original_acc), job.method_cfg, seed=job.seed,
+    unlearner = create_unlearner(job.method, model, unlearn_data(job, original_acc), job.hparams, seed=job.seed,
                                  trainer_cfg=job.trainer_cfg, progress=job.progress)
     result = unlearner.unlearn()
     result.model.to(job.device)

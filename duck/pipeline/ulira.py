@@ -3,8 +3,9 @@ models retrained without the forget set, example by example?
 
 Shadow pairs on the LiRA shadow bank (E shadows, shadow k trained on its IN examples ``IN_k``):
 - ``U_k``: the job's method run on shadow ``M_k`` as if ``IN_k`` were the whole training set and ``D_f ∩ IN_k``
-  its forget set (class removal: the forgotten classes' IN examples); cached per shadow under
-  ``unlearned_shadows/<key>/`` (keyed by the bank, the method and its resolved hyperparameters, the forget set);
+  its forget set (class removal: the forgotten classes' IN examples); stored per shadow in the store entry
+  ``unlearned_shadows/<key>/`` (keyed by the bank, the method and its resolved hyperparameters, the forget set;
+  computed under the entry's lock);
 - ``R_k``: trained on ``IN_k \\ D_f`` with shadow k's seed (:class:`attacks.retrain_bank.ShadowRetrainBank`).
 
 **Method level**: :func:`attacks.forgetting.ulira_scores` fits per-example Gaussians (per-example σ floored at a
@@ -22,8 +23,6 @@ of all pairs.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import time
 from typing import Any
 
@@ -40,14 +39,15 @@ from attacks.forgetting import (
 from attacks.retrain_bank import ShadowRetrainBank
 from attacks.roc import roc_summary
 from attacks.shadow import ShadowBank
+from duck._version import __version__
 from duck.data.base import DatasetSplits, ReindexedDataset
 from duck.data.scenarios import build_scenario
 from duck.errors import DuckInputError
-from duck.io import atomic_save_npz
 from duck.metrics import split_accuracies
 from duck.models import Classifier
 from duck.pipeline.job import Job
 from duck.pipeline.stages import model_phi
+from duck.store import NPZ, ArtifactSpec, Store, has_arrays
 from duck.training import training_trainer_settings
 from duck.unlearn import UnlearnData, create_unlearner, get_unlearner_class
 
@@ -107,44 +107,43 @@ def _shadow_scenario(job: Job, labels: np.ndarray, forget_pos: np.ndarray) -> An
 def unlearned_shadows(job: Job, bank: ShadowBank, method: str, method_cfg: dict[str, Any]) -> tuple[np.ndarray, int]:
     """φ of every unlearned shadow ``U_k`` on every training sample ``(E, N_train)``, and how many were computed
     now (the rest came from the cache)."""
-    from duck import __version__
     from duck.unlearn.config import resolve_method_cfg
 
-    hparams = resolve_method_cfg(method_cfg, job.data.name, job.scenario.kind)
+    hparams = resolve_method_cfg(method_cfg, job.data.name, job.scenario.kind)  # the job's: as they are
     spec = {"bank": bank.key, "method": method, "hparams": hparams, "forget": job.scenario.forget_hash,
             "trainer": training_trainer_settings(job.trainer_cfg), "seed": job.seed, "version": __version__}
-    folder = job.cache_dir / "unlearned_shadows" / hashlib.sha256(
-        json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    entry = Store(job.cache_dir).open(ArtifactSpec("unlearned_shadows", 1, spec),
+                                      label=f"unlearned shadows of {method}")
     forget = np.asarray(job.scenario.forget_idx)
-    rows, computed = [], 0
-    for k in range(bank.n_shadow):
-        path = folder / f"shadow_{k:04d}.npz"
-        if path.is_file():
-            try:
-                with np.load(path, allow_pickle=False) as f:
-                    rows.append(np.asarray(f["phi_train"]))
-                continue
-            except (OSError, ValueError, KeyError, EOFError):
-                path.unlink(missing_ok=True)
-        ids = np.flatnonzero(bank.keep[k])
-        sub = ReindexedDataset(job.data.train, ids)
-        scenario = _shadow_scenario(job, sub.labels, np.flatnonzero(np.isin(ids, forget)))
-        sub_data = DatasetSplits(name=job.data.name, train=sub, test=job.data.test, num_classes=job.data.num_classes,
-                                 in_chans=job.data.in_chans, img_size=job.data.img_size, augment=job.data.augment)
-        shadow = bank.load_shadow(k).to(job.device)
-        original_acc = split_accuracies(shadow, sub_data, scenario, device=job.device, batch_size=job.eval_batch_size)
-        udata = UnlearnData(train=sub, scenario=scenario, num_classes=job.data.num_classes, dataset_name=job.data.name,
-                            original_acc=original_acc, augment=job.data.augment, recipe=job.recipe,
-                            model_factory=job.model_factory)
-        # a seed per pair (the method's randomness, a retrain's initialisation): one seed for every k made the
-        # retrain control's models share an initialisation, and a never-seen class's logit with it
-        result = create_unlearner(method, copy.deepcopy(shadow), udata, method_cfg, seed=pair_seed(job.seed, k),
-                                  trainer_cfg=job.trainer_cfg).unlearn()
-        phi = model_phi(result.model.to(job.device), job)["phi_train"]
-        atomic_save_npz(path, phi_train=phi)
-        rows.append(phi)
-        computed += 1
-    return np.stack(rows), computed
+    names = [f"shadow_{k:04d}.npz" for k in range(bank.n_shadow)]
+    with entry.lock(waiting=f"the unlearned shadows in {entry.dir} are being computed by another job; waiting"):
+        rows = [entry.read(name, NPZ, has_arrays("phi_train")) for name in names]
+        missing = [k for k, row in enumerate(rows) if row is None]
+        for k in missing:
+            rows[k] = {"phi_train": _unlearned_shadow_phi(job, bank, method, hparams, k, forget)}
+            entry.save(names[k], rows[k], NPZ)
+    return np.stack([row["phi_train"] for row in rows]), len(missing)
+
+
+def _unlearned_shadow_phi(job: Job, bank: ShadowBank, method: str, hparams: dict[str, Any], k: int,
+                          forget: np.ndarray) -> np.ndarray:
+    """φ on every training sample of ``U_k``: the method run on shadow ``k`` with its IN examples as the
+    training set and the forget examples among them as the forget set."""
+    ids = np.flatnonzero(bank.keep[k])
+    sub = ReindexedDataset(job.data.train, ids)
+    scenario = _shadow_scenario(job, sub.labels, np.flatnonzero(np.isin(ids, forget)))
+    sub_data = DatasetSplits(name=job.data.name, train=sub, test=job.data.test, num_classes=job.data.num_classes,
+                             in_chans=job.data.in_chans, img_size=job.data.img_size, augment=job.data.augment)
+    shadow = bank.load_shadow(k).to(job.device)
+    original_acc = split_accuracies(shadow, sub_data, scenario, device=job.device, batch_size=job.eval_batch_size)
+    udata = UnlearnData(train=sub, scenario=scenario, num_classes=job.data.num_classes, dataset_name=job.data.name,
+                        original_acc=original_acc, augment=job.data.augment, recipe=job.recipe,
+                        model_factory=job.model_factory)
+    # a seed per pair (the method's randomness, a retrain's initialisation): one seed for every k made the
+    # retrain control's models share an initialisation, and a never-seen class's logit with it
+    result = create_unlearner(method, copy.deepcopy(shadow), udata, hparams, seed=pair_seed(job.seed, k),
+                              trainer_cfg=job.trainer_cfg).unlearn()
+    return model_phi(result.model.to(job.device), job)["phi_train"]
 
 
 def _attack_summary(job: Job, scores: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
@@ -190,7 +189,7 @@ def ulira_audit(job: Job, target: Classifier | None = None, oracle: Classifier |
     retrain_bank = shadow_retrain_bank(job, bank)
     retrain_bank.train()
     phi_r = retrain_bank.shadow_phi(["identity"])[0][..., 0][:, forget]  # (E, F)
-    phi_u, computed = unlearned_shadows(job, bank, job.method, job.method_cfg)
+    phi_u, computed = unlearned_shadows(job, bank, job.method, job.hparams)
     summary, aucs = _pairs_summary(job, phi_u[:, forget], phi_r, mask)
     out: dict[str, Any] = {**summary, "n_pairs": int(bank.n_shadow), "computed_now": computed}
     controls: dict[str, Any] = {}

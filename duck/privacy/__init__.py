@@ -14,15 +14,14 @@ from duck.privacy.mechanisms import (
     smooth_gaussian_params,
     top_h_without_replacement,
 )
+from duck.privacy.neighbours import LSHNeighbours, neighbour_counts
 from duck.privacy.outliers import (
     KISSING_NUMBER_UPPER,
-    LSHNeighbours,
     dp_outlier_count,
     dp_top_subspaces,
     global_sensitivity_bounds,
     kissing_configuration,
     kissing_number_upper,
-    neighbour_counts,
     outlier_count,
     subspace_outlier_counts,
 )

@@ -49,7 +49,8 @@ from duck.privacy.mechanisms import (
     make_generator,
     top_h_without_replacement,
 )
-from duck.privacy.outliers import all_subspaces, as_records, count_within, squared_radius, subspace_coordinates
+from duck.privacy.neighbours import as_records, count_within, squared_radius, subspace_coordinates
+from duck.privacy.outliers import all_subspaces
 from duck.utils import check_bool, check_number, check_positive_int, check_radius, check_seed
 
 #: the options of ``report.shareable`` (conf/report/default.yaml)

@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 from duck.errors import DuckInputError
-from duck.privacy.outliers import (
+from duck.privacy.neighbours import (
     LSHNeighbours,
     as_records,
     check_k_records,
@@ -257,7 +257,7 @@ def smooth_sensitivity_bound(
 
     ``ball_count="clique"`` uses the polynomial bound ``f``; ``"exact"`` uses the paper's exponential
     enumeration (tiny data only; for tests). ``lsh``: degrees from an LSH index (the bound stays valid and
-    beta-smooth, see :class:`~duck.privacy.outliers.LSHNeighbours`). Returns a float or
+    beta-smooth, see :class:`~duck.privacy.neighbours.LSHNeighbours`). Returns a float or
     :class:`SmoothBoundDetails`.
 
     ``k`` is an integer in ``[1, N]``; ``beta`` any finite number > 0. The work does not grow with

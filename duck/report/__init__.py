@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-from duck._lazy import lazy_exports
+import lazy_loader
 
-_LAZY = {"write_report": "duck.report.report"}
+_LAZY = {"report": ["write_report"]}
 
-__getattr__, __dir__, __all__ = lazy_exports("duck.report", _LAZY)
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs=_LAZY)

@@ -34,6 +34,7 @@ class Paragraph:
 class Table:
     headers: Sequence[str]
     rows: Sequence[Sequence[Any]]
+    sortable: bool = False  # HTML: a click on a column's header sorts the rows by it (numbers as numbers)
 
 
 @dataclass
@@ -99,7 +100,8 @@ def _view(b: Block) -> dict[str, Any]:
     if isinstance(b, Paragraph):
         return {"kind": "paragraph", "text": b.text}
     if isinstance(b, Table):
-        return {"kind": "table", "headers": [str(h) for h in b.headers], "rows": [[str(c) for c in r] for r in b.rows]}
+        return {"kind": "table", "headers": [str(h) for h in b.headers], "rows": [[str(c) for c in r] for r in b.rows],
+                "sortable": b.sortable}
     if isinstance(b, Image):
         return {"kind": "image", "alt": b.alt, "base64": base64.b64encode(b.png).decode("ascii")}
     if isinstance(b, Code):
@@ -118,4 +120,6 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
     from importlib.resources import files
 
     css = files("duck.report").joinpath(STYLE).read_text(encoding="utf-8")
-    return _environment().get_template(TEMPLATE).render(title=title, css=Markup(css), blocks=[_view(b) for b in blocks])
+    views = [_view(b) for b in blocks]
+    return _environment().get_template(TEMPLATE).render(title=title, css=Markup(css), blocks=views,
+                                                        sortable=any(v.get("sortable") for v in views))

@@ -114,7 +114,7 @@ def density_bars_png(feature_space: Mapping[str, Any]) -> bytes:
         ax.bar(x + (i - (len(names) - 1) / 2) * width, values, width, label=name, color=_model_color(name, i))
     ax.set_xticks(x, groups, rotation=45, ha="right")
     ax.set_ylabel(f"log10 density (n = {feature_space['n_components']} PCA dims)")
-    ax.set_title("Cluster density (seeds/003 Eq. 9)")
+    ax.set_title("Cluster density (DUCK, Cotogni et al. 2023, Eq. 9)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     return _png(fig)
@@ -147,4 +147,60 @@ def tsne_panels_png(coords: Mapping[str, np.ndarray], labels: Sequence[int] | np
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 11), fontsize=7, frameon=False,
                bbox_to_anchor=(0.5, -0.02))
     fig.suptitle(f"t-SNE of the embeddings ({len(y)} training samples, one fit per model)", fontsize=9)
+    return _png(fig)
+
+
+def _interval_bars(value: float, ci: Sequence[float] | None) -> list[list[float]]:
+    """``yerr`` of one point from its interval (never negative: an interval need not contain its estimate)."""
+    if not ci:
+        return [[0.0], [0.0]]
+    return [[max(0.0, value - float(ci[0]))], [max(0.0, float(ci[1]) - value)]]
+
+
+def tradeoff_png(points: Sequence[Mapping[str, Any]], references: Sequence[Mapping[str, Any]],
+                 margin: float | None) -> bytes:
+    """The sweep's trade-off at a glance, one point per job and method (colour: method; area: time relative to
+    retraining): left, normalised forgetting q (0 = the ``none`` control, 1 = the ``retrain`` control) against
+    retained test accuracy; right, the verdict's scale, the share of the original's imprint kept, with the
+    ``forgotten`` band ±``margin`` shaded. Error bars: each job's interval. ``references``: ``{"label", "A_t",
+    "q", "imprint"}`` points of the controls, drawn in black."""
+    from matplotlib import colormaps
+
+    fig = _figure(10.4, 4.4)
+    axes = [fig.add_subplot(1, 2, i + 1) for i in range(2)]
+    methods = list(dict.fromkeys(str(p["method"]) for p in points))
+    cmap = colormaps["tab10" if len(methods) <= 10 else "tab20"]
+    color = {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+    markers = {m: "osD^vP<>"[(i // cmap.N) % 8] if len(methods) > cmap.N else "o" for i, m in enumerate(methods)}
+    for ax, key, label in ((axes[0], "F_normalised", "normalised forgetting q (1 = like retraining)"),
+                           (axes[1], "imprint_kept", "imprint kept (0 = like retraining, 1 = like the original)")):
+        if key == "imprint_kept" and margin is not None:
+            ax.axhspan(-margin, margin, color="#2ca02c", alpha=0.12, lw=0, label=f"forgotten zone (±{margin:g})")
+        for method in methods:
+            first = True
+            for p in points:
+                if str(p["method"]) != method or p.get(key) is None or p.get("A_t") is None:
+                    continue
+                size = 30 * min(4.0, max(0.25, float(p.get("time_ratio") or 1.0)) * 4)
+                ax.errorbar([p["A_t"]], [p[key]], yerr=_interval_bars(float(p[key]), p.get(f"{key}_ci")), fmt="none",
+                            ecolor=color[method], alpha=0.7, capsize=3)
+                ax.scatter([p["A_t"]], [p[key]], s=size, color=color[method], marker=markers[method], alpha=0.85,
+                           edgecolors="white", label=method if first else None, zorder=3)
+                first = False
+        ref_key = "q" if key == "F_normalised" else "imprint"
+        for r, marker in zip(references, ("X", "*", "P", "D"), strict=False):
+            if r.get(ref_key) is not None and r.get("A_t") is not None:
+                ax.scatter([r["A_t"]], [r[ref_key]], s=90, marker=marker, color="black", label=r["label"], zorder=4)
+        ax.set_xlabel("retained test accuracy A_t")
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_title("Forgetting against utility (marker area: time / retraining)", fontsize=9)
+    axes[1].set_title("The verdict's scale", fontsize=9)
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.tight_layout()
+    legend = fig.legend(handles, labels, loc="upper center", ncol=min(6, max(1, len(labels))), fontsize=7,
+                        frameon=False, bbox_to_anchor=(0.5, 0.0), markerscale=0.7)
+    for handle in legend.legend_handles:  # legend markers of one size (the plot's size is the time)
+        if hasattr(handle, "set_sizes"):
+            handle.set_sizes([36])
     return _png(fig)

@@ -21,6 +21,8 @@ from duck.report.document import Block, Code, Heading, Image, Markdown, Paragrap
 from duck.report.plots import auc_ci_png, density_bars_png, roc_loglog_png
 
 MODEL_ORDER = ("original", "unlearned", "retrained")
+#: how the report cites the DUCK paper (Cotogni et al., arXiv:2312.02052): by name, with section or equation
+DUCK_PAPER = "DUCK, Cotogni et al. 2023"
 SUMMARY_COLUMNS = {  # record key -> column header (duck-run's summary records)
     "model": "model", "method": "method", "A_t": "A_t", "A_f": "A_f", "AUS": "AUS",
     "train_forget": "train-forget acc", "forget_target": "forget target", "time_s": "time (s)", "epochs": "epochs",
@@ -108,11 +110,11 @@ def feature_space_blocks(feature_space: Mapping[str, Any], tsne_png: bytes | Non
     (their PNGs written under ``out/plots/``): ``(blocks, {"density_png": .., "tsne_png": ..})``."""
     n, ref = feature_space["n_components"], feature_space["reference"]
     if n is None:  # every model collapsed (model_densities): nothing to measure or draw
-        return [Heading("Feature space (seeds/003 §IV-I)"), Paragraph(feature_space["note"])], {}
+        return [Heading(f"Feature space ({DUCK_PAPER}, §IV-I)"), Paragraph(feature_space["note"])], {}
     how = (f"the {n} principal components explaining {100 * feature_space['variance']:g} % of the variance of the "
            f"{ref} model's embeddings (the same n for every model, so densities share their units)"
            if feature_space.get("variance") is not None else f"n = {n} principal components (configured)")
-    blocks: list[Block] = [Heading("Feature space (seeds/003 §IV-I)"), Paragraph(
+    blocks: list[Block] = [Heading(f"Feature space ({DUCK_PAPER}, §IV-I)"), Paragraph(
         "Training-split embeddings of each retain class and of the forget set, reduced by PCA to " + how + ". "
         f"Cluster density (Eq. 9) = samples within r / V_n(r), with r the radius around the centroid holding "
         f"{100 * feature_space['coverage']:g} % of the cluster; shown as log10. The paper reports a lower forget "
@@ -213,7 +215,7 @@ def write_report(out_dir: str | Path, *, summary_rows: Sequence[Mapping[str, Any
                    Image("plots/auc_ci.png", auc_png, "LiRA AUC with confidence intervals")]
         svm = svm_table(audits)
         if svm is not None:
-            blocks += [Heading("SVM membership inference (seeds/003 Supp. V-F)"), svm,
+            blocks += [Heading(f"SVM membership inference ({DUCK_PAPER}, Supp. V-F)"), svm,
                        Paragraph("RBF SVM on the softmax vector, C and γ by 3-fold grid search, 80/20 split, "
                                  "mean F1 over the runs. Chance F1 = the member fraction (a random guess at the "
                                  "prior); all-member F1 = the F1 of calling every sample a member, the best a "

@@ -2,8 +2,10 @@
 
 Every job of a ``duck-run`` sweep writes ``summary.json`` (the original, unlearned and retrained rows of its
 scenario) and, with the audit, ``<model>/audit.json``. :func:`summarize_sweep` reads them from the sweep
-directory and writes ``sweep_summary.md`` / ``.csv`` / ``.json`` there: per scenario kind and method, mean (std)
-over the jobs of ``A_t``, ``A_f``, AUS (ALGORITHMS.md §2), the wall time and, where audited, the LiRA AUC. The
+directory and writes ``sweep_summary.md`` / ``.csv`` / ``.json`` and the page ``sweep.html``
+(:mod:`duck.report.sweep_page`) there: per scenario kind and method, mean (std) over the jobs of ``A_t``, ``A_f``,
+AUS (ALGORITHMS.md §2), the wall time and, where audited, the LiRA AUC and the forgetting audit's verdicts, imprint
+kept, q, F and KLOM (with each job's interval in the page). The
 original and retrained rows are counted once per distinct forget set and seed (a methods sweep shares them).
 Jobs of different *setups* are never averaged together: a job's setup is its overrides
 (``.hydra/overrides.yaml``) other than the run coordinates (method choice, seed, scenario, and settings that
@@ -23,11 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from duck.errors import DuckInputError
+from duck.report.sweep_page import forgetting_fields, verdict_counts, write_sweep_page
 from duck.report.tables import fmt_mean_std, markdown_table, mean_std
 from duck.training import PLACEMENT_TRAINER_KEYS
 
-METRICS = ("A_t", "A_f", "AUS", "time_s", "lira_auc")
-HEADERS = {"A_t": "A_t", "A_f": "A_f", "AUS": "AUS", "time_s": "time (s)", "lira_auc": "LiRA AUC"}
+METRICS = ("A_t", "A_f", "AUS", "time_s", "lira_auc", "time_ratio", "imprint_kept", "F_normalised", "F", "klom_forget")
+HEADERS = {"A_t": "A_t", "A_f": "A_f", "AUS": "AUS", "time_s": "time (s)", "lira_auc": "LiRA AUC",
+           "time_ratio": "time / retraining", "imprint_kept": "imprint kept", "F_normalised": "q", "F": "F",
+           "klom_forget": "KLOM forget"}
+#: per-job fields a one-job summary row carries over (the job's intervals)
+INTERVALS = ("imprint_kept_ci", "F_normalised_ci", "F_ci", "margin")
 _AUDIT_DIR = {"original": "original", "retrain": "retrained"}  # the unlearned row's audit is in unlearned/
 
 
@@ -69,15 +76,22 @@ def _job_rows(summary_path: Path) -> list[dict[str, Any]]:
     job = json.loads(summary_path.read_text())
     sc = job["scenario"]
     setup, reference = job_setup(summary_path.parent)
+    retrain_s = next((r.get("time_s") for r in job["rows"] if r["method"] == "retrain"), None)
+    names = sc.get("forget_class_names") or sc.get("forget_classes")
+    forget = ",".join(map(str, names)) if names else f"{sc.get('n_forget')} samples"
     rows = []
     for r in job["rows"]:
-        audit = summary_path.parent / _AUDIT_DIR.get(r["method"], "unlearned") / "audit.json"
-        auc = None
-        if audit.is_file():
-            auc = (json.loads(audit.read_text()).get("lira") or {}).get("auc")
-        rows.append({**r, "scenario": sc.get("scenario"), "forget_hash": sc.get("forget_hash"),
-                     "seed": sc.get("seed"), "job": summary_path.parent.name, "lira_auc": auc,
-                     "setup": reference if r["method"] in _AUDIT_DIR else setup})
+        audit_path = summary_path.parent / _AUDIT_DIR.get(r["method"], "unlearned") / "audit.json"
+        audit = json.loads(audit_path.read_text()) if audit_path.is_file() else {}
+        row = {**r, "scenario": sc.get("scenario"), "forget_hash": sc.get("forget_hash"), "forget": forget,
+               "seed": sc.get("seed"), "job": summary_path.parent.name, "lira_auc": (audit.get("lira") or {}).get("auc"),
+               "setup": reference if r["method"] in _AUDIT_DIR else setup}
+        if r["method"] not in _AUDIT_DIR:
+            if audit.get("forgetting"):  # the forgetting audit of the unlearned model: verdict, F, q, intervals
+                row.update(forgetting_fields(audit["forgetting"]))
+            if retrain_s and r.get("time_s") is not None:
+                row["time_ratio"] = float(r["time_s"]) / float(retrain_s)
+        rows.append(row)
     return rows
 
 
@@ -118,6 +132,9 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             vals = [float(r[m]) for r in rs if r.get(m) is not None]
             if vals:
                 row[m] = mean_std(vals)
+        row["verdicts"] = [r["verdict"] for r in rs if r.get("verdict")]
+        if len(rs) == 1:
+            row.update({k: rs[0][k] for k in INTERVALS if rs[0].get(k) is not None})
         out.append(row)
     return out
 
@@ -161,13 +178,16 @@ def summarize_sweep(sweep_dir: str | Path) -> dict[str, Any]:
         raise DuckInputError(f"{sweep_dir} holds no finished duck-run job (no */summary.json)")
     summary = aggregate(rows)
     present = [m for m in METRICS if any(m in s for s in summary)]
+    judged = any(s["verdicts"] for s in summary)
     tables = []
     for setup, scenario in dict.fromkeys((s["setup"], s["scenario"]) for s in summary):
         body = [[s["method"] + (f" ({s['method_overrides']})" if s["method_overrides"] else ""), s["n"],
+                 *([verdict_counts(s["verdicts"]) or "—"] if judged else []),
                  *(fmt_mean_std(s[m], 2 if m == "time_s" else 3) if m in s else "—" for m in present)]
                 for s in summary if (s["setup"], s["scenario"]) == (setup, scenario)]
         title = f"### {scenario}" + (f" — {setup}" if setup else "")
-        tables.append(f"{title}\n\n" + markdown_table(["method", "jobs", *(HEADERS[m] for m in present)], body))
+        headers = ["method", "jobs", *(["verdicts"] if judged else []), *(HEADERS[m] for m in present)]
+        tables.append(f"{title}\n\n" + markdown_table(headers, body))
     table = (f"## Sweep {sweep_dir.name}: mean (std) over jobs\n\n" + "\n\n".join(tables)
              + "\n\nThe original and retrained rows count each distinct forget set and seed once; jobs with other "
                "settings (the overrides in a table's title) are never averaged together.\n" + failed_section(failed))
@@ -182,7 +202,10 @@ def summarize_sweep(sweep_dir: str | Path) -> dict[str, Any]:
     atomic_write_text(sweep_dir / "sweep_summary.md", table)
     atomic_write_text(sweep_dir / "sweep_summary.csv", buf.getvalue())
     atomic_save_json(sweep_dir / "sweep_summary.json", {"summary": summary, "rows": rows, "failed": failed})
-    return {"table": table, "rows": rows, "summary": summary, "failed": failed}
+    page = write_sweep_page(sweep_dir / "sweep.html", f"Sweep {sweep_dir.name}", summary, rows, failed,
+                            "The original and retrained rows count each distinct forget set and seed once; jobs with "
+                            "other settings are never averaged together.")
+    return {"table": table, "rows": rows, "summary": summary, "failed": failed, "page": page}
 
 
 try:  # Hydra is a dependency; the guard keeps this module importable on its own for the table function
@@ -216,7 +239,7 @@ class SweepSummary(SweepStatus):
         except DuckInputError as e:
             print(f"warning: no sweep summary: {e}", file=sys.stderr)
             return
-        print("\n" + out["table"] + f"sweep summary: {sweep_dir / 'sweep_summary.md'}")
+        print("\n" + out["table"] + f"sweep summary: {sweep_dir / 'sweep_summary.md'}; page: {out['page']}")
 
 
 def main(argv: list[str] | None = None) -> int:

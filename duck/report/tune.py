@@ -4,10 +4,11 @@ its objective): the trials' table, a plot of the search and the best configurati
 Each trial's directory holds ``tune.json`` (objective, what it is made of, the method's resolved
 hyperparameters) and Hydra's ``.hydra/overrides.yaml`` (the values the sampler chose). :func:`summarize_search`
 writes into the sweep directory ``trials.md`` / ``trials.json``, ``trials.png`` (every trial's objective and
-the best so far) and ``preset/tuned_<data>_<method>.yaml``: a ``# @package _global_`` config with the best
-trial's searched values, reused by ``duck-run method=METHOD +preset=tuned_<data>_<method>
-hydra.searchpath=[file://SWEEP_DIR]`` (or copied into ``conf/preset/``). :class:`TuneSummary` is the Hydra
-callback that calls it when the sweep ends (registered by ``conf/tune/*.yaml``).
+the best so far), the page ``trials.html`` (the best trial first, the plot, the sortable table) and
+``preset/tuned_<data>_<method>.yaml``: a ``# @package _global_`` config with the best trial's searched values,
+reused by ``duck-run method=METHOD +preset=tuned_<data>_<method> hydra.searchpath=[file://SWEEP_DIR]`` (or
+copied into ``conf/preset/``). :class:`TuneSummary` is the Hydra callback that calls it when the sweep ends
+(registered by ``conf/tune/*.yaml``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from hydra.experimental.callback import Callback
 
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_write_text
+from duck.report.document import Block, Heading, Image, Markdown, Paragraph, Table, to_html
 from duck.report.tables import markdown_table
 
 
@@ -86,7 +88,19 @@ def summarize_search(sweep_dir: str | Path) -> dict[str, Any]:
     atomic_write_text(sweep / "trials.md", header + table + "\n")
     _plot(trials, sweep / "trials.png", f"{method} on {data}")
     reuse = (f"duck-run method={method} +preset={name} hydra.searchpath=[file://{sweep.resolve()}]")
-    return {"table": header + table, "best": best, "preset": preset, "reuse": reuse}
+    blocks: list[Block] = [
+        Heading(f"Search: {method} on {data}, {len(trials)} trials", 1),
+        Markdown(f"**Best: trial {best['trial']}**, objective {best['objective']:.4f} ({best['kind']} "
+                 f"{best['value']:.4f}), with " + ", ".join(f"`{k}={v:.4g}`" if isinstance(v, float) else f"`{k}={v}`"
+                                            for k, v in sorted(best["searched"].items()))
+                 + f". Its preset: `{preset}`; reuse it with `{reuse}`."),
+        Image("trials.png", (sweep / "trials.png").read_bytes(), "objective of every trial and the best so far"),
+        Heading("Trials"), Table(headers, rows, sortable=True),
+        Paragraph("The search's objective is the one Optuna maximised (docs/tuning.md); a trial that missed the forget "
+                  "target or lost retained accuracy beyond tune.retained_margin is penalised. Click a column's header "
+                  "to sort.")]
+    page = atomic_write_text(sweep / "trials.html", to_html(blocks, f"Search: {method} on {data}"))
+    return {"table": header + table, "best": best, "preset": preset, "reuse": reuse, "page": page}
 
 
 def _plot(trials: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -120,4 +134,4 @@ class TuneSummary(Callback):
         except DuckInputError as e:
             print(f"warning: no search summary: {e}", file=sys.stderr)
             return
-        print("\n" + out["table"] + f"\npreset: {out['preset']}\nreuse it: {out['reuse']}")
+        print("\n" + out["table"] + f"\npreset: {out['preset']}\nreuse it: {out['reuse']}\npage: {out['page']}")

@@ -38,8 +38,25 @@ def scenario_family(kind: str) -> str:
     return "class_removal" if kind in ("class_removal", "targeted") else "homogeneous_removal"
 
 
-def resolve_method_cfg(cfg: Mapping[str, Any], dataset: str, scenario_kind: str) -> dict[str, Any]:
-    """Flatten a method config into its effective hyperparameters (``presets`` removed)."""
+class MethodParams(dict):
+    """A method's effective hyperparameters for one data set and scenario, resolved once
+    (:func:`resolve_method_cfg`) and read-only afterwards: the job carries them, and the unlearners, the forgetting
+    audit's N runs and U-LiRA's shadow runs take them as they are instead of resolving the config again."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("MethodParams are read-only: resolve the method config again to change them")
+
+    __setitem__ = __delitem__ = update = pop = popitem = setdefault = clear = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles (joblib / submitit sweeps) stay MethodParams
+        return (MethodParams, (dict(self),))
+
+
+def resolve_method_cfg(cfg: Mapping[str, Any], dataset: str, scenario_kind: str) -> MethodParams:
+    """Flatten a method config into its effective hyperparameters (``presets`` removed), checked; already
+    resolved parameters (:class:`MethodParams`) are returned as they are."""
+    if isinstance(cfg, MethodParams):
+        return cfg
     cfg = dict(cfg)
     presets = cfg.pop("presets", None) or {}
     family = presets.get(scenario_family(scenario_kind), {}) or {}
@@ -52,7 +69,7 @@ def resolve_method_cfg(cfg: Mapping[str, Any], dataset: str, scenario_kind: str)
         raise DuckInputError(f"method hyperparameters {missing} have no value for data set {dataset!r}; "
                              f"set them, e.g. method.{missing[0]}=...")
     check_hyperparameters(out)
-    return out
+    return MethodParams(out)
 
 
 def check_hyperparameters(hp: Mapping[str, Any]) -> None:

@@ -19,25 +19,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from duck.data.loaders import make_loader
 from duck.data.scenarios import SCENARIOS
+from duck.embeddings import embed_samples
 from duck.errors import DuckInputError
 from duck.unlearn.base import ForgetAccuracyStop, Unlearner
 from duck.unlearn.registry import register_unlearner
-
-
-@torch.no_grad()
-def embed_samples(model: Any, dataset: Any, indices: Any, *, device: torch.device, batch_size: int = 1024
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Eval-mode embeddings ``(N, D)``, labels ``(N,)`` and stable indices ``(N,)`` of ``dataset[indices]``."""
-    was_training = model.training
-    model.eval()
-    zs, ys, ids = [], [], []
-    for x, y, i in make_loader(dataset, batch_size, indices=indices):
-        zs.append(model.embed(x.to(device)).float())
-        ys.append(y.to(device)), ids.append(torch.as_tensor(i, device=device))
-    model.train(was_training)
-    return torch.cat(zs), torch.cat(ys), torch.cat(ids)
 
 
 def class_centroids(z: torch.Tensor, y: torch.Tensor, max_per_class: int | None = None,

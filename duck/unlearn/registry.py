@@ -1,7 +1,10 @@
 """Registry of unlearning methods (timm-style): ``@register_unlearner``, ``create_unlearner``, ``list_unlearners``.
 
-Methods outside ``duck`` (the ``baselines`` package, or a user's own package) are discovered through the
-``duck_unlearn.methods`` entry-point group: each entry point names a module whose import registers methods.
+The registry imports no method: a method registers itself when its module is imported. The package
+(``duck/unlearn/__init__.py``) imports the built-in ones (DUCK and the ``none`` control); methods outside
+``duck`` (the ``baselines`` package, or a user's own package) are discovered through the
+``duck_unlearn.methods`` entry-point group: each entry point names a module whose import registers methods,
+loaded the first time the registry is asked for a method.
 """
 
 from __future__ import annotations
@@ -34,23 +37,24 @@ def register_unlearner(name: str) -> Callable[[type[Unlearner]], type[Unlearner]
 
 
 def _load_plugins() -> None:
+    """Import the modules of the ``duck_unlearn.methods`` entry points once, so that their methods register."""
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
-    import duck.unlearn.duck
-    import duck.unlearn.none  # noqa: F401  (registers "none", the negative control)
-
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()
 
 
 def list_unlearners() -> list[str]:
+    """The names of the registered methods (the built-in ones and those of the entry points), sorted."""
     _load_plugins()
     return sorted(_UNLEARNERS)
 
 
 def get_unlearner_class(name: str) -> type[Unlearner]:
+    """The :class:`~duck.unlearn.base.Unlearner` subclass registered as ``name`` (``DuckInputError`` listing the
+    names if there is none)."""
     _load_plugins()
     if name not in _UNLEARNERS:
         raise DuckInputError(f"unknown unlearning method {name!r}; choose one of: {', '.join(sorted(_UNLEARNERS))}")
