@@ -110,10 +110,10 @@ def test_job_errors_are_not_taken_for_the_run_directory(run_cli, monkeypatch):
     """A permission error of the job itself (even inside the run directory) keeps Hydra's report."""
     from duck.pipeline import jobs
 
-    def refuse(job: object, out: Path) -> None:
+    def refuse(job: object, out: Path, *tracker: object) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(out / "model.ckpt"))
 
-    monkeypatch.setattr(jobs, "train", refuse)
+    monkeypatch.setitem(jobs.JOBS, "train", refuse)
     code, _, err, _ = run_cli("train", *SYNTH_ARGS, "recipe.epochs=1")
     assert code == 1 and "PermissionError" in err and "cannot write the run directory" not in err
 
