@@ -7,14 +7,17 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 FMNIST_DIR ?= /usr/share/datasets/fashion-mnist
 PYTEST_ARGS ?=
+# pip's errors only (a machine's pip configuration may name index folders that are absent: one warning per package
+# otherwise); PIP_QUIET=-q shows warnings again
+PIP_QUIET ?= -qq
 
 .PHONY: venv install demo test test-all lint fashion-mnist chromium clean
 
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install $(PIP_QUIET) --upgrade pip
+	$(BIN)/python -m pip install $(PIP_QUIET) $(TORCH_SPEC)
+	$(BIN)/python -m pip install $(PIP_QUIET) -e ".[dev]"
 	@touch $@
 
 venv install: $(BIN)/.installed
