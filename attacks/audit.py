@@ -26,8 +26,9 @@ import torch
 
 from attacks.lira import OFFLINE_TESTS, VARIANTS, lira_phi, lira_scores, resolve_views, view_logits
 from attacks.roc import CI_METHODS, roc_summary
-from attacks.shadow import MODES, POOLS, ShadowBank, resolve_threads
+from attacks.shadow import MODES, POOLS, ShadowBank
 from attacks.svm_mia import SCORERS, checked_counts, svm_mia
+from attacks.threads import resolve_threads
 from duck.data.base import DatasetSplits
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError

@@ -28,10 +28,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,51 +38,21 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from attacks.bank_cache import BANK_FORMAT, BankCache  # noqa: F401 (BANK_FORMAT: the banks' store version)
+from attacks.bank_scoring import BankScoring
 from attacks.batched import calibrate, check_batchable, train_batched
-from attacks.lira import lira_phi, view_logits
+from attacks.threads import intra_op_threads, resolve_threads
 from duck._version import __version__
-from duck.checkpoint import build_manifest, load_checkpoint, load_into, save_checkpoint
+from duck.checkpoint import build_manifest, load_checkpoint, save_checkpoint
 from duck.data.base import DatasetSplits, IndexedDataset
 from duck.data.loaders import collate_indexed, fetch
 from duck.errors import DuckInputError
 from duck.models import Classifier
 from duck.store import CORRUPT_ERRORS
 from duck.training import Recipe, single_device, train_classifier, training_trainer_settings
-from duck.utils import available_memory, human_bytes, warn_line
+from duck.utils import available_memory, human_bytes
 
 POOLS = ("train", "train+test")
 MODES = ("auto", "batched", "sequential")
-
-
-# ``threads: auto`` uses one intra-op thread on machines with at most this many cores: small shadow models
-# gain nothing from intra-op parallelism there, and on this 2-core machine shared with other jobs torch's
-# default of 2 threads made the digits bank ~6x slower (708 s against 119 s for 16 shadows, docs/audit.md).
-AUTO_SINGLE_THREAD_MAX_CORES = 4
-
-
-def resolve_threads(threads: int | str | None) -> int | None:
-    """``None``: leave torch's setting; ``"auto"``: 1 on small machines, else leave it; an int: that many."""
-    if threads is None:
-        return None
-    if threads == "auto":
-        return 1 if (os.cpu_count() or 1) <= AUTO_SINGLE_THREAD_MAX_CORES else None
-    if not str(threads).isdigit() or int(threads) < 1:
-        raise DuckInputError(f"attack.threads={threads!r}; use auto, null or a positive integer")
-    return int(threads)
-
-
-@contextmanager
-def intra_op_threads(n: int | None) -> Iterator[None]:
-    """``torch.set_num_threads(n)`` for the duration (nothing if ``n`` is None)."""
-    if n is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class _FirstEpochTimer(Callback):
@@ -237,8 +205,9 @@ def bank_spec(data: DatasetSplits, model: Classifier, recipe: Recipe, *, n_shado
     }, sort_keys=True, default=str))
 
 
-class ShadowBank:
-    """E shadow models of one setup, trained once and cached (see the module docstring).
+class ShadowBank(BankScoring):
+    """E shadow models of one setup, trained once and cached (see the module docstring); loading and scoring
+    the trained models (φ per view, who trained on what) are :class:`attacks.bank_scoring.BankScoring`'s.
 
     ``model_factory()`` returns a freshly initialised model of the target's architecture (it is called
     after ``torch.manual_seed(shadow_seed(seed, k))``); ``recipe`` is the target's training recipe;
@@ -496,83 +465,3 @@ class ShadowBank:
 
         self.cache.record(add)
         return {"trained": todo, "seconds": seconds, "mode": mode, "mode_info": info}
-
-    def _names(self, manifest: Any, k: int, key: str) -> tuple[Any, Any, Any] | None:
-        """None if ``manifest`` names model ``k`` of bank ``key`` with this bank's seed for it; else what it
-        names instead ``(shadow_id, bank_key, seed)``."""
-        got = ((manifest.get("shadow_id"), manifest.get("bank_key"), manifest.get("seed"))
-               if isinstance(manifest, Mapping) else (None, None, None))
-        return None if got == (k, key, self.model_seed(k)) else got
-
-    def load_shadow(self, k: int) -> Classifier:
-        """Shadow ``k`` from its checkpoint; :class:`DuckInputError` if it does not load or its manifest does
-        not name shadow ``k`` of this bank (e.g. another shadow's checkpoint copied over it)."""
-        sd, manifest = load_checkpoint(self.shadow_path(k))
-        if not isinstance(manifest, Mapping):
-            raise DuckInputError(f"checkpoint {self.shadow_path(k)} has no manifest naming its shadow")
-        got = self._names(manifest, k, self.key)
-        if got is not None:
-            raise DuckInputError(f"checkpoint {self.shadow_path(k)} holds shadow {str(got[0])[:20]} of bank "
-                                 f"{str(got[1])[:40]}, not shadow {k} of bank {self.key}")
-        model = self.model_factory()
-        load_into(model, sd, self.shadow_path(k))
-        return model
-
-    # -- inference ------------------------------------------------------------------------------------
-    def shadow_phi(self, views: Sequence[str], *,
-                   batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray, bool]:
-        """φ of every shadow on every train and test sample for each view (eval mode):
-        ``(phi_train (E, N_train, V), phi_test (E, N_test, V), reused)``; cached in ``phi_<views>.npz``."""
-        path = self.phi_path(views)
-        self.cache.check_layout()
-        cached = self._read_phi(path, views)
-        if cached is not None:
-            return cached[0], cached[1], True
-        if self.missing():
-            raise DuckInputError(f"{self.label} {self.dir} is incomplete ({len(self.missing())} shadows "
-                                 "missing); train it first (ShadowBank.train)")
-        from tqdm.auto import tqdm
-
-        parts: dict[str, list[np.ndarray]] = {"train": [], "test": []}
-        with intra_op_threads(self.threads):
-            for k in tqdm(range(self.n_shadow), desc="shadow inference", disable=not self.progress,
-                          leave=False):
-                model = self._load_or_retrain(k).to(self.device)
-                for split, ds in (("train", self.data.train), ("test", self.data.test)):
-                    logits, labels = view_logits(model, ds, None, views, device=self.device,
-                                                 batch_size=batch_size)  # (V, N, C), (N,)
-                    parts[split].append(lira_phi(logits, labels).T.numpy())  # (N, V)
-        phi_train, phi_test = np.stack(parts["train"]), np.stack(parts["test"])  # (E, N, V)
-        self.cache.write_arrays(path, phi_train=phi_train, phi_test=phi_test, views=np.array(list(views)))
-        return phi_train, phi_test, False
-
-    def _read_phi(self, path: Path, views: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
-        """The cached φ arrays if ``path`` is intact and matches this bank; otherwise warn and return None
-        (the file is then recomputed)."""
-        def same_views(f: Mapping[str, np.ndarray]) -> None:
-            if list(f["views"]) != list(views):
-                raise ValueError(f"views {list(f['views'])}, expected {list(views)}")
-
-        arrays = self.cache.read_arrays(path, {"phi_train": (self.n_shadow, len(self.data.train), len(views)),
-                                         "phi_test": (self.n_shadow, len(self.data.test), len(views))},
-                                  kind="f", check=same_views)
-        return None if arrays is None else (arrays["phi_train"], arrays["phi_test"])
-
-    def _load_or_retrain(self, k: int) -> Classifier:
-        """Shadow ``k``; a corrupt, unloadable or misplaced checkpoint (see :meth:`load_shadow`) is deleted and
-        the shadow trained again (counted in :attr:`job`)."""
-        try:
-            return self.load_shadow(k)
-        except DuckInputError as e:
-            reason = (str(e).splitlines() or [""])[0][:160] or type(e).__name__
-            warn_line(f"{self.label} {self.dir}: corrupt {self.shadow_path(k).name} ({reason}); training it again")
-        self.shadow_path(k).unlink(missing_ok=True)
-        self.train()
-        return self.load_shadow(k)
-
-    def shadow_in(self, train_idx: np.ndarray, test_idx: np.ndarray) -> np.ndarray:
-        """``(E, Q)`` bool: did shadow e train on query sample q (train samples first, then test samples)?"""
-        keep, test_idx = self.keep, np.asarray(test_idx, dtype=np.int64)
-        test_in = (keep[:, len(self.data.train) + test_idx] if self.pool == "train+test"
-                   else np.zeros((self.n_shadow, len(test_idx)), dtype=bool))
-        return np.concatenate([keep[:, np.asarray(train_idx, dtype=np.int64)], test_in], axis=1)

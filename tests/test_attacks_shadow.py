@@ -296,7 +296,7 @@ def test_attacks_package_is_light() -> None:
 
 
 def test_thread_setting_is_scoped() -> None:
-    from attacks.shadow import intra_op_threads, resolve_threads
+    from attacks.threads import intra_op_threads, resolve_threads
 
     before = torch.get_num_threads()
     with intra_op_threads(1):
