@@ -54,13 +54,14 @@ lint: install
 # Mutation testing (issue 39, docs/testing.md): every algorithm file of mutation/targets.toml (hours: run it in the
 # background) or one (FILE=duck/metrics.py), each against its own tests only; results in mutation/summary.md and
 # mutation/survivors/. SURVIVORS=1 reruns only the last run's survivors of FILE. Needs the dev extra (mutmut).
-# Not part of `make test` / .ci/run.
+# Not part of `make test`.
 FILE ?=
 SURVIVORS ?=
 mutation:
 	$(BIN)/python mutation/mutate.py $(FILE) $(if $(SURVIVORS),--survivors)
 
-# a fixed sample (the functions of targets.toml's [smoke] table)
+# a fixed sample (the functions of targets.toml's [smoke] table), every one of which must be killed: fails otherwise;
+# about 1 minute on this machine, run by .ci/run after `make test`
 mutation-smoke:
 	$(BIN)/python mutation/mutate.py --smoke
 

@@ -29,8 +29,12 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "mutation"
@@ -100,8 +104,8 @@ def project_pyproject_for(file: str, tests: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def prepare(file: str, tests: list[str], fresh: bool) -> Path:
-    wd = WORK / slug(file)
+def prepare(file: str, tests: list[str], fresh: bool, smoke: bool = False) -> Path:
+    wd = WORK / (slug(file) + (".smoke" if smoke else ""))  # a smoke run keeps the full run's results
     if fresh and wd.exists():
         shutil.rmtree(wd)
     wd.mkdir(parents=True, exist_ok=True)
@@ -143,10 +147,16 @@ def mutated_lines(diff: str) -> list[str]:
 
 
 def not_mutated(file: str) -> list[str]:
-    """Functions mutmut 3 does not mutate: decorated ones other than @staticmethod / @classmethod (it skips
-    them, see mutmut's file_mutation.py), listed in the summary so that the score is read with them in mind."""
+    """What mutmut 3 does not mutate, listed in the summary so that the score is read with it in mind: decorated
+    functions other than @staticmethod / @classmethod (mutmut skips them, see its file_mutation.py) and numbers
+    outside functions (module constants, class attributes: mutmut mutates function bodies only)."""
     tree = ast.parse((ROOT / file).read_text())
     out = []
+    for node in [*tree.body, *(n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body)]:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and any(
+                isinstance(n, ast.Constant) and type(n.value) in (int, float) for n in ast.walk(node.value)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out.append(f"{', '.join(ast.unparse(t) for t in targets)} = {ast.unparse(node.value)} (constant)")
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
@@ -186,11 +196,13 @@ def summarise(file: str, wd: Path, equivalents: dict[str, dict[str, str]], secon
     counts["stale"] = len(stale)
     considered = counts["killed"] + counts["timeout"] + counts["survived"] + counts["no tests"] + counts["other"]
     score = (counts["killed"] + counts["timeout"]) / considered if considered else float("nan")
-    (HERE / "survivors").mkdir(exist_ok=True)
     text = [f"# {file}: {len(survivors)} mutants not killed by {', '.join(load_targets()[0][file])}", ""]
     for name, status, diff in survivors:
         text += [f"## {name} ({status}{', STALE equivalent entry' if name in stale else ''})", diff, ""]
-    (HERE / "survivors" / f"{slug(file)}{'.smoke' if smoke else ''}.txt").write_text("\n".join(text))
+    # a smoke run (CI) writes nothing into the checkout but its work directory
+    out = wd / "survivors.txt" if smoke else HERE / "survivors" / f"{slug(file)}.txt"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text("\n".join(text))
     return {"file": file, "total": len(codes), **counts, "score": score, "seconds": round(seconds),
             "date": _dt.date.today().isoformat(), "smoke": smoke, "not_mutated": not_mutated(file)}
 
@@ -214,7 +226,8 @@ def write_summary(rows: list[dict]) -> None:
                   f"{r['equivalent']} | {100 * r['score']:.1f} % | {r['seconds']} s | {r['date']} |")
     notes = [(k, r["not_mutated"]) for k, r in sorted(table.items()) if r.get("not_mutated") and not r["smoke"]]
     if notes:
-        md += ["", "Not mutated (mutmut 3 skips decorated functions other than @staticmethod / @classmethod):", ""]
+        md += ["", "Not mutated (mutmut 3 mutates function bodies only, and skips functions decorated other than "
+                   "@staticmethod / @classmethod):", ""]
         md += [f"- `{k}`: {', '.join(v)}" for k, v in notes]
     stale = [(k, r["stale"]) for k, r in sorted(table.items()) if r.get("stale")]
     if stale:
@@ -232,7 +245,7 @@ def mutmut_bin() -> str:
 
 def run_file(file: str, tests: list[str], *, smoke_functions: list[str] | None, survivors_only: bool, jobs: int,
              fresh: bool, equivalents: dict) -> dict:
-    wd = prepare(file, tests, fresh=fresh)
+    wd = prepare(file, tests, fresh=fresh, smoke=smoke_functions is not None)
     names: list[str] = []
     if smoke_functions is not None:
         names = [f"{module_of(file)}.x_{fn}__mutmut_*" for fn in smoke_functions]
@@ -278,7 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(run_file(f, targets[f], smoke_functions=smoke.get(f, []) if a.smoke else None,
                              survivors_only=a.survivors, jobs=a.jobs, fresh=not a.survivors,
                              equivalents=equivalents))
-        write_summary(rows[-1:])
+        if not a.smoke:
+            write_summary(rows[-1:])
+    if a.smoke:  # the sample is fixed and fully killed: any survivor is a test that stopped stating a property
+        bad = [r for r in rows if r["survived"] + r["no tests"] + r["other"] + r["stale"]]
+        for r in bad:
+            print(f"mutation-smoke: {r['file']}: mutants not killed, see {WORK / (slug(r['file']) + '.smoke')}/"
+                  "survivors.txt", file=sys.stderr)
+        return 1 if bad else 0
     return 0
 
 
