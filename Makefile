@@ -53,12 +53,13 @@ lint: install
 
 # Mutation testing (issue 39, docs/testing.md): every algorithm file of mutation/targets.toml (hours: run it in the
 # background) or one (FILE=duck/metrics.py), each against its own tests only; results in mutation/summary.md and
-# mutation/survivors/. SURVIVORS=1 reruns only the last run's survivors of FILE. Needs the dev extra (mutmut).
+# mutation/survivors/. SURVIVORS=1 reruns only the last run's survivors of FILE; RESUME=1 finishes a stopped run. Needs the dev extra (mutmut).
 # Not part of `make test`.
 FILE ?=
 SURVIVORS ?=
+RESUME ?=
 mutation:
-	$(BIN)/python mutation/mutate.py $(FILE) $(if $(SURVIVORS),--survivors)
+	$(BIN)/python mutation/mutate.py $(FILE) $(if $(SURVIVORS),--survivors) $(if $(RESUME),--resume)
 
 # a fixed sample (the functions of targets.toml's [smoke] table), every one of which must be killed: fails otherwise;
 # about 1 minute on this machine, run by .ci/run after `make test`

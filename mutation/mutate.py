@@ -15,7 +15,8 @@ For each file of mutation/targets.toml, one after the other:
    not count, and an entry whose mutated line no longer matches is reported as stale, not silently applied.
 
 ``--survivors`` reruns only the mutants that survived the last run of that file (after new tests): mutmut
-reruns mutants named explicitly.
+reruns mutants named explicitly. ``--resume`` keeps the last run's results and runs the mutants it did not reach
+(a run stopped half-way).
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ def summarise(file: str, wd: Path, equivalents: dict[str, dict[str, str]], secon
         import fnmatch
 
         codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, p) for p in patterns)}
-    counts = {s: 0 for s in ("killed", "timeout", "survived", "no tests", "equivalent", "stale", "other")}
+    counts = {s: 0 for s in ("killed", "timeout", "survived", "no tests", "equivalent", "stale", "not checked",
+                             "other")}
     survivors, stale = [], []
     for name, code in sorted(codes.items(), key=lambda kv: (kv[0].rsplit("__mutmut_", 1)[0],
                                                             int(kv[0].rsplit("_", 1)[1]))):
@@ -222,8 +224,10 @@ def write_summary(rows: list[dict]) -> None:
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for key in sorted(table):
         r = table[key]
+        partial = f" (stopped: {r['not checked']} not run)" if r.get("not checked") else ""
+        run = f"{r['seconds']} s" if r["seconds"] else "–"
         md.append(f"| `{key}` | {r['total']} | {r['killed']} | {r['timeout']} | {r['survived']} | {r['no tests']} | "
-                  f"{r['equivalent']} | {100 * r['score']:.1f} % | {r['seconds']} s | {r['date']} |")
+                  f"{r['equivalent']} | {100 * r['score']:.1f} %{partial} | {run} | {r['date']} |")
     notes = [(k, r["not_mutated"]) for k, r in sorted(table.items()) if r.get("not_mutated") and not r["smoke"]]
     if notes:
         md += ["", "Not mutated (mutmut 3 mutates function bodies only, and skips functions decorated other than "
@@ -278,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("files", nargs="*", help="algorithm files (paths as in mutation/targets.toml); default: all")
     p.add_argument("--smoke", action="store_true", help="the fixed sample of targets.toml's [smoke] table")
     p.add_argument("--survivors", action="store_true", help="rerun only the last run's survivors")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the last run's results and run only the mutants it did not reach (a stopped run)")
+    p.add_argument("--summary-only", action="store_true", help="summarise the last run of the files, run nothing")
     p.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATION_JOBS", "1")))
     a = p.parse_args(argv)
     targets, smoke = load_targets()
@@ -287,9 +294,16 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"not in mutation/targets.toml: {unknown}; known: {sorted(targets)}")
     equivalents = load_equivalents()
     rows = []
+    if a.summary_only:
+        for f in files:
+            wd = WORK / slug(f)
+            if meta(wd, f):
+                rows.append(summarise(f, wd, equivalents.get(f, {}), 0.0, smoke=False))
+        write_summary(rows)
+        return 0
     for f in files:
         rows.append(run_file(f, targets[f], smoke_functions=smoke.get(f, []) if a.smoke else None,
-                             survivors_only=a.survivors, jobs=a.jobs, fresh=not a.survivors,
+                             survivors_only=a.survivors, jobs=a.jobs, fresh=not (a.survivors or a.resume),
                              equivalents=equivalents))
         if not a.smoke:
             write_summary(rows[-1:])

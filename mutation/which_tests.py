@@ -3,9 +3,9 @@
     python mutation/which_tests.py duck/metrics.py MUTANT... [-k EXPR]
     python mutation/which_tests.py duck/metrics.py --from mutation/survivors/duck__metrics.txt -k "not direct_count"
 
-Runs the file's own tests (mutation/targets.toml) once per mutant, without -x, inside the mutated copy that the
-last `make mutation FILE=...` left in mutation/work/<file>/mutants (mutmut picks the mutant from
-MUTANT_UNDER_TEST), and prints, for every test that failed on some mutant, the mutants it failed on.
+Runs the file's own tests (mutation/targets.toml) as they are in the checkout now, once per mutant, without -x,
+against the mutated copy that the last `make mutation FILE=...` left in mutation/work/<file>/mutants (mutmut picks
+the mutant from MUTANT_UNDER_TEST), and prints, for every test that failed on some mutant, the mutants it failed on.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mutate import WORK, load_targets, slug
+from mutate import ROOT, WORK, load_targets, slug
 
 
 def main() -> int:
@@ -32,7 +32,8 @@ def main() -> int:
     names = list(a.mutants)
     if a.source:
         names += re.findall(r"^## (\S+)", Path(a.source).read_text(), flags=re.M)
-    tests = load_targets()[0][a.file]
+    # the checkout's tests as they are now (the mutated copy holds those of the last run), run from inside that copy
+    tests = [str(ROOT / t) for t in load_targets()[0][a.file]]
     mutants_dir = WORK / slug(a.file) / "mutants"
     if not mutants_dir.is_dir():
         raise SystemExit(f"no mutated copy in {mutants_dir}: run `make mutation FILE={a.file}` first")
