@@ -308,3 +308,28 @@ def test_ulira_per_example_accuracy_and_paired_difference_by_hand():
     d = ulira_difference((0.8, np.array([0.8, 0.7, 0.9])), (0.5, np.array([0.5, 0.5, 0.5])))
     half = 1.959964 * np.sqrt(2 / 3 * (((np.array([0.3, 0.2, 0.4]) - 0.3) ** 2).sum()))
     assert d["value"] == pytest.approx(0.3) and d["ci"] == pytest.approx([0.3 - half, 0.3 + half], rel=1e-5)
+
+
+def test_final_score_is_quality_times_the_two_utility_ratios_by_hand():
+    """``F × (RA_U / RA_R) × (TA_U / TA_R)`` with every accuracy away from 1 (a ratio inverted into a product
+    would pass with retrained accuracies of 1), and each retrained mean refused at 0, not only below."""
+    got = final_score(0.6, [0.7, 0.9], [0.8, 0.8], [0.5, 0.7], [0.75, 0.75])
+    assert got == pytest.approx(0.6 * (0.8 / 0.8) * (0.6 / 0.75), rel=1e-12)
+    assert final_score(0.6, [0.4], [0.8], [0.6], [0.6]) == pytest.approx(0.3, rel=1e-12)  # RA_U / RA_R = 1/2
+    assert final_score(0.6, [0.6], [0.6], [0.3], [0.6]) == pytest.approx(0.3, rel=1e-12)  # TA_U / TA_R = 1/2
+    message = r"^the retrained models' mean retain and test accuracies must be > 0 for the final score$"
+    for ra_r, ta_r in (([0.0, 0.0], [0.5]), ([0.5], [0.0]), ([0.5], [-0.1])):
+        with pytest.raises(DuckInputError, match=message):
+            final_score(0.5, [0.5], ra_r, [0.5], ta_r)
+
+
+def test_binned_kl_clips_at_the_clip_it_is_given():
+    """Values beyond ±clip count as ±clip (KLOM clips φ to [−100, 100] by default), for the clip given."""
+    p = np.array([0.0] * 5 + [200.0] * 5)
+    q = np.array([0.0] * 5 + [300.0] * 4 + [0.5])
+    assert binned_kl(p, q) == pytest.approx(binned_kl(np.clip(p, -100, 100), np.clip(q, -100, 100)), rel=1e-12)
+    assert binned_kl(p, q, clip=150.0) == pytest.approx(binned_kl(np.clip(p, -150, 150), np.clip(q, -150, 150)),
+                                                        rel=1e-12)
+    # 120 and 140 fall in different bins below a clip of 150, and onto the dropped pooled maximum with 100
+    p, q = np.array([0.0, 0.0, 0.0, 120.0, 120.0, 200.0]), np.array([0.0, 0.0, 0.0, 140.0, 140.0, 200.0])
+    assert binned_kl(p, q, clip=150.0) > 1.0 and binned_kl(p, q) == pytest.approx(0.0, abs=1e-12)
