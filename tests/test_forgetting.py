@@ -172,6 +172,18 @@ def test_klom_summary_skips_undefined_examples():
     assert summarize(np.array([np.nan]))["median"] is None
 
 
+def test_klom_summary_fields_by_hand():
+    """The summary's whole record: the median and the 95th percentile (linear interpolation: of 0, 1, ..., 100 they
+    are exactly 50 and 95) over the defined values, the count and the undefined count; JSON's null (a KLOM that was
+    NaN, read back) counts as undefined; every field present when nothing is defined."""
+    from attacks.forgetting import summarize
+
+    assert summarize(np.arange(101.0)) == {"median": 50.0, "p95": 95.0, "n": 101, "undefined": 0}
+    assert summarize([4.0, None, 2.0, float("nan")]) == {"median": 3.0, "p95": pytest.approx(3.9), "n": 4,
+                                                         "undefined": 2}
+    assert summarize([None, float("nan")]) == {"median": None, "p95": None, "n": 2, "undefined": 2}
+
+
 def test_binned_kl_on_known_histograms():
     # P puts its 10 samples in bins 0 and 19 (values 0 and just below 1), Q all in bin 19 plus the pooled
     # maximum 1.0, which np.digitize places beyond the last bin (dropped, as in the reference)
