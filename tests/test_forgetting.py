@@ -320,6 +320,15 @@ def test_ulira_per_example_accuracy_and_paired_difference_by_hand():
     d = ulira_difference((0.8, np.array([0.8, 0.7, 0.9])), (0.5, np.array([0.5, 0.5, 0.5])))
     half = 1.959964 * np.sqrt(2 / 3 * (((np.array([0.3, 0.2, 0.4]) - 0.3) ** 2).sum()))
     assert d["value"] == pytest.approx(0.3) and d["ci"] == pytest.approx([0.3 - half, 0.3 + half], rel=1e-5)
+    # a difference of two AUCs lies in [-1, 1]: a wide jackknife interval (half-width 2.7 here) is clipped to it
+    wide = ulira_difference((0.9, np.array([0.1, 0.9, 0.1, 0.9])), (0.1, np.array([0.9, 0.1, 0.9, 0.1])))
+    assert wide == {"value": pytest.approx(0.8), "ci": [-1.0, 1.0]}
+
+
+def test_klom_median_interval_defaults_to_a_95_percent_interval():
+    rng = np.random.default_rng(1)
+    u, r = rng.normal(size=(6, 40)), rng.normal(size=(6, 40))
+    assert klom_median_interval(u, r) == klom_median_interval(u, r, 0.95)
 
 
 def test_final_score_is_quality_times_the_two_utility_ratios_by_hand():
