@@ -315,6 +315,10 @@ def test_ulira_per_example_accuracy_and_paired_difference_by_hand():
                     pair=np.zeros(6, dtype=int), example=np.array([0, 1, 0, 1, 1, 0]))
     # example 0: U right (1 > 0), R wrong (0.5 > 0), R wrong (1.0 > 0) -> 1/3; example 1: U wrong, U right, R right
     np.testing.assert_allclose(s.per_example_accuracy(), [1 / 3, 2 / 3])
+    # the threshold is 0, unlearned strictly above, retrained at or below: a score of exactly 0 is a retrained call
+    tie = UliraScores(scores=np.array([0.0, 0.0]), is_unlearned=np.array([True, False]), pair=np.zeros(2, dtype=int),
+                      example=np.array([0, 1]))
+    np.testing.assert_array_equal(tie.per_example_accuracy(), [0.0, 1.0])
     same = ulira_difference((0.7, np.array([0.6, 0.7, 0.8])), (0.7, np.array([0.6, 0.7, 0.8])))
     assert same == {"value": 0.0, "ci": [0.0, 0.0]}  # the shared pairs cancel exactly
     d = ulira_difference((0.8, np.array([0.8, 0.7, 0.9])), (0.5, np.array([0.5, 0.5, 0.5])))
