@@ -30,6 +30,11 @@ def test_tpr_at_fpr_is_largest_tpr_within_level() -> None:
     assert tpr_at_fpr(fpr, tpr, 0.33) == pytest.approx(2 / 3)
     assert tpr_at_fpr(fpr, tpr, 1 / 3) == pytest.approx(1.0)
     assert tpr_at_fpr(fpr, tpr, 1.0) == 1.0
+    # a level is a rate: outside [0, 1] it is refused, naming what it is (0 and 1 themselves are levels)
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(DuckInputError, match=rf"^FPR level must be a finite number >= 0.0 and <= 1.0, got {bad}$"):
+            tpr_at_fpr(fpr, tpr, bad)
+    assert tpr_at_fpr(fpr, tpr, 0.0) == pytest.approx(2 / 3)
 
 
 def test_ties_form_one_roc_point_and_count_half() -> None:
