@@ -108,3 +108,32 @@ def test_bad_inputs_raise() -> None:
         auc_score(np.array([np.nan, 1.0]), np.array([True, False]))
     with pytest.raises(DuckInputError, match="ci.method"):
         auc_with_ci(SCORES, MEMBER, method="delong")
+
+
+def test_bootstrap_resamples_by_hand() -> None:
+    """The stratified bootstrap: exactly ``n_boot`` AUCs whatever the chunking, reproducible from its seed, each
+    the Mann-Whitney AUC of its resample; with one member and one non-member every resample is the pair itself."""
+    one_each = bootstrap_auc(np.array([0.3, 0.9]), np.array([False, True]), n_boot=7, seed=0)
+    np.testing.assert_array_equal(one_each, np.ones(7))  # the member above: AUC 1 in every resample
+    low_member = bootstrap_auc(np.array([0.3, 0.9]), np.array([True, False]), n_boot=5, seed=0)
+    np.testing.assert_array_equal(low_member, np.zeros(5))
+    rng = np.random.default_rng(0)
+    scores, member = rng.normal(size=60), np.arange(60) < 20
+    boots = bootstrap_auc(scores, member, n_boot=300, seed=3, chunk=250)  # 300: one full chunk and a part
+    assert boots.shape == (300,) and np.all((0 <= boots) & (boots <= 1))
+    np.testing.assert_array_equal(boots, bootstrap_auc(scores, member, n_boot=300, seed=3, chunk=250))
+    assert not np.array_equal(boots, bootstrap_auc(scores, member, n_boot=300, seed=4, chunk=250))
+
+
+def test_roc_summary_passes_its_settings_on() -> None:
+    """roc_summary's interval is auc_with_ci's with the same method, level, resamples and seed (defaults: a 95 %
+    bootstrap interval of 2,000 resamples, seed 0)."""
+    rng = np.random.default_rng(1)
+    scores, member = rng.normal(size=80) + np.r_[np.ones(30), np.zeros(50)], np.arange(80) < 30
+    default = roc_summary(scores, member)
+    explicit = auc_with_ci(scores, member, method="bootstrap", level=0.95, n_boot=2000, seed=0)
+    assert default["auc_ci"] == explicit["auc_ci"] and default["auc_se"] == explicit["auc_se"]
+    hm = roc_summary(scores, member, ci_method="hanley_mcneil", ci_level=0.8)
+    assert hm["auc_ci"] == auc_with_ci(scores, member, method="hanley_mcneil", level=0.8)["auc_ci"]
+    few = roc_summary(scores, member, n_boot=150, seed=5)
+    assert few["auc_ci"] == auc_with_ci(scores, member, n_boot=150, seed=5)["auc_ci"]
