@@ -137,3 +137,21 @@ def test_roc_summary_passes_its_settings_on() -> None:
     assert hm["auc_ci"] == auc_with_ci(scores, member, method="hanley_mcneil", level=0.8)["auc_ci"]
     few = roc_summary(scores, member, n_boot=150, seed=5)
     assert few["auc_ci"] == auc_with_ci(scores, member, n_boot=150, seed=5)["auc_ci"]
+
+
+def test_scores_and_labels_are_checked_as_stated() -> None:
+    """Labels are booleans or 0/1 (any other integer is refused, naming the values); scores and labels of any shape
+    are read flat; a hard 0/1 prediction (booleans) is a valid score."""
+    as_ints = roc_curve(SCORES, MEMBER.astype(int))
+    for got, want in zip(as_ints, roc_curve(SCORES, MEMBER), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(DuckInputError, match=r"^membership labels must be booleans or 0/1, got values \[0, 1, 2\]; "
+                                             r"pass is_member as True/False$"):
+        roc_curve(SCORES, np.array([1, 2, 0, 1, 0, 0]))
+    flat = auc_score(SCORES.reshape(2, 3), MEMBER)
+    assert flat == auc_score(SCORES, MEMBER.reshape(3, 2)) == auc_score(SCORES, MEMBER)
+    hard = np.array([True, True, False, False, True, False])  # a 0/1 prediction: 2 of 3 members called, 1 of 3 others
+    assert auc_score(hard, MEMBER) == pytest.approx((1 + 2 / 3 - 1 / 3) / 2)
+    fpr, tpr, _ = roc_curve(hard, MEMBER)
+    np.testing.assert_allclose(fpr, [0, 1 / 3, 1])
+    np.testing.assert_allclose(tpr, [0, 2 / 3, 1])
