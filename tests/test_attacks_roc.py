@@ -155,3 +155,37 @@ def test_scores_and_labels_are_checked_as_stated() -> None:
     fpr, tpr, _ = roc_curve(hard, MEMBER)
     np.testing.assert_allclose(fpr, [0, 1 / 3, 1])
     np.testing.assert_allclose(tpr, [0, 2 / 3, 1])
+
+
+def test_auc_with_ci_record_intervals_and_refusals() -> None:
+    """The whole record of both interval methods, recomputed from their definitions: the bootstrap's percentile
+    interval and standard deviation (ddof 1) of the stratified resamples it names; Hanley-McNeil's AUC ± z·SE
+    clipped to [0, 1]; and every setting's range, refused at its ends with the message naming it."""
+    rng = np.random.default_rng(2)
+    member = np.arange(80) < 30
+    scores = rng.normal(size=80) + 1.2 * member
+    auc = auc_score(scores, member)
+    rec = auc_with_ci(scores, member, method="bootstrap", level=0.9, n_boot=150, seed=4)
+    boots = bootstrap_auc(scores, member, n_boot=150, seed=4)
+    lo, hi = np.quantile(boots, [0.05, 0.95])
+    assert rec == {"auc": auc, "auc_se": pytest.approx(float(np.std(boots, ddof=1))), "auc_ci": [lo, hi],
+                   "ci_method": "bootstrap", "ci_level": 0.9, "auc_se_hanley_mcneil": hanley_mcneil_se(auc, 30, 50)}
+    # Hanley-McNeil on a small, well separated set: the upper end is clipped at 1
+    small_member = np.array([True, True, True, False, False, False])
+    small = np.array([0.9, 0.8, 0.3, 0.4, 0.2, 0.1])
+    a = auc_score(small, small_member)
+    se = hanley_mcneil_se(a, 3, 3)
+    hm = auc_with_ci(small, small_member, method="hanley_mcneil", level=0.9)
+    assert a + 1.6448536 * se > 1 and hm["auc_ci"] == [pytest.approx(max(0.0, a - 1.6448536 * se)), 1.0]
+    assert hm["auc_se"] == se and hm["ci_method"] == "hanley_mcneil"
+    for level in (0.5, 0.999):
+        auc_with_ci(small, small_member, method="hanley_mcneil", level=level)
+    for level in (0.49, 1.0, 1.5):
+        with pytest.raises(DuckInputError, match=rf"^attack\.ci\.level={level} must be in \[0\.5, 1\), e\.g\. 0\.95$"):
+            auc_with_ci(small, small_member, level=level)
+    for n_boot in (100, 100_000):
+        assert len(auc_with_ci(small, small_member, n_boot=n_boot)["auc_ci"]) == 2
+    for n_boot in (99, 100_001, True, 150.0):
+        with pytest.raises(DuckInputError, match=rf"^attack\.ci\.n_boot={n_boot!r} must be an integer in \[100, 100000\] "
+                                                 r"\(resamples of the percentile interval; 2000 is usual\)$"):
+            auc_with_ci(small, small_member, n_boot=n_boot)
