@@ -14,15 +14,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from duck.io import DISK_ERRNOS
+
 try:
     from hydra.experimental.callback import Callback
 except ImportError:  # pragma: no cover - Hydra < 1.1 has no callbacks (pyproject.toml requires 1.3)
     Callback = object  # type: ignore[assignment,misc]
 
-#: errno values of an output directory or log file that cannot be made: no permission, a read-only or full file
-#: system, a file where a directory should be (or where the directory itself should be)
-UNWRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
-                        errno.EEXIST})
+#: errno values of an output directory or log file that cannot be made: the file system's refusals of
+#: :data:`duck.io.DISK_ERRNOS` (no permission, a read-only or full file system; a name too long is refused before
+#: Hydra starts, by ``check_output_dir``), and a file where a directory should be (or where the directory itself
+#: should be)
+UNWRITABLE = (DISK_ERRNOS - {errno.ENAMETOOLONG}) | {errno.ENOTDIR, errno.EEXIST}
 
 
 def unwritable_message(error: OSError, folder: Path, multirun: bool, key_given: bool) -> str:

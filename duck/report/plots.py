@@ -83,8 +83,8 @@ def auc_ci_png(audits: Mapping[str, Mapping[str, Any]]) -> bytes:
         lira = audits[name]["lira"]
         lo, hi = lira["auc_ci"]
         # a percentile interval need not contain the estimate (tiny samples, ties): bars never negative
-        ax.errorbar([lira["auc"]], [i], xerr=[[max(0.0, lira["auc"] - lo)], [max(0.0, hi - lira["auc"])]], fmt="o",
-                    capsize=4, color=COLORS.get(name, "black"))
+        ax.errorbar([lira["auc"]], [i], xerr=_interval_bars(float(lira["auc"]), (lo, hi)), fmt="o", capsize=4,
+                    color=COLORS.get(name, "black"))
     ax.axvline(0.5, ls="--", color="grey", lw=1)
     ax.set_yticks(range(len(names)), names)
     ax.set_ylim(-0.6, len(names) - 0.4)
