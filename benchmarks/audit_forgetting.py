@@ -3,7 +3,7 @@ on one forget set, which trains the retrain bank and the controls, against a sec
 forget set, which reuses them. Targets: the second audit takes at most 30 % of the first's time; the first (DUCK,
 N = R = 32 on digits) is reported beside the 10-minute target with its parts (banks, unlearning runs, scoring).
 
-Both audits run through the pipeline's own stage (:func:`duck.pipeline.forgetting.forgetting_audit`) on jobs
+Both audits run through the pipeline's own stage (:func:`attacks.forgetting_audit.forgetting_audit`) on jobs
 composed exactly as ``duck-run`` composes them, in a cache of their own (a cold cache: the first audit must
 train its banks).
 """
@@ -63,11 +63,11 @@ def check_forgetting_setup(spec: Any, name: str) -> dict[str, Any]:
 
 def forgetting_reuse(spec: dict[str, Any], cache: Path, out: Path) -> dict[str, Any]:
     """Train (or reuse) the original, then each method's forgetting audit in turn; the first trains the banks."""
+    from attacks.forgetting_audit import forgetting_audit
     from benchmarks.compare import compose_run, hydra_ready
     from duck.pipeline.cache import train_or_reuse
-    from duck.pipeline.forgetting import forgetting_audit
     from duck.pipeline.job import Job
-    from duck.pipeline.stages import evaluate
+    from duck.pipeline.stages import audit_context, evaluate
 
     rows = []
     with hydra_ready():
@@ -81,7 +81,7 @@ def forgetting_reuse(spec: dict[str, Any], cache: Path, out: Path) -> dict[str, 
             m_job = Job.from_cfg(compose_run([*base, f"method={method}"]), "run", data=job.data,
                                  scenario=job.scenario)
             t0 = time.perf_counter()
-            block = forgetting_audit(m_job, original, original_acc)
+            block = forgetting_audit(audit_context(m_job), original, original_acc)
             wall = time.perf_counter() - t0
             trained = sorted(name for name, s in block["sets"].items() if s["computed_now"] and name != "method")
             rows.append({"method": method, "time_s": wall, "unlearning_s": float(sum(block["unlearning_s"])),

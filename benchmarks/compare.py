@@ -543,7 +543,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from duck.pipeline.cache import train_or_reuse
     from duck.pipeline.config import hydra_output_dir
     from duck.pipeline.job import Job
-    from duck.pipeline.stages import unlearn_model
+    from duck.pipeline.stages import audit_context, unlearn_model
     from duck.unlearn import get_unlearner_class
 
     out = Path(cfg.out_dir) if cfg.get("out_dir") else hydra_output_dir()
@@ -643,10 +643,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                         metrics, result = unlearn_model(m_job, copy.deepcopy(original), original_acc)
                         rec = run_record(m, run_spec, metrics, scenario, original_acc, target)
                         if f_overrides:  # the forgetting audit of this method and forget set
-                            from duck.pipeline.forgetting import forgetting_audit
+                            from attacks.forgetting_audit import forgetting_audit
 
-                            block = forgetting_audit(m_job, original, original_acc, target=result.model,
-                                                     oracle=retrained)
+                            block = forgetting_audit(audit_context(m_job), original, original_acc,
+                                                     target=result.model, oracle=retrained)
                             rec.update(forgetting_fields(block))
                         records.append(rec)
                     except Exception as e:  # reported as a failed run in the table (and raised with fail_fast)

@@ -233,10 +233,10 @@ def audit_and_report(job: Job, models: dict[str, Any], out: Path, *, summary_row
              "audit (all models)": time.perf_counter() - t0}
     forgetting = None
     if opts.attack.forgetting["enabled"] and "unlearned" in audits and "original" in models:
-        from duck.pipeline.forgetting import forgetting_audit
-        from duck.pipeline.stages import evaluate
+        from attacks.forgetting_audit import forgetting_audit
+        from duck.pipeline.stages import audit_context, evaluate
 
-        forgetting = forgetting_audit(job, models["original"], evaluate(job, models["original"]),
+        forgetting = forgetting_audit(audit_context(job), models["original"], evaluate(job, models["original"]),
                                       target=models["unlearned"], oracle=models.get("retrained"))
         times["forgetting audit"] = forgetting["time_s"]
         audits["unlearned"]["forgetting"] = forgetting

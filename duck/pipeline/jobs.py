@@ -11,6 +11,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from attacks.bank_shards import train_bank_slices
 from duck.checkpoint import save_checkpoint
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_write_text
@@ -28,8 +29,8 @@ from duck.pipeline.audit import (
 from duck.pipeline.cache import train_or_reuse
 from duck.pipeline.job import Job, method_settings
 from duck.pipeline.models import load_model, unlearned_path, write_unlearned
-from duck.pipeline.shards import train_bank_slices
 from duck.pipeline.stages import (
+    audit_context,
     check_inputs,
     check_original,
     evaluate,
@@ -111,7 +112,7 @@ def audit(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, 
     (``original_ckpt``, ``retrained_ckpt``) audited with the same bank; ``audit.json``, the report."""
     if job.audit.attack.num_shards > 1:  # an array task building its slice of the banks
         with tracker.stage("banks", training=False):
-            return train_bank_slices(job, out)
+            return train_bank_slices(audit_context(job), out)
     ckpt = job.inputs["ckpt"]
     # a checkpoint unlearned or retrained for another forget set is refused: its audit would test the
     # wrong members
@@ -192,7 +193,7 @@ def run(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, An
     the audit of all three with one shadow bank and the report."""
     if job.audit is not None and job.audit.attack.num_shards > 1:  # an array task building its slice of the banks
         with tracker.stage("banks", training=False):
-            return train_bank_slices(job, out)
+            return train_bank_slices(audit_context(job), out)
     scenario, name = job.scenario, job.method
     stages = 4 if job.audit is not None else 3
     print(f"[1/{stages}] original {job.model_name} on {job.data.describe()}")

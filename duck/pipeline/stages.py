@@ -12,6 +12,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 
+from attacks.context import AuditContext
 from duck.checkpoint import build_manifest, save_checkpoint
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
@@ -240,18 +241,17 @@ def unlearning_warnings(job: Job, metrics: dict[str, Any]) -> list[str]:
     return out
 
 
-def model_phi(model: Classifier, job: Job) -> dict[str, np.ndarray]:
-    """φ (identity view, eval mode; the LiRA statistic of ALGORITHMS.md §4) and correctness of ``model`` on every
-    train and test sample: ``phi_train``, ``phi_test``, ``correct_train``, ``correct_test``."""
-    from attacks.lira import lira_phi
-    from duck.metrics import predict_logits
-
-    out = {}
-    for split, ds in (("train", job.data.train), ("test", job.data.test)):
-        logits, labels, _ = predict_logits(model, ds, batch_size=job.eval_batch_size, device=job.device)
-        out[f"phi_{split}"] = lira_phi(logits, labels).numpy()
-        out[f"correct_{split}"] = (logits.argmax(1) == labels).numpy()
-    return out
+def audit_context(job: Job) -> AuditContext:
+    """The narrow view of ``job`` the audit's stages take (:class:`attacks.context.AuditContext`): the data, the
+    forget set, the architecture, the recipe, ``attack.*``, the cache, and the method with its parameters as
+    resolved once for the job and what it sees (:func:`unlearn_data`)."""
+    if job.audit is None or job.cache_dir is None or job.scenario is None:
+        raise DuckInputError("the audit needs attack settings, a cache directory and a forget set (audit=true)")
+    return AuditContext(data=job.data, scenario=job.scenario, model_factory=job.model_factory, recipe=job.recipe,
+                        attack=job.audit.attack, cache_dir=job.cache_dir, device=job.device,
+                        trainer_cfg=job.trainer_cfg, method=job.method, hparams=job.hparams,
+                        unlearn_data=lambda original_acc: unlearn_data(job, original_acc), seed=job.seed,
+                        eval_batch_size=job.eval_batch_size, progress=job.progress)
 
 
 def write_forget_ids(path: Path, scenario: Scenario) -> Path:

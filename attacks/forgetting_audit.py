@@ -20,7 +20,7 @@ keep less than ``attack.forgetting.margin`` of the original's shift away from re
 a shift-back permutation test of F), ``not_forgotten`` when it is shown to keep more, ``inconclusive`` otherwise
 or when the ``none`` control itself is not shown farther than the margin (no power). The controls' scores and
 calibrations are stored too (``forgetting_scores``, ``forgetting_calibrations``). With
-``attack.forgetting.ulira``, U-LiRA on shadow pairs (:mod:`duck.pipeline.ulira`) joins the rule: a method whose
+``attack.forgetting.ulira``, U-LiRA on shadow pairs (:mod:`attacks.ulira_audit`) joins the rule: a method whose
 U-LiRA AUC exceeds the retrain control's (the interval of the paired difference above 0) is ``not_forgotten``
 whatever F says.
 """
@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attacks.context import AuditContext
 from attacks.equivalence import DEFAULT_SHIFTS, Calibration, verdict_and_calibrations
 from attacks.forgetting import (
     epsilon_points,
@@ -48,8 +49,6 @@ from attacks.retrain_bank import RetrainBank
 from duck._version import __version__
 from duck.errors import DuckInputError
 from duck.models import Classifier
-from duck.pipeline.job import Job
-from duck.pipeline.stages import model_phi, unlearn_data
 from duck.store import JSON, NPZ, ArtifactSpec, Codec, Store, has_arrays
 from duck.training import data_parallel_size, training_trainer_settings
 from duck.unlearn import create_unlearner, get_unlearner_class
@@ -76,49 +75,49 @@ def _weights_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-#: the arrays of one stored unlearning run (:func:`duck.pipeline.stages.model_phi` and its time)
+#: the arrays of one stored unlearning run (:meth:`attacks.context.AuditContext.model_phi` and its time)
 RUN_ARRAYS = ("phi_train", "phi_test", "correct_train", "correct_test", "time_s")
 
 
-def unlearned_set_spec(job: Job, original: Classifier) -> ArtifactSpec:
+def unlearned_set_spec(ctx: AuditContext, original: Classifier) -> ArtifactSpec:
     """What an unlearned set depends on (the store entry of its runs)."""
-    spec = {"original": _weights_digest(original), "method": job.method, "hparams": job.hparams,
-            "forget": job.scenario.forget_hash, "data": job.data.fingerprint(),
-            "trainer": training_trainer_settings(job.trainer_cfg), "version": __version__}
-    if get_unlearner_class(job.method).data_parallel:  # DUCK under DDP: other sample order, other weights
-        world = data_parallel_size(job.trainer_cfg)
+    spec = {"original": _weights_digest(original), "method": ctx.method, "hparams": ctx.hparams,
+            "forget": ctx.scenario.forget_hash, "data": ctx.data.fingerprint(),
+            "trainer": training_trainer_settings(ctx.trainer_cfg), "version": __version__}
+    if get_unlearner_class(ctx.method).data_parallel:  # DUCK under DDP: other sample order, other weights
+        world = data_parallel_size(ctx.trainer_cfg)
         if world > 1:
             spec["ddp_processes"] = world
     return ArtifactSpec("unlearned_sets", 1, spec)
 
 
-def unlearned_set(job: Job, original: Classifier, original_acc: dict[str, float], n: int,
+def unlearned_set(ctx: AuditContext, original: Classifier, original_acc: dict[str, float], n: int,
                   progress: bool = False) -> dict[str, Any]:
-    """N runs of the job's method from ``original`` (seeds ``job.seed + i``): stacked φ and correctness
+    """N runs of the job's method from ``original`` (seeds ``ctx.seed + i``): stacked φ and correctness
     ``(N, samples)``, each run stored as soon as it is done (an interrupted set resumes); a concurrent audit of
     the same set waits on the entry's lock, then reuses the runs."""
     from tqdm.auto import tqdm
 
-    entry = Store(job.cache_dir).open(unlearned_set_spec(job, original), label=f"unlearned set of {job.method}")
+    entry = Store(ctx.cache_dir).open(unlearned_set_spec(ctx, original), label=f"unlearned set of {ctx.method}")
     names = [f"run_{i:03d}.npz" for i in range(n)]
-    with entry.lock(waiting=f"the runs of {job.method} in {entry.dir} are being computed by another job; waiting"):
+    with entry.lock(waiting=f"the runs of {ctx.method} in {entry.dir} are being computed by another job; waiting"):
         runs = [entry.read(name, NPZ, has_arrays(*RUN_ARRAYS)) for name in names]
         missing = [i for i, run in enumerate(runs) if run is None]
         if missing:
-            print(f"forgetting audit: {len(missing)} of the {n} runs of {job.method} from the original to compute "
+            print(f"forgetting audit: {len(missing)} of the {n} runs of {ctx.method} from the original to compute "
                   f"({n - len(missing)} cached)", flush=True)
-            udata = unlearn_data(job, original_acc)
-        for count, i in enumerate(tqdm(missing, desc=f"unlearning runs ({job.method})", disable=not progress)):
+            udata = ctx.unlearn_data(original_acc)
+        for count, i in enumerate(tqdm(missing, desc=f"unlearning runs ({ctx.method})", disable=not progress)):
             t_run = time.perf_counter()
-            unlearner = create_unlearner(job.method, copy.deepcopy(original), udata, job.hparams,
-                                         seed=job.seed + i, trainer_cfg=job.trainer_cfg, progress=False)
+            unlearner = create_unlearner(ctx.method, copy.deepcopy(original), udata, ctx.hparams,
+                                         seed=ctx.seed + i, trainer_cfg=ctx.trainer_cfg, progress=False)
             result = unlearner.unlearn()
-            runs[i] = {**model_phi(result.model.to(job.device), job), "time_s": np.array(result.time_s)}
+            runs[i] = {**ctx.model_phi(result.model.to(ctx.device)), "time_s": np.array(result.time_s)}
             entry.save(names[i], runs[i], NPZ)
             left = len(missing) - count - 1
             if count == 0 and left:  # the time the user waits for, from the first run measured
                 per = time.perf_counter() - t_run
-                print(f"forgetting audit: {job.method} run {i + 1} of {n} from the original took {per:.2f} s; the "
+                print(f"forgetting audit: {ctx.method} run {i + 1} of {n} from the original took {per:.2f} s; the "
                       f"other {left} (not cached) about {left * per:.0f} s", flush=True)
     stacked = {k: np.stack([r[k] for r in runs]) for k in RUN_ARRAYS[:4]}
     return {**stacked, "dir": str(entry.dir), "key": entry.key, "computed_now": len(missing),
@@ -143,12 +142,12 @@ def _utility(s: dict[str, Any], retain: np.ndarray, test_ids: np.ndarray) -> tup
     return s["correct_train"][:, retain].mean(axis=1), s["correct_test"][:, test_ids].mean(axis=1)
 
 
-def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | None,
+def score_set(s: dict[str, Any], ref: dict[str, Any], ctx: AuditContext, level: float | None,
               klom_ids: dict[str, np.ndarray]) -> dict[str, Any]:
     """F, the final score and KLOM of set ``s`` against the retrain bank ``ref`` (the verdict's intervals come
     from :mod:`attacks.equivalence`); with ``level``, jackknife intervals for each split's KLOM median
     (:func:`attacks.forgetting.klom_median_interval`)."""
-    sc = job.scenario
+    sc = ctx.scenario
     forget, retain = np.asarray(sc.forget_idx), np.asarray(sc.retain_idx)
     test_ids = (np.asarray(sc.test_retain_idx) if sc.test_retain_idx is not None
                 else np.arange(s["phi_test"].shape[1]))
@@ -177,15 +176,15 @@ def score_set(s: dict[str, Any], ref: dict[str, Any], job: Job, level: float | N
     return out
 
 
-def cached_score(job: Job, s: dict[str, Any], ref: dict[str, Any], level: float | None,
+def cached_score(ctx: AuditContext, s: dict[str, Any], ref: dict[str, Any], level: float | None,
                  klom_ids: dict[str, np.ndarray]) -> dict[str, Any]:
     """:func:`score_set` of a control against the retrain bank, stored (``forgetting_scores``): the controls of a
     forget set score the same for every method, so a second method's audit scores only its own runs. A set or
     bank computed (even partly) now is scored again."""
-    spec = {"set": s["key"], "ref": ref["key"], "level": level, "forget": job.scenario.forget_hash,
+    spec = {"set": s["key"], "ref": ref["key"], "level": level, "forget": ctx.scenario.forget_hash,
             "klom": {k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in klom_ids.items()}}
-    entry = Store(job.cache_dir).open(ArtifactSpec("forgetting_scores", 3, spec), label="forgetting score")
-    out, _ = entry.get_or_compute("score.json", lambda: score_set(s, ref, job, level, klom_ids), JSON,
+    entry = Store(ctx.cache_dir).open(ArtifactSpec("forgetting_scores", 3, spec), label="forgetting score")
+    out, _ = entry.get_or_compute("score.json", lambda: score_set(s, ref, ctx, level, klom_ids), JSON,
                                   reuse=not s["computed_now"] and not ref["computed_now"])
     return out
 
@@ -197,14 +196,14 @@ def _ulira_separated(ulira: dict[str, Any] | None) -> bool:
     return bool(diff and diff["ci"][0] > 0)
 
 
-def _calibration_entry(job: Job, name: str, sets: dict[str, dict[str, Any]], ref: dict[str, Any],
+def _calibration_entry(ctx: AuditContext, name: str, sets: dict[str, dict[str, Any]], ref: dict[str, Any],
                        opts: dict[str, Any]) -> Any:
     """The store entry of control ``name``'s calibration (``forgetting_calibrations``)."""
     spec = {"set": sets[name]["key"], "ref": ref["key"], "none": sets["none"]["key"], "retrain": sets["retrain"]["key"],
-            "forget": job.scenario.forget_hash, "margin": opts["margin"], "replicates": opts["replicates"],
+            "forget": ctx.scenario.forget_hash, "margin": opts["margin"], "replicates": opts["replicates"],
             "seed": opts["seed"], "examples": opts["calibration_examples"], "level": opts["ci_level"],
             "shifts": list(DEFAULT_SHIFTS)}
-    return Store(job.cache_dir).open(ArtifactSpec("forgetting_calibrations", 5, spec), label="verdict calibration")
+    return Store(ctx.cache_dir).open(ArtifactSpec("forgetting_calibrations", 5, spec), label="verdict calibration")
 
 
 def _load_calibration(path: Any) -> Calibration:
@@ -224,17 +223,17 @@ def _save_calibration(path: Any, c: Calibration) -> None:
 CALIBRATION = Codec(load=_load_calibration, save=_save_calibration)
 
 
-def verdict_block(job: Job, sets: dict[str, dict[str, Any]], ref: dict[str, Any], scores: dict[str, Any]
+def verdict_block(ctx: AuditContext, sets: dict[str, dict[str, Any]], ref: dict[str, Any], scores: dict[str, Any]
                   ) -> dict[str, Any]:
     """The equivalence verdict (:func:`attacks.equivalence.verdict_and_calibrations`) of the method's runs
     against the retrain bank with the two controls; the controls' calibrations cached (they serve every method
     of the forget set)."""
-    opts = job.audit.attack.forgetting
-    forget = np.asarray(job.scenario.forget_idx)
+    opts = ctx.attack.forgetting
+    forget = np.asarray(ctx.scenario.forget_idx)
     phi = {name: s["phi_train"][:, forget] for name, s in sets.items()}
     cached, entries = {}, {}
     for name in ("retrain", "none"):
-        entries[name] = _calibration_entry(job, name, sets, ref, opts)
+        entries[name] = _calibration_entry(ctx, name, sets, ref, opts)
         if not sets[name]["computed_now"] and not ref["computed_now"]:
             cal = entries[name].read("calibration.npz", CALIBRATION)
             if cal is not None:
@@ -253,61 +252,61 @@ def verdict_block(job: Job, sets: dict[str, dict[str, Any]], ref: dict[str, Any]
     return record
 
 
-def forgetting_banks(job: Job) -> dict[str, RetrainBank]:
+def forgetting_banks(ctx: AuditContext) -> dict[str, RetrainBank]:
     """The forgetting audit's banks of the job: ``retrained`` (R models on the retain set) and, with the
     controls, ``retrain`` (N more, the next seed) and ``none`` (N originals)."""
-    opts = job.audit.attack.forgetting
+    opts = ctx.attack.forgetting
     n, r, seed = int(opts["n_unlearned"]), int(opts["n_retrained"]), int(opts["seed"])
-    common = dict(mode=job.audit.attack.mode, chunk_size=job.audit.attack.chunk_size, trainer_cfg=job.trainer_cfg,
-                  threads=job.audit.attack.threads, device=job.device, augment=job.data.augment,
-                  progress=job.progress)
-    retain = job.scenario.retain_idx
-    banks = {"retrained": RetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, retain, n_models=r,
+    common = dict(mode=ctx.attack.mode, chunk_size=ctx.attack.chunk_size, trainer_cfg=ctx.trainer_cfg,
+                  threads=ctx.attack.threads, device=ctx.device, augment=ctx.data.augment,
+                  progress=ctx.progress)
+    retain = ctx.scenario.retain_idx
+    banks = {"retrained": RetrainBank(ctx.cache_dir, ctx.data, ctx.model_factory, ctx.recipe, retain, n_models=r,
                                       seed=seed, **common)}
     if opts["controls"]:
-        banks["retrain"] = RetrainBank(job.cache_dir, job.data, job.model_factory, job.recipe, retain, n_models=n,
+        banks["retrain"] = RetrainBank(ctx.cache_dir, ctx.data, ctx.model_factory, ctx.recipe, retain, n_models=n,
                                        seed=seed + 1, **common)
-        banks["none"] = OriginalBank(job.cache_dir, job.data, job.model_factory, job.recipe,
-                                     np.arange(len(job.data.train)), n_models=n, seed=seed, **common)
+        banks["none"] = OriginalBank(ctx.cache_dir, ctx.data, ctx.model_factory, ctx.recipe,
+                                     np.arange(len(ctx.data.train)), n_models=n, seed=seed, **common)
     return banks
 
 
-def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, float], target: Classifier | None = None,
-                     oracle: Classifier | None = None) -> dict[str, Any]:
+def forgetting_audit(ctx: AuditContext, original: Classifier, original_acc: dict[str, float],
+                     target: Classifier | None = None, oracle: Classifier | None = None) -> dict[str, Any]:
     """The ``forgetting`` block of ``audit.json`` for the job's method and forget set (module docstring)."""
-    opts = job.audit.attack.forgetting
-    if job.method is None or job.recipe is None:
+    opts = ctx.attack.forgetting
+    if ctx.method is None or ctx.recipe is None:
         raise DuckInputError("the forgetting audit needs the method and the training recipe (duck-run, or "
                              "duck-unlearn audit=true)")
     t0 = time.perf_counter()
     n, r = int(opts["n_unlearned"]), int(opts["n_retrained"])
-    retain = job.scenario.retain_idx
-    banks = forgetting_banks(job)
+    retain = ctx.scenario.retain_idx
+    banks = forgetting_banks(ctx)
     ref = bank_set(banks["retrained"])
-    sets: dict[str, dict[str, Any]] = {"method": unlearned_set(job, original, original_acc, n, job.progress)}
+    sets: dict[str, dict[str, Any]] = {"method": unlearned_set(ctx, original, original_acc, n, ctx.progress)}
     if opts["controls"]:
         sets["retrain"] = bank_set(banks["retrain"])
         sets["none"] = bank_set(banks["none"])
     rng = np.random.default_rng([int(opts["seed"]), 0xF0E7])  # the KLOM subsets of retain / test examples
     cap = int(opts["klom_max_examples"])
     klom_ids = {name: np.sort(rng.permutation(ids)[:cap]) for name, ids in
-                (("retain", np.asarray(retain)), ("test", np.arange(len(job.data.test))))}
+                (("retain", np.asarray(retain)), ("test", np.arange(len(ctx.data.test))))}
     level = float(opts["ci_level"]) if opts["intervals"] else None
-    scores = {name: (cached_score(job, s, ref, level, klom_ids) if name != "method" else
-                     score_set(s, ref, job, level, klom_ids)) for name, s in sets.items()}
+    scores = {name: (cached_score(ctx, s, ref, level, klom_ids) if name != "method" else
+                     score_set(s, ref, ctx, level, klom_ids)) for name, s in sets.items()}
     ulira = None
     if opts["ulira"]:
-        from duck.pipeline.ulira import ulira_audit
+        from attacks.ulira_audit import ulira_audit
 
-        ulira = ulira_audit(job, target, oracle)
+        ulira = ulira_audit(ctx, target, oracle)
     t_verdict = time.perf_counter()
     if opts["controls"]:
-        sc = job.scenario
+        sc = ctx.scenario
         test_ids = (np.asarray(sc.test_retain_idx) if sc.test_retain_idx is not None
                     else np.arange(ref["phi_test"].shape[1]))
         ra_r, ta_r = _utility(ref, np.asarray(retain), test_ids)
         scores["retrained"] = {"retain_accs": ra_r.tolist(), "test_accs": ta_r.tolist()}
-        verdict = verdict_block(job, sets, ref, scores)
+        verdict = verdict_block(ctx, sets, ref, scores)
         del scores["retrained"]
     else:
         verdict = {"verdict": "inconclusive",
@@ -326,7 +325,7 @@ def forgetting_audit(job: Job, original: Classifier, original_acc: dict[str, flo
             c.pop(key, None)
     for name, c in verdict.get("controls", {}).items():  # each control's F interval and equivalent shift
         scores[name].update({k: c[k] for k in ("quality_ci", "shift", "shift_ci", "shift_beyond", "decision")})
-    block = {**method, **{k: v for k, v in verdict.items() if k != "controls"}, "method": job.method,
+    block = {**method, **{k: v for k, v in verdict.items() if k != "controls"}, "method": ctx.method,
              "n_unlearned": n, "n_retrained": r, "ci_level": float(opts["ci_level"]),
              "controls": scores, "sets": {name: {k: s[k] for k in ("dir", "computed_now")} for name, s in
                                           {**sets, "retrained": ref}.items()},

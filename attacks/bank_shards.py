@@ -15,35 +15,35 @@ import time
 from pathlib import Path
 from typing import Any
 
+from attacks.context import AuditContext
 from duck.io import atomic_save_json
-from duck.pipeline.job import Job
 
 
-def banks_of(job: Job) -> dict[str, Any]:
+def banks_of(ctx: AuditContext) -> dict[str, Any]:
     """Every bank the job's audit will need, constructed exactly as the audit constructs them (same keys)."""
-    from duck.pipeline.ulira import lira_bank, shadow_retrain_bank
+    from attacks.ulira_audit import lira_bank, shadow_retrain_bank
 
-    shadow = lira_bank(job)
+    shadow = lira_bank(ctx)
     banks: dict[str, Any] = {"shadow bank": shadow}
-    f = job.audit.attack.forgetting
-    if f["enabled"] and job.scenario is not None:
-        from duck.pipeline.forgetting import forgetting_banks
+    f = ctx.attack.forgetting
+    if f["enabled"] and ctx.scenario is not None:
+        from attacks.forgetting_audit import forgetting_banks
 
-        banks.update({f"forgetting: {name}": bank for name, bank in forgetting_banks(job).items()})
+        banks.update({f"forgetting: {name}": bank for name, bank in forgetting_banks(ctx).items()})
         if f["ulira"]:
-            banks["U-LiRA retrains"] = shadow_retrain_bank(job, shadow)
+            banks["U-LiRA retrains"] = shadow_retrain_bank(ctx, shadow)
     return banks
 
 
-def train_bank_slices(job: Job, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def train_bank_slices(ctx: AuditContext, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train slice ``attack.shard`` of ``attack.num_shards`` of every bank (:func:`banks_of`); write
     ``shard.json`` (what this slice trained) into ``out``. The job's models are not trained or audited."""
-    a = job.audit.attack
+    a = ctx.attack
     t0 = time.perf_counter()
     done: dict[str, Any] = {}
     print(f"[shard {a.shard + 1}/{a.num_shards}] training slice {a.shard} of {a.num_shards} of the audit's banks "
           "into the shared cache")
-    for name, bank in banks_of(job).items():
+    for name, bank in banks_of(ctx).items():
         info = bank.train_slice(a.shard, a.num_shards)
         done[name] = {"dir": str(bank.dir), "n_models": bank.n_shadow, "trained": info["trained"],
                       "seconds": round(info["seconds"], 2), "missing_after": len(bank.missing())}
