@@ -110,3 +110,13 @@ def test_compare_records_make_the_same_page(tmp_path: Path):
     page = write_page(tmp_path / "sweep.html", records, "duck-bench compare: digits / smallcnn").read_text()
     assert "<strong>1 forgotten</strong>" in page and "RuntimeError: boom" in page
     assert "<td>0.250 [" not in page and "0.250" in page  # duck's time / retraining = 2 / 8
+
+
+def test_the_page_explains_the_forgetting_scales_only_when_a_job_was_audited(tmp_path: Path, sweep: Path):
+    audited = summarize_sweep(sweep)["page"].read_text()
+    assert "Imprint kept: the share of the original model" in audited and "No job ran the forgetting audit" not in audited
+    plain = tmp_path / "plain"
+    write_job(plain, "0", "scrub", 3, 0, None)
+    page = summarize_sweep(plain)["page"].read_text()
+    assert "No job ran the forgetting audit (attack.forgetting.enabled=true" in page
+    assert "Imprint kept" not in page and "data:image/png" not in page  # no scales, no trade-off plot

@@ -135,17 +135,21 @@ def sweep_blocks(title: str, summary: Sequence[Mapping[str, Any]], rows: Sequenc
     scenarios = ", ".join(dict.fromkeys(str(r["scenario"]) for r in rows if r.get("scenario")))
     blocks: list[Block] = [Heading(title + (f" ({scenarios})" if scenarios else ""), 1), Markdown(headline(rows))]
     points = [r for r in rows if r.get("method") not in REFERENCES]
-    if any(r.get("F_normalised") is not None or r.get("imprint_kept") is not None for r in points):
+    audited = any(r.get("F_normalised") is not None or r.get("imprint_kept") is not None for r in points)
+    if audited:
         margin = next((r["margin"] for r in points if r.get("margin") is not None), None)
         png = tradeoff_png(points, references(rows), margin)
         blocks.append(Image("sweep_tradeoff.png", png, "forgetting against retained test accuracy, per job"))
     methods = [s for s in summary if s.get("method") not in REFERENCES]
     refs = [s for s in summary if s.get("method") in REFERENCES]
     blocks += [Heading("Methods"), summary_table([*refs, *methods]),
-               Paragraph("Mean (std) over the jobs; with one job, its value and its interval. Imprint kept: the share "
-                         "of the original model's shift away from retrained models that the unlearned models keep "
-                         "(0 % = like retraining; the verdict's scale); q: the ε-score F normalised between the none "
-                         "(0) and retrain (1) controls. Click a column's header to sort.")]
+               Paragraph("Mean (std) over the jobs; with one job, its value and its interval. "
+                         + ("Imprint kept: the share of the original model's shift away from retrained models that "
+                            "the unlearned models keep (0 % = like retraining; the verdict's scale); q: the ε-score "
+                            "F normalised between the none (0) and retrain (1) controls. " if audited else
+                            "No job ran the forgetting audit (attack.forgetting.enabled=true adds the verdict, the "
+                            "imprint kept and q). ")
+                         + "Click a column's header to sort.")]
     keys = {(r.get("forget"), r.get("seed")) for r in points}
     if len(keys) > 1:
         blocks += [Heading("Per forget set and seed"), job_table(rows)]
