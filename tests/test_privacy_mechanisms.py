@@ -223,3 +223,132 @@ def test_histogram_check_refuses_non_finite_or_complex_draws_and_handles_huge_ep
     # above ln(1000) + 1 only bins with q = 0 can be selected: same answer as eps = 7.5, no OverflowError
     huge = dp_histogram_test(a, b + 2.0, 1000.0, 1e-5)
     assert huge == dp_histogram_test(a, b + 2.0, 7.5, 1e-5) and huge["delta_hat"] > 0.01
+
+
+# --- issue 39: the mutants of duck/privacy/mechanisms.py that survived the tests above (each test names them) ----
+
+
+def _z(seed: int) -> float:
+    """The standard normal draw a seeded release adds (float64, from the seed's own generator)."""
+    return float(torch.randn((), generator=make_generator(seed), dtype=torch.float64))
+
+
+def test_seeded_releases_add_exactly_sigma_times_a_float64_standard_normal():
+    """Kills: the draw in float32 (`dtype=None`), the smooth release ignoring its seed, its record's fields."""
+    g = gaussian_mechanism(5.0, 1.0, 0.5, 0.01, seed=7)
+    assert g.value == 5.0 + g.sigma * _z(7)
+    rel = smooth_gaussian_mechanism(3.0, 4.0, 0.5, 0.01, seed=11)
+    alpha, _ = smooth_gaussian_params(0.5, 0.01)
+    assert rel.value == 3.0 + (4.0 / alpha) * _z(11)
+    assert (rel.sensitivity, rel.mechanism, rel.eps, rel.delta) == (4.0, "gaussian_smooth", 0.5, 0.01)
+    assert rel.sigma_is_public is False and type(rel.eps) is float and type(rel.delta) is float
+    assert rel.to_dict(public_only=False)["sensitivity"] == 4.0
+
+
+def test_analytic_tolerance_is_an_open_interval_named_tol():
+    """Kills: the tolerance's bounds, their openness and its name in the message."""
+    from duck.privacy.mechanisms import gaussian_sigma_analytic
+
+    assert gaussian_sigma_analytic(1.0, 1.0, 1e-5, tol=0.5) > 0
+    assert gaussian_sigma_analytic(1.0, 1.0, 1e-5, tol=1e-15) > 0
+    for tol in (0.0, 1.0, 1.5):
+        with pytest.raises(DuckInputError, match=f"^tol must be a finite number > 0.0 and < 1.0, got {tol}$"):
+            gaussian_sigma_analytic(1.0, 1.0, 1e-5, tol=tol)
+
+
+def test_overflowing_noise_scales_name_the_sensitivity_and_eps():
+    """Kills: ``_finite_sigma``'s sensitivity or eps replaced by None in the analytic and smooth calibrations."""
+    with pytest.raises(DuckInputError, match=r"overflows in float64 for sensitivity=1e\+308 and eps=1e-08;"):
+        gaussian_sigma(1e308, 1e-8, 1e-5, "analytic")
+    with pytest.raises(DuckInputError, match=r"overflows in float64 for sensitivity=10000000000.0 and eps=1e-300;"):
+        smooth_gaussian_mechanism(1.0, 1e10, 1e-300, 1e-5)
+    with pytest.raises(DuckInputError, match=r"^smooth_bound must be a finite number > 0.0, got 0.0$"):
+        smooth_gaussian_mechanism(1.0, 0.0, 0.5, 1e-5)
+
+
+def test_smooth_parameters_refuse_dimensions_beyond_2_53_and_a_beta_that_underflows():
+    """Kills: the dimension bound (>=, 2*53, 3**53, 2**54), its messages, and the underflow rule's `or`."""
+    assert smooth_gaussian_params(0.5, 1e-5, 2**53)[1] > 0  # the bound itself is allowed
+    assert smooth_gaussian_params(0.5, 1e-5, 1000)[1] == pytest.approx(0.5 / (4 * (1000 + math.log(2e5))))
+    for p in (2**53 + 1, 2**60):
+        with pytest.raises(DuckInputError, match=r"^p=\d+ must be an integer between 1 and 2\*\*53 \(the dimension"):
+            smooth_gaussian_params(0.5, 1e-5, p)
+    with pytest.raises(DuckInputError, match=r"^p=0 must be an integer >= 1$"):
+        smooth_gaussian_params(0.5, 1e-5, 0)
+    # alpha = 1e-310 / (5 sqrt(2 ln 2e5)) is a positive subnormal; beta = 1e-310 / (4 (2**53 + ln 2e5)) is 0
+    with pytest.raises(DuckInputError, match=r"^eps=1e-310 is too small: alpha or beta underflows to 0"):
+        smooth_gaussian_params(1e-310, 1e-5, 2**53)
+
+
+def test_utilities_refusals_say_what_is_wrong():
+    """Kills: the utilities' messages and names, the shape rule's `or` / `== 0`, and the overflow message."""
+    with pytest.raises(DuckInputError, match=r"^utilities must be a non-empty 1-D array, got shape \(2, 2\)$"):
+        exponential_mechanism([[1.0, 2.0], [3.0, 4.0]], 1.0)
+    with pytest.raises(DuckInputError, match=r"^utilities must be a non-empty 1-D array, got shape \(0,\)$"):
+        exponential_mechanism([], 1.0)
+    assert exponential_mechanism([5.0], 1.0, seed=0) == 0  # one candidate is a valid choice
+    with pytest.raises(DuckInputError, match="^utilities contain NaN or inf; every candidate needs a finite utility$"):
+        exponential_mechanism([1.0, float("inf")], 1.0)
+    with pytest.raises(DuckInputError, match=r"^utilities must be a numeric 1-D array: "):
+        exponential_mechanism([[1.0], [1.0, 2.0]], 1.0)  # ragged
+    with pytest.raises(DuckInputError, match=r"^utilities must be a real-valued numeric array, got dtype <U1$"):
+        exponential_mechanism(["a", "b"], 1.0)
+    with pytest.raises(DuckInputError, match=r"overflows float64 \(eps=1.0, sensitivity=5e-324\); rescale the "
+                                             r"utilities or the sensitivity$"):
+        exponential_mechanism([0.0, 1.0], 1.0, 5e-324)
+
+
+def test_integer_utilities_give_float64_logits():
+    """Kills: the utilities' cast to float64 removed (integer input then yields float32 logits)."""
+    logits = exponential_mechanism_logits(np.array([1, 2, 3]), 1.0, 1.0)
+    assert logits.dtype == torch.float64 and logits.tolist() == [0.5, 1.0, 1.5]
+
+
+def _gumbel_top_h(utilities: np.ndarray, h: int, eps: float, seed: int) -> list[int]:
+    """Independent statement of the Gumbel-max draws: float64 uniforms from the seed's generator, Gumbel noise
+    on eps/h * u / 2, the h largest."""
+    gen = make_generator(seed)
+    uniform = torch.rand(len(utilities), generator=gen, dtype=torch.float64).numpy()
+    keys = eps / h * utilities / 2 - np.log(-np.log(uniform))
+    return [int(i) for i in np.argsort(-keys, kind="stable")[:h]]
+
+
+def test_top_h_draws_follow_the_seed_and_may_take_every_candidate():
+    """Kills: the generator dropped or unseeded (four mutants), float32 uniforms, `h < n`, a bool h accepted,
+    and the seed not passed through by ``exponential_mechanism``."""
+    u = np.linspace(0.0, 1.0, 50)
+    for seed in (0, 1, 2):
+        assert top_h_without_replacement(u, 5, 1.0, seed=seed) == _gumbel_top_h(u, 5, 1.0, seed)
+        assert exponential_mechanism(u, 1.0, seed=seed) == _gumbel_top_h(u, 1, 1.0, seed)[0]
+    assert sorted(top_h_without_replacement(u[:4], 4, 1.0, seed=0)) == [0, 1, 2, 3]
+    for h in (True, 5, 0):
+        with pytest.raises(DuckInputError, match=rf"^h={h!r} must be an integer between 1 and the number of "
+                                                 r"candidates \(4\)$"):
+            top_h_without_replacement(u[:4], h, 1.0)
+
+
+def test_global_release_record_and_its_refusals():
+    """Kills: the global release's record fields, the classic rule's `eps >= 1` (as `> 1`) and its message, the
+    noise scale's underflow / overflow messages, the value's name and the overflow headroom (`-`, `/`)."""
+    for calibration in ("classic", "analytic"):
+        rel = gaussian_mechanism(2.0, 3.0, 0.5, 0.01, calibration=calibration, seed=5)
+        assert (rel.sigma, rel.sensitivity) == (gaussian_sigma(3.0, 0.5, 0.01, calibration), 3.0)
+        assert (rel.mechanism, rel.eps, rel.delta, rel.sigma_is_public) == (f"gaussian_global_{calibration}", 0.5,
+                                                                            0.01, True)
+        assert rel.value == 2.0 + rel.sigma * _z(5)
+    with pytest.raises(DuckInputError, match=r"^eps=1.0 >= 1: the classic Gaussian calibration \(paper Theorem 1\) is "
+                                             r"only proven for eps < 1; use calibration='analytic'$"):
+        gaussian_mechanism(1.0, 1.0, 1.0, 1e-5)
+    with pytest.raises(DuckInputError, match=r"^the noise scale overflows in float64 for sensitivity=1e\+308 and "
+                                             r"eps=0.5; rescale the query \(sensitivity nearer 1\) or change eps$"):
+        gaussian_sigma(1e308, 0.5, 1e-5)
+    with pytest.raises(DuckInputError, match=r"^the noise scale underflows to 0 in float64 for sensitivity=5e-324 "
+                                             r"and eps=100.0;"):
+        gaussian_sigma(5e-324, 100.0, 0.5, "analytic")
+    with pytest.raises(DuckInputError, match=r"^value must be a finite number, got nan$"):
+        gaussian_mechanism(float("nan"), 1.0, 0.5, 1e-5)
+    # sigma = 9.88e305: |value| + 64 sigma = 1e308 + 6.3e307 is finite, 1.2e308 + 6.3e307 is not
+    assert math.isfinite(gaussian_mechanism(1e308, 1e305, 0.5, 1e-5, seed=0).value)
+    with pytest.raises(DuckInputError, match=r"^value=1.2e\+308 plus noise of scale sigma=9.88\d*e\+305 overflows "
+                                             r"float64; rescale the query$"):
+        gaussian_mechanism(1.2e308, 1e305, 0.5, 1e-5)
