@@ -4,6 +4,7 @@ frequencies, and the empirical (eps, delta) histogram check with a negative cont
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -352,3 +353,32 @@ def test_global_release_record_and_its_refusals():
     with pytest.raises(DuckInputError, match=r"^value=1.2e\+308 plus noise of scale sigma=9.88\d*e\+305 overflows "
                                              r"float64; rescale the query$"):
         gaussian_mechanism(1.2e308, 1e305, 0.5, 1e-5)
+
+
+def test_parameter_checks_name_the_parameter_and_keep_their_bounds():
+    """Kills: the names in the parameter checks' messages (defaults included), delta's and the sensitivity's
+    open lower end (None / False), delta's smallest normal float accepted (`<=`), eps's upper bound (`>=`),
+    the seed checks' `or` and messages, the calibration's message."""
+    from duck.privacy.mechanisms import check_calibration, check_delta, check_eps, check_sensitivity
+
+    refusals = [
+        (lambda: check_delta(0.0), r"delta must be a finite number > 0.0 and < 1.0, got 0.0"),
+        (lambda: gaussian_mechanism(1.0, 1.0, 0.5, 0.0), r"delta must be a finite number > 0.0 and < 1.0, got 0.0"),
+        (lambda: check_delta(1e-310), r"delta=1e-310 is below the smallest normal float64 \(2.23e-308\): ln\(2 / delta\) "
+                                      r"overflows; use a delta of at least 1e-300 \(practical deltas are far larger, "
+                                      r"e.g. 1e-5\)"),
+        (lambda: check_eps(0), r"eps must be a finite number > 0.0, got 0"),
+        (lambda: gaussian_mechanism(1.0, 1.0, 0.0, 0.1), r"eps must be a finite number > 0.0, got 0.0"),
+        (lambda: smooth_gaussian_params(1.5, 0.1), r"eps=1.5 must be <= 1.0 for this mechanism; lower eps"),
+        (lambda: check_sensitivity(0.0), r"sensitivity must be a finite number > 0.0, got 0.0"),
+        (lambda: gaussian_mechanism(1.0, 0.0, 0.5, 0.1), r"sensitivity must be a finite number > 0.0, got 0.0"),
+        (lambda: check_calibration("laplace"), r"calibration='laplace' is not supported; use 'classic' or 'analytic'"),
+        (lambda: make_generator("a"), r"seed='a' must be None, an int or a torch.Generator"),
+        (lambda: make_generator(1.5), r"seed=1.5 must be None, an int or a torch.Generator"),
+        (lambda: make_generator(-1), r"seed=-1 must be an integer >= 0"),
+    ]
+    for call, message in refusals:
+        with pytest.raises(DuckInputError, match=f"^{message}$"):
+            call()
+    assert check_delta(sys.float_info.min) == sys.float_info.min  # the smallest normal float is allowed
+    assert smooth_gaussian_params(1.0, 0.1)[0] == pytest.approx(1.0 / (5 * math.sqrt(2 * math.log(20.0))))
