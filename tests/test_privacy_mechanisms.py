@@ -382,3 +382,23 @@ def test_parameter_checks_name_the_parameter_and_keep_their_bounds():
             call()
     assert check_delta(sys.float_info.min) == sys.float_info.min  # the smallest normal float is allowed
     assert smooth_gaussian_params(1.0, 0.1)[0] == pytest.approx(1.0 / (5 * math.sqrt(2 * math.log(20.0))))
+
+
+def test_the_exponential_mechanism_defaults_to_sensitivity_one():
+    """Kills: the default sensitivity of ``exponential_mechanism_logits`` changed (1.0 -> 2.0)."""
+    assert exponential_mechanism_logits([2.0, 4.0], 1.0).tolist() == [1.0, 2.0]  # eps u / (2 * 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_utilities_and_generators_stay_on_their_devices():
+    """On a GPU machine: CUDA utilities are drawn from on the CPU (the seeded stream does not depend on where
+    the utilities live) and a CUDA generator draws CUDA noise (the device mutants listed as equivalent on
+    CPU-only machines in mutation/equivalent.toml)."""
+    u = torch.linspace(0.0, 1.0, 50)
+    assert top_h_without_replacement(u.cuda(), 5, 1.0, seed=3) == top_h_without_replacement(u, 5, 1.0, seed=3)
+    gen = make_generator(3, "cuda")
+    assert gen.device.type == "cuda"
+    expected = float(torch.randn((), generator=make_generator(3, "cuda"), dtype=torch.float64, device="cuda"))
+    from duck.privacy.mechanisms import _standard_normal
+
+    assert _standard_normal(gen) == expected
