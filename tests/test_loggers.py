@@ -277,3 +277,65 @@ def test_wandb_run_of_a_refused_job_is_taken_back(run_cli):
     code, _, err, run_dir = run_cli("train", *SYNTH_ARGS, "recipe.optimizer.lr=1e30", "logger=wandb")
     assert code == 2 and "training diverged" in err, err
     assert not (run_dir / "wandb").exists()
+
+
+def test_the_mlflow_sidecar_speaks_the_protocol_and_reports_refusals(tmp_path):
+    """The job's MLflow calls through its sidecar process (duck.pipeline.mlflow_sidecar): runs, batches and
+    artifacts arrive in the store as MLflow's own client reads them; a refused call is an error answer with
+    MLflow's message, and the sidecar goes on serving."""
+    pytest.importorskip("mlflow")
+    from duck.pipeline.mlflow_sidecar import Sidecar, SidecarError
+
+    store = tmp_path / "mlruns"
+    uri = store.resolve().as_uri()
+    side = Sidecar()
+    try:
+        assert side.call("get_experiment", uri, name="e") is None
+        exp = side.call("create_experiment", uri, name="e")
+        assert side.call("get_experiment", uri, name="e") == {"id": exp, "deleted": False}
+        with pytest.raises(SidecarError, match="already exists"):
+            side.call("create_experiment", uri, name="e")
+        run = side.call("create_run", uri, experiment_id=exp, run_name="r", tags={"method": "duck"})
+        side.call("log_batch", uri, run_id=run, metrics=[["F", 0.25, 1000, 0], ["F", 0.5, 2000, 1]],
+                  params=[["seed", "3"]], tags=[["verdict", "forgotten"]])
+        (tmp_path / "report.html").write_text("<p>report</p>")
+        side.call("log_artifact", uri, run_id=run, path=str(tmp_path / "report.html"), artifact_path=None)
+        side.call("set_terminated", uri, run_id=run, status="FINISHED")
+        with pytest.raises(SidecarError, match="^KeyError: 'no_such_op'$"):
+            side.call("no_such_op", uri)
+    finally:
+        side.close()
+    assert side.proc.returncode == 0  # a used sidecar ends when its input closes
+    client = mlflow_client(store)
+    got = client.get_run(run)
+    assert got.info.status == "FINISHED" and got.data.params == {"seed": "3"} and got.data.metrics == {"F": 0.5}
+    assert got.data.tags["verdict"] == "forgotten" and got.data.tags["method"] == "duck"
+    assert [m.value for m in client.get_metric_history(run, "F")] == [0.25, 0.5]
+    assert [a.path for a in client.list_artifacts(run)] == ["report.html"]
+
+
+def test_an_unused_sidecar_is_stopped_not_waited_for():
+    """A job refused before it logs closes a sidecar that is still importing MLflow: killed, not awaited."""
+    from duck.pipeline.mlflow_sidecar import Sidecar
+
+    side = Sidecar()
+    side.close()
+    assert side.proc.returncode is not None and side.proc.returncode < 0  # ended by a signal
+
+
+def test_a_job_logging_to_mlflow_never_imports_mlflow_itself(tmp_path):
+    """The MLflow client lives in the sidecar: after a duck-run job with logger=mlflow, the job's process has not
+    imported mlflow (the 1.5-2 s import ran in the sidecar, started by the command line before torch), and the
+    job's run is in the store."""
+    pytest.importorskip("mlflow")
+    store = tmp_path / "mlruns"
+    args = ["duck-run", *FAST, "logger=mlflow", f"logger.tracking_uri={store}", f"hydra.run.dir={tmp_path / 'run'}",
+            f"cache_dir={tmp_path / 'cache'}"]
+    code = (f"import sys; sys.argv = {args!r}\nfrom duck.cli.run import main\ntry:\n    main()\nexcept SystemExit as e:\n"
+            "    assert not e.code, e.code\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    runs = mlflow_client(store).search_runs([e.experiment_id for e in mlflow_client(store).search_experiments()])
+    assert any(r.data.tags.get("role") == "job" and r.info.status == "FINISHED" for r in runs)

@@ -121,7 +121,10 @@ def check_inputs_early(cfg: Any) -> None:
     if cfg.get("logger") is not None:  # its settings, and its backend installed (one line with the extra to install)
         from duck.pipeline.tracking import logger_settings
 
-        logger_settings(cfg.logger)
+        if logger_settings(cfg.logger).name == "mlflow":  # MLflow imported by its sidecar while the job starts
+            from duck.pipeline.mlflow_sidecar import prestart
+
+            prestart()
 
 
 def _results_in(folder: Path) -> list[str]:

@@ -1,7 +1,8 @@
-"""The backends of the experiment loggers (:mod:`duck.pipeline.tracking`): a run of each is one of Lightning's
-loggers (``CSVLogger``, ``TensorBoardLogger``, ``MLFlowLogger``, ``WandbLogger``), which the Trainers of a job's
-training stages log their curves to, plus what Lightning's logger interface lacks for the job's results: tags
-and files (artifacts). Imported only when a job logs (Lightning and the backend's client are imported here).
+"""The backends of the experiment loggers (:mod:`duck.pipeline.tracking`): a run of each is a Lightning logger
+(``CSVLogger``, ``TensorBoardLogger``, ``WandbLogger``; for MLflow :class:`SidecarLogger`, which logs what
+``MLFlowLogger`` does through a sidecar process), which the Trainers of a job's training stages log their curves
+to, plus what Lightning's logger interface lacks for the job's results: tags and files (artifacts). Imported only
+when a job logs (Lightning and the backend's client are imported here; MLflow's in its sidecar).
 
 Where each backend writes (``out``: the job's run directory):
 
@@ -10,7 +11,9 @@ Where each backend writes (``out``: the job's run directory):
 - ``tensorboard``: event files in ``out/tensorboard/<run>/`` (the configuration and results also in the HPARAMS
   tab, the tags as text); ``tensorboard --logdir`` on a sweep directory shows every job's runs;
 - ``mlflow``: a run in the tracking store (a local file store by default, :func:`mlflow_uri`); results as metrics,
-  tags and artifacts; a model trained by the job is a child run (``mlflow.parentRunId``);
+  tags and artifacts; a model trained by the job is a child run (``mlflow.parentRunId``). The calls go through
+  the process's MLflow sidecar (:mod:`duck.pipeline.mlflow_sidecar`; :class:`SidecarLogger` stands for
+  Lightning's ``MLFlowLogger``): the job's process never imports MLflow;
 - ``wandb``: a run under ``out/wandb/`` (offline by default: ``wandb sync`` uploads it), grouped by experiment.
 
 ``<run>`` is ``job`` for the job's own run, ``original`` / ``retrained`` for a model the job trained.
@@ -19,13 +22,15 @@ Where each backend writes (``out``: the job's run directory):
 from __future__ import annotations
 
 import json
-import os
+import re
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities import rank_zero_only
 
 from duck.errors import DuckInputError
 from duck.io import atomic_write_text
@@ -203,72 +208,118 @@ def mlflow_uri(tracking_uri: str | None, launch_dir: Path) -> str:
     return (path if path.is_absolute() else launch_dir / path).resolve().as_uri()
 
 
+#: MLflow's limits (Lightning's ``MLFlowLogger`` keeps the same): parameters per batch, a parameter's characters
+_MLFLOW_PARAMS_PER_BATCH, _MLFLOW_PARAM_CHARS, _MLFLOW_METRICS_PER_BATCH = 100, 250, 1000
+
+
+class SidecarLogger(Logger):
+    """A Lightning logger of one MLflow run that makes its calls through the job's MLflow sidecar
+    (:mod:`duck.pipeline.mlflow_sidecar`) instead of importing MLflow: what Lightning's ``MLFlowLogger`` logs
+    (metric names cleaned to the characters MLflow allows, parameters cut to 250 characters, 100 per batch), the
+    curves buffered and sent in batches (at the end of each fit, and every 1,000 values)."""
+
+    def __init__(self, side: Any, uri: str, run_id: str) -> None:
+        super().__init__()
+        self.side, self.uri, self.run_id = side, uri, run_id
+        self._buffer: list[list[Any]] = []
+
+    @property
+    def name(self) -> str:
+        return "mlflow"
+
+    @property
+    def version(self) -> str:
+        return self.run_id
+
+    @property
+    def experiment(self) -> Any:
+        return None
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pairs = [[str(k), str(v)[:_MLFLOW_PARAM_CHARS]] for k, v in dict(params).items()]
+        for i in range(0, len(pairs), _MLFLOW_PARAMS_PER_BATCH):
+            self.side.call("log_batch", self.uri, run_id=self.run_id, params=pairs[i:i + _MLFLOW_PARAMS_PER_BATCH])
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        now = int(time.time() * 1000)
+        for k, v in metrics.items():
+            if isinstance(v, str):
+                continue
+            self._buffer.append([re.sub("[^a-zA-Z0-9_/. -]+", "", k), float(v), now, int(step or 0)])
+        if len(self._buffer) >= _MLFLOW_METRICS_PER_BATCH:
+            self.save()
+
+    def save(self) -> None:
+        while self._buffer:
+            batch, self._buffer = self._buffer[:_MLFLOW_METRICS_PER_BATCH], self._buffer[_MLFLOW_METRICS_PER_BATCH:]
+            self.side.call("log_batch", self.uri, run_id=self.run_id, metrics=batch)
+
+    def finalize(self, status: str) -> None:
+        self.save()
+
+
 class MlflowRun(Run):
-    """A run of an MLflow experiment (created here, then handed to Lightning's ``MLFlowLogger`` by id)."""
+    """A run of an MLflow experiment, made and logged to through the job's sidecar (:class:`SidecarLogger`)."""
 
-    def __init__(self, client: Any, uri: str, experiment_id: str, name: str, tags: dict[str, str],
+    def __init__(self, side: Any, uri: str, experiment_id: str, name: str, tags: dict[str, str],
                  parent: MlflowRun | None = None) -> None:
-        from lightning.pytorch.loggers import MLFlowLogger
-
         if parent is not None:
             tags = {**tags, "mlflow.parentRunId": parent.run_id}
-        self.client = client
-        self.run_id = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
-        super().__init__(MLFlowLogger(tracking_uri=uri, run_id=self.run_id))
+        self.side, self.uri = side, uri
+        self.run_id = side.call("create_run", uri, experiment_id=experiment_id, run_name=name, tags=tags)
+        super().__init__(SidecarLogger(side, uri, self.run_id))
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        from mlflow.entities import RunTag
-
-        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.side.call("log_batch", self.uri, run_id=self.run_id, tags=[[k, v] for k, v in tags.items()])
 
     def log_files(self, files: list[tuple[Path, str]]) -> None:
         for path, folder in files:
-            self.client.log_artifact(self.run_id, str(path), artifact_path=folder or None)
+            self.side.call("log_artifact", self.uri, run_id=self.run_id, path=str(path), artifact_path=folder or None)
 
     def finish(self, metrics: dict[str, float], tags: dict[str, str], files: list[tuple[Path, str]],
                status: str) -> None:
         super().finish(metrics, tags, files, status)
-        self.client.set_terminated(self.run_id, status)  # Lightning's finalize says FINISHED or FAILED only
+        self.side.call("set_terminated", self.uri, run_id=self.run_id, status=status)
 
 
 class MlflowBackend:
-    """The MLflow tracking store and the experiment of a job's runs (one per sweep)."""
+    """The MLflow tracking store and the experiment of a job's runs (one per sweep), through the job's sidecar
+    (:func:`duck.pipeline.mlflow_sidecar.sidecar`: MLflow is imported there, not in the job's process)."""
 
     def __init__(self, tracking_uri: str | None, experiment: str, launch_dir: Path) -> None:
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
+        from duck.pipeline.mlflow_sidecar import SidecarError, sidecar
 
         self.uri = mlflow_uri(tracking_uri, launch_dir)
-        if self.uri.startswith("file:"):  # MLflow 3 keeps its file store behind this switch
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.side = sidecar()
         try:
-            self.client = MlflowClient(tracking_uri=self.uri)
             self.experiment_id = self._experiment(experiment)
-        except MlflowException as e:
+        except SidecarError as e:
             raise DuckInputError(f"logger=mlflow: the tracking store {self.uri} refused the experiment "
-                                 f"{experiment!r}: {str(e).splitlines()[0]}; check logger.tracking_uri "
-                                 "(MLFLOW_TRACKING_URI) or choose logger.experiment=NAME") from None
+                                 f"{experiment!r}: {e}; check logger.tracking_uri (MLFLOW_TRACKING_URI) or choose "
+                                 "logger.experiment=NAME") from None
 
     def _experiment(self, name: str) -> str:
         """The experiment's id, created if new (a sweep's parallel jobs may create it at the same time)."""
-        from mlflow.exceptions import MlflowException
+        from duck.pipeline.mlflow_sidecar import SidecarError
 
         for attempt in range(2):
-            found = self.client.get_experiment_by_name(name)
+            found = self.side.call("get_experiment", self.uri, name=name)
             if found is not None:
-                if found.lifecycle_stage == "deleted":
+                if found["deleted"]:
                     raise DuckInputError(f"logger=mlflow: the experiment {name!r} in {self.uri} was deleted; restore "
                                          "it (mlflow experiments restore) or choose logger.experiment=NAME")
-                return str(found.experiment_id)
+                return str(found["id"])
             try:
-                return str(self.client.create_experiment(name))
-            except MlflowException:  # created by another job of the sweep meanwhile: read it again
+                return str(self.side.call("create_experiment", self.uri, name=name))
+            except SidecarError:  # created by another job of the sweep meanwhile: read it again
                 if attempt:
                     raise
         raise AssertionError("unreachable")
 
     def open(self, key: str, name: str, tags: dict[str, str], parent: Run | None) -> Run:
-        return MlflowRun(self.client, self.uri, self.experiment_id, name, tags,
+        return MlflowRun(self.side, self.uri, self.experiment_id, name, tags,
                          parent if isinstance(parent, MlflowRun) else None)
 
 
