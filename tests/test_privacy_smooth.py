@@ -27,7 +27,7 @@ from duck.privacy import (
     smooth_sensitivity_bound,
 )
 from duck.privacy.mechanisms import gaussian_mechanism
-from duck.privacy.smooth_sensitivity import degeneracy, smallest_enclosing_ball
+from duck.privacy.smooth_sensitivity import degeneracy, smallest_enclosing_ball, within_graph
 
 
 def count_np(X: np.ndarray, k: int, r: float) -> int:
@@ -281,3 +281,101 @@ def test_tiny_beta_stays_feasible_and_exact():
     assert smooth_sensitivity_bound(Y, 3, 0.5, 0.02, device="cpu") == pytest.approx(
         full_evaluation(Y, 3, 0.5, 0.02), rel=1e-12
     )
+
+
+# --- issue 39: the survivors of duck/privacy/smooth_sensitivity.py's first mutation run (each test names them) ----
+
+
+def test_point_and_parameter_refusals_name_the_value():
+    """Kills: the names in point_set's, max_ball_count_exact's and local_sensitivity_bound's messages (defaults
+    included), max_points' minimum 0 and its bound (`>=`), and the too-many-points message."""
+    from duck.privacy.smooth_sensitivity import point_set
+
+    cases = [
+        (lambda: ball_count_upper_bound("abc", 1.0), r"points must be a real-valued numeric array, got dtype <U3"),
+        (lambda: point_set(np.zeros(3)), r"points must be a 2-D \(n, d\) array with d >= 1, got shape \(3,\); for n "
+                                         r"points on a line pass points.reshape\(-1, 1\)"),
+        (lambda: point_set([[1.0, float("nan")]], "X"), r"X contains NaN or inf values; clean or drop those points"),
+        (lambda: point_set("ab", "X"), r"X must be a real-valued numeric array, got dtype <U2"),
+        (lambda: max_ball_count_exact(np.zeros((3, 2)), 1.0, max_points=-1), r"max_points=-1 must be an integer >= 0"),
+        (lambda: max_ball_count_exact(np.zeros((4, 2)), 1.0, max_points=3),
+         r"max_ball_count_exact enumerates subsets of 4 points \(exponential\); it accepts at most 3. Use "
+         r"ball_count_upper_bound for larger sets"),
+        (lambda: local_sensitivity_bound(np.zeros((3, 2)), 0, 1.0), r"k=0 must be an integer >= 1"),
+        (lambda: smallest_enclosing_ball(np.zeros(3)), r"points must be an \(m, d\) array, got shape \(3,\)"),
+    ]
+    for call, message in cases:
+        with pytest.raises(DuckInputError, match=f"^{message}$"):
+            call()
+    assert max_ball_count_exact(np.zeros((0, 2)), 1.0, max_points=0) == 0  # 0 is a valid limit for no points
+    assert max_ball_count_exact(np.zeros((3, 2)), 1.0, max_points=3) == 3  # exactly at the limit
+
+
+def test_empty_sets_have_no_ball():
+    """Kills: the empty set's count taken from the dimension (`shape[1]`), and the no-ball radius (-1)."""
+    assert ball_count_upper_bound(np.zeros((0, 2)), 1.0) == 0
+    assert smallest_enclosing_ball(np.zeros((0, 3))) == (None, -1.0)
+
+
+def test_integer_points_are_enclosed_in_float64():
+    """Kills: the points kept as integers (`dtype=None` or left out): the Gram matrix of int64 coordinates of
+    4e9 overflows."""
+    centre, radius = smallest_enclosing_ball(np.array([[0, 0], [4_000_000_000, 0]], dtype=np.int64))
+    assert radius == 2e9 and centre.tolist() == [2e9, 0.0]
+    centre, radius = smallest_enclosing_ball(np.array([[0, 0], [4_000_000_000, 0], [2_000_000_000, 1]],
+                                                      dtype=np.int64))
+    assert radius == pytest.approx(2e9, rel=1e-12)
+
+
+def test_a_pair_exactly_one_diameter_apart_fits_one_ball():
+    """Kills: the fit test's tolerance turned inside out (`r / (1 + 1e-12)`, `r * (1 - 1e-12)`): two points 2r
+    apart have a smallest enclosing ball of radius exactly r."""
+    assert max_ball_count_exact(np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0]]), 1.0) == 2
+
+
+def test_algorithm_1_prunes_supersets_that_cannot_beat_the_best(monkeypatch):
+    """Kills: the pruning rule (`or` as `and`, the remaining count added rather than subtracted): with every
+    point in one ball the first path finds them all, and no other subset is enclosed (n + 1 ball tests, not
+    2^n)."""
+    import duck.privacy.smooth_sensitivity as ss
+
+    calls = []
+    real = ss.smallest_enclosing_ball
+    monkeypatch.setattr(ss, "smallest_enclosing_ball", lambda pts: calls.append(len(pts)) or real(pts))
+    X = np.random.default_rng(0).uniform(-0.1, 0.1, size=(10, 2))
+    assert ss.max_ball_count_exact(X, 1.0) == 10
+    assert len(calls) <= 2 * len(X), len(calls)
+
+
+def test_local_bound_uses_the_subspace_and_the_default_device():
+    """Kills: the subspace dropped, and the default device (`auto`) changed: two clusters far apart in
+    coordinate 1 only are one cluster in the subspace of coordinate 0."""
+    X = np.array([[0.0, 0.0], [0.1, 0.0], [0.0, 50.0], [0.1, 50.0], [0.05, 100.0]])
+    full = local_sensitivity_bound(X, 1, 0.5, device="cpu")
+    sub = local_sensitivity_bound(X, 1, 0.5, subspace=[0], device="cpu")
+    assert full != sub
+    assert local_sensitivity_bound(X, 1, 0.5) == full and local_sensitivity_bound(X, 1, 0.5, subspace=[0]) == sub
+
+
+def test_point_set_messages_and_float64_points():
+    """Kills: point_set's shape text for ragged input, its shape and NaN messages, and the cast to float64."""
+    from duck.privacy.smooth_sensitivity import point_set
+
+    with pytest.raises(DuckInputError, match=r"^points must be a numeric \(n, d\) array: "):
+        point_set([[1.0, 2.0], [3.0]])
+    with pytest.raises(DuckInputError, match=r"^points must be a 2-D \(n, d\) array with d >= 1, got shape \(2, 0\); "
+                                             r"for n points on a line pass points.reshape\(-1, 1\)$"):
+        point_set(np.zeros((2, 0)))
+    with pytest.raises(DuckInputError, match=r"^points contains NaN or inf values; clean or drop those points$"):
+        point_set([[1.0, float("inf")]])
+    assert point_set(np.array([[1, 2]], dtype=np.int32)).dtype == torch.float64
+    assert point_set(np.array([[1, 2]], dtype=np.float32)).dtype == torch.float64
+
+
+def test_within_graph_joins_points_at_the_radius_exactly():
+    """Kills: `<=` as `<`, the squared radius as radius / radius, and the radius ignored: distance 2 joined at
+    radius 2, not at 1.9; the squared radius wins when given."""
+    P = torch.tensor([[0.0, 0.0], [2.0, 0.0], [5.0, 0.0]], dtype=torch.float64)
+    assert within_graph(P, 2.0).tolist() == [[False, True, False], [True, False, False], [False, False, False]]
+    assert not within_graph(P, 1.9).any()
+    assert within_graph(P, 0.0, radius2=9.0).sum() == 4  # 0-1 (d^2 = 4) and 1-2 (d^2 = 9)

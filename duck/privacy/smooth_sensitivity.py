@@ -142,9 +142,12 @@ def _ball_count_upper_bound2(P: torch.Tensor, r2: float) -> int:
 
 
 def smallest_enclosing_ball(points: np.ndarray) -> tuple[np.ndarray | None, float]:
-    """Centre and radius of the smallest ball enclosing ``points`` (m, d) (Welzl 1991; for small m only)."""
+    """Centre and radius of the smallest ball enclosing ``points`` (m, d) (Welzl 1991; for small m only);
+    ``(None, -1.0)`` for no points."""
     pts = np.asarray(points, dtype=np.float64)
-    dim = pts.shape[1] if pts.ndim == 2 else 0
+    if pts.ndim != 2:
+        raise DuckInputError(f"points must be an (m, d) array, got shape {pts.shape}")
+    dim = pts.shape[1]
 
     def circumball(support: list[np.ndarray]) -> tuple[np.ndarray | None, float]:
         if not support:
