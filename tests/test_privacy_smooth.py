@@ -379,3 +379,43 @@ def test_within_graph_joins_points_at_the_radius_exactly():
     assert within_graph(P, 2.0).tolist() == [[False, True, False], [True, False, False], [False, False, False]]
     assert not within_graph(P, 1.9).any()
     assert within_graph(P, 0.0, radius2=9.0).sum() == 4  # 0-1 (d^2 = 4) and 1-2 (d^2 = 9)
+
+
+def test_early_stopping_returns_the_full_maximum_on_many_sets():
+    """Kills the early stop's and the band sizes' result-changing mutants (the last t, the bins, the horizon, the
+    bounds' growth): Algorithm 2 equals the brute-force maximum over every t on random sets of 3-20 records, for
+    betas from 0.02 to 20."""
+    rng = np.random.default_rng(11)
+    for i in range(24):
+        dim, k = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        n = int(rng.integers(3, 21))
+        X = clustered(rng, n, dim, k)
+        beta = (0.02, 0.3, 2.0, 20.0)[i % 4]
+        fast = smooth_sensitivity_bound(X, min(k, n), 0.5, beta, device="cpu")
+        assert fast == pytest.approx(full_evaluation(X, min(k, n), 0.5, beta), rel=1e-12), (i, n, k, beta)
+
+
+def test_smooth_bound_checks_name_the_value_and_use_every_setting():
+    """Kills: the names in the k / beta / ball_count messages, beta's open lower end, the default device, the
+    subspace dropped (from the degrees and the coordinates), and 'exact' read as 'clique'."""
+    X = np.array([[0.0, 0.0], [0.1, 0.0], [0.0, 50.0], [0.1, 50.0], [0.05, 100.0]])
+    for call, message in [
+        (lambda: smooth_sensitivity_bound(X, 0, 0.5, 1.0), r"k=0 must be an integer >= 1"),
+        (lambda: smooth_sensitivity_bound(X, 1, 0.5, 0.0), r"beta must be a finite number > 0.0, got 0.0"),
+        (lambda: smooth_sensitivity_bound(X, 1, 0.5, 1.0, ball_count="greedy"),
+         r"ball_count='greedy' is not supported; use 'clique' or 'exact'"),
+    ]:
+        with pytest.raises(DuckInputError, match=f"^{message}$"):
+            call()
+    full = smooth_sensitivity_bound(X, 1, 0.5, 1.0, device="cpu")
+    assert smooth_sensitivity_bound(X, 1, 0.5, 1.0) == full  # the default device: "auto"
+    sub = smooth_sensitivity_bound(X, 1, 0.5, 1.0, subspace=[0], device="cpu")
+    assert sub == pytest.approx(full_evaluation(X[:, [0]], 1, 0.5, 1.0), rel=1e-12) and sub != full
+    # a square of side 1.9 (in dist_S units, which divide by sqrt 2): its sides are 2r = 2 edges (a 4-cycle, f = 3)
+    # but no ball of radius 1 holds three corners (their smallest ball has radius 1.34): the exact count is 2
+    square = np.array([[0.0, 0.0], [1.9, 0.0], [0.0, 1.9], [1.9, 1.9]]) * math.sqrt(2)
+    corners = square / math.sqrt(2)
+    assert ball_count_upper_bound(corners, 1.0) == 3 and max_ball_count_exact(corners, 1.0) == 2
+    clique = smooth_sensitivity_bound(square, 1, 1.0, 5.0, device="cpu")
+    exact = smooth_sensitivity_bound(square, 1, 1.0, 5.0, ball_count="exact", device="cpu")
+    assert exact < clique
