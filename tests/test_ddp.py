@@ -5,6 +5,7 @@ is DDP with 2 CPU processes (gloo), the multi-GPU code path on a machine without
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +142,13 @@ def test_duck_run_under_ddp_sim_with_the_audit(tmp_path):
         out = tmp_path / name
         proc = subprocess.run([str(exe), *common, trainer, f"hydra.run.dir={out}"], capture_output=True, text=True,
                               timeout=900)
+        if proc.returncode != 0 and "terminated with signal SIGABRT" in proc.stderr:
+            # a gloo worker aborted in C++ ("terminate called without an active exception"; seen once, in a clean
+            # clone's CI on 2026-11-28, not reproduced on rerun): the job reports it in one line and asks to be run
+            # again, which is what a user does; a second abort fails the test
+            shutil.rmtree(out)
+            proc = subprocess.run([str(exe), *common, trainer, f"hydra.run.dir={out}"], capture_output=True,
+                                  text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
         stages = _stage_lines(proc.stdout)
         assert [s.split("]")[0] for s in stages] == ["[1/4", "[2/4", "[3/4", "[4/4"], proc.stdout
