@@ -1,5 +1,7 @@
-"""Membership-inference audits (ALGORITHMS.md §4): LiRA with a cached, batched shadow bank, the SVM MIA,
-ROC metrics with confidence intervals, and :func:`audit_models`, which the CLIs call.
+"""The audit's one home: membership-inference audits (ALGORITHMS.md §4: LiRA with a cached, batched shadow bank,
+the SVM MIA, ROC metrics with confidence intervals, :func:`audit_models`), the forgetting audit against retrained
+models (§10-11: :mod:`attacks.forgetting_audit`, :mod:`attacks.ulira_audit`, :mod:`attacks.bank_shards`), whose
+stages take an :class:`attacks.context.AuditContext` from the pipeline.
 
 Names are resolved lazily (PEP 562): importing :mod:`attacks` imports neither torch nor scikit-learn.
 """
