@@ -206,6 +206,22 @@ class QuietWorker(L.Callback):
         quiet_lightning()
 
 
+class CloseProcessGroup(L.Callback):
+    """Carried to every DDP worker: when its fit has finished (``on_fit_end``: the success path only, so a
+    worker that raised never waits here for one that did not), wait for the other workers and destroy the
+    process group, so the worker's interpreter exits with no gloo/NCCL threads of the group alive. Lightning
+    leaves the group to interpreter finalization, where a gloo worker aborted now and then in C++ ("terminate
+    called without an active exception", SIGABRT; 2 of 4 clean-clone CI runs on 2026-11-28, after the worker
+    had finished training). torch asks for ``destroy_process_group`` before exit."""
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
+
 class NonFiniteGuard(L.Callback):
     """Stop a run the moment its loss (or any logged metric) becomes NaN or infinite, with a
     :class:`DuckInputError` naming ``setting`` (the learning rate to lower): a diverged model must never be
@@ -333,11 +349,11 @@ def worker_trainer_settings(trainer_cfg: Mapping[str, Any] | None, world: int
                             ) -> tuple[dict[str, Any], list[L.Callback]]:
     """``(trainer settings, extra callbacks)`` for a fit on ``world`` processes: above one, the DDP strategy
     that starts its workers from this process (:data:`_DDP_STRATEGIES`; this process gets the trained weights
-    back) and :class:`QuietWorker`."""
+    back), :class:`QuietWorker` and :class:`CloseProcessGroup`."""
     cfg = dict(trainer_cfg or {})
     if world == 1:
         return cfg, []
-    return {**cfg, "strategy": _DDP_STRATEGIES[cfg.get("strategy")]}, [QuietWorker()]
+    return {**cfg, "strategy": _DDP_STRATEGIES[cfg.get("strategy")]}, [QuietWorker(), CloseProcessGroup()]
 
 
 #: where the fits of the stage running now log their curves (:func:`stage_logger`): a callable that returns the
@@ -373,12 +389,22 @@ def fit(trainer: L.Trainer, module: L.LightningModule, loader: Any, world: int =
     if world > 1:
         torch.multiprocessing.set_sharing_strategy("file_system")
     try:
-        trainer.fit(module, loader)
-    except torch.multiprocessing.ProcessExitedException as e:  # a worker was killed (SIGTERM to the job, ...)
-        from duck.errors import DuckTerminated
+        for attempt in (1, 2):
+            try:
+                trainer.fit(module, loader)
+                break
+            except torch.multiprocessing.ProcessExitedException as e:  # a worker was killed (SIGTERM to the job)
+                from duck.errors import DuckTerminated, warn_line
 
-        raise DuckTerminated(f"a DDP worker of this job was stopped ({e}); nothing of this training was kept: run "
-                             "the job again (finished models and banks are reused from the cache)") from None
+                if e.signal_name == "SIGABRT" and attempt == 1:
+                    # a worker aborted in C++ (gloo); nothing reached this process (the weights come back only
+                    # when every worker exited cleanly) and the workers start again from this process's seed
+                    # state, so the same fit, run again, trains the same weights
+                    warn_line(f"a DDP worker aborted ({e}); training this model once more")
+                    continue
+                raise DuckTerminated(f"a DDP worker of this job was stopped ({e}); nothing of this training was "
+                                     "kept: run the job again (finished models and banks are reused from the "
+                                     "cache)") from None
     except Exception as e:  # a worker's DuckInputError (divergence) arrives as the text of its traceback
         raise_worker_input_error(e)
         raise
