@@ -114,9 +114,11 @@ def test_compare_records_make_the_same_page(tmp_path: Path):
 
 def test_the_page_explains_the_forgetting_scales_only_when_a_job_was_audited(tmp_path: Path, sweep: Path):
     audited = summarize_sweep(sweep)["page"].read_text()
-    assert "Imprint kept: the share of the original model" in audited and "No job ran the forgetting audit" not in audited
+    assert "Imprint kept: the share of the original model" in audited and "no forgetting audit" not in audited
     plain = tmp_path / "plain"
     write_job(plain, "0", "scrub", 3, 0, None)
     page = summarize_sweep(plain)["page"].read_text()
-    assert "No job ran the forgetting audit (attack.forgetting.enabled=true" in page
+    # said once, in the headline: no verdict, no scales, and the setting that adds them
+    assert page.count("no forgetting audit in this sweep, so no verdict, imprint kept or q (run it with "
+                      "attack.forgetting.enabled=true") == 1 and "forgetting audit" not in page.split("no forgetting audit", 1)[1]
     assert "Imprint kept" not in page and "data:image/png" not in page  # no scales, no trade-off plot

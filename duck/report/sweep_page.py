@@ -76,7 +76,8 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> str:
     if not judged:
         return (f"{len(methods)} unlearning run(s) of {len({r['method'] for r in methods})} method(s); no forgetting "
                 "audit in this sweep, so no "
-                "verdict (run it with attack.forgetting.enabled=true, or bench.forgetting.enabled=true).")
+                "verdict, imprint kept or q (run it with attack.forgetting.enabled=true, or "
+                "bench.forgetting.enabled=true).")
     forgotten = sorted({r["method"] for r in judged if r["verdict"] == "forgotten"})
     return (f"**{verdict_counts([r['verdict'] for r in judged])}** among {len(judged)} audited run(s) of {n_methods} "
             "method(s), each judged against models retrained without the forget set"
@@ -146,9 +147,7 @@ def sweep_blocks(title: str, summary: Sequence[Mapping[str, Any]], rows: Sequenc
                Paragraph("Mean (std) over the jobs; with one job, its value and its interval. "
                          + ("Imprint kept: the share of the original model's shift away from retrained models that "
                             "the unlearned models keep (0 % = like retraining; the verdict's scale); q: the ε-score "
-                            "F normalised between the none (0) and retrain (1) controls. " if audited else
-                            "No job ran the forgetting audit (attack.forgetting.enabled=true adds the verdict, the "
-                            "imprint kept and q). ")
+                            "F normalised between the none (0) and retrain (1) controls. " if audited else "")
                          + "Click a column's header to sort.")]
     keys = {(r.get("forget"), r.get("seed")) for r in points}
     if len(keys) > 1:
