@@ -256,7 +256,10 @@ def run_file(file: str, tests: list[str], *, smoke_functions: list[str] | None, 
     elif survivors_only:
         names = [k for k, v in meta(wd, file).items() if STATUS.get(v) in ("survived", "no tests")]
         if not names:
-            print(f"{file}: no survivors to rerun")
+            # never an empty list: mutmut would run every mutant, and a fresh machine has no results to rerun
+            raise SystemExit(f"error: {file}: no survivors to rerun in {wd.relative_to(ROOT)} (none survived, or "
+                             "the file was never run on this machine): run `make mutation FILE=...` without "
+                             "SURVIVORS=1")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the mutated copy, never the checkout
     env.setdefault("MPLBACKEND", "Agg")
     # tests/conftest.py: models trained by session fixtures, built once by the unmutated code, loaded by each mutant

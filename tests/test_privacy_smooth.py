@@ -419,3 +419,138 @@ def test_smooth_bound_checks_name_the_value_and_use_every_setting():
     clique = smooth_sensitivity_bound(square, 1, 1.0, 5.0, device="cpu")
     exact = smooth_sensitivity_bound(square, 1, 1.0, 5.0, ball_count="exact", device="cpu")
     assert exact < clique
+
+
+def algorithm_2_schedule(X: np.ndarray, k: int, r: float, beta: float, degrees: np.ndarray | None = None
+                         ) -> tuple[float, list[int], int]:
+    """Algorithm 2 stated term by term (numpy, no vectorised horizon): the term ``t`` is evaluated exactly when
+    Proposition 2's bound from the last evaluated term ``T``, ``e^{-beta t} min(N, max_j(f_j(T) + |V_t(j)| -
+    |V_T(j)|) + t + 1)``, exceeds the running maximum; the run stops at the first ``t`` where no term up to
+    ``N - 1`` can. Returns ``(maximum, evaluated terms, the t it stopped at)``."""
+    Z = torch.from_numpy(X / math.sqrt(X.shape[1]))
+    N = len(X)
+    deg = (((Z[:, None] - Z[None]) ** 2).sum(-1) <= r * r).sum(1).numpy() - 1 if degrees is None else degrees
+    dist = {j: np.abs(deg - j) for j in (k, k - 1)}
+
+    def size(j: int, t: int) -> int:
+        return int((dist[j] <= t).sum())
+
+    def f(j: int, t: int) -> int:
+        return ball_count_upper_bound(Z[torch.from_numpy(dist[j] <= t)], r)
+
+    best, evaluated, reference, t = 0.0, [], None, 0
+    while t <= N - 1:
+        if reference is not None:
+            T, fT = reference
+            later = [u for u in range(t, N) if math.exp(-beta * u) * min(
+                N, max(fT[j] + size(j, u) - size(j, T) for j in (k, k - 1)) + u + 1) > best]
+            if not later:
+                break
+            t = later[0]
+        fT = {j: f(j, t) for j in (k, k - 1)}
+        evaluated.append(t)
+        best = max(best, math.exp(-beta * t) * min(N, max(fT.values()) + t + 1))
+        reference = (t, fT)
+        t += 1
+    return best, evaluated, t
+
+
+def test_algorithm_2_evaluates_exactly_the_terms_proposition_2_cannot_rule_out():
+    """Algorithm 2's work and its diagnostics, against the term-by-term statement above and brute force on 32
+    random sets of 3-20 records, betas 0.02-20: the same terms evaluated (their number) and the same stopping
+    t (neither more cautious nor earlier: a later horizon, a larger upper bound, `>=` for `>`, a stop one term
+    early all change them), the first maximiser of ``e^{-beta t} A_t`` over every t as ``argmax_t`` and ``A_0``
+    equal to :func:`local_sensitivity_bound`."""
+    rng = np.random.default_rng(21)
+    for i in range(32):
+        dim, n = int(rng.integers(1, 4)), int(rng.integers(3, 21))
+        k = min(int(rng.integers(1, 4)), n)
+        X = clustered(rng, n, dim, k)
+        beta = (0.02, 0.3, 2.0, 20.0)[i % 4]
+        got = smooth_sensitivity_bound(X, k, 0.5, beta, device="cpu", return_details=True)
+        best, evaluated, stop = algorithm_2_schedule(X, k, 0.5, beta)
+        assert got.bound == pytest.approx(best, rel=1e-12), (i, n, k, beta)
+        assert (got.n_evaluations, got.last_t) == (len(evaluated), stop), (i, n, k, beta, evaluated)
+        Z = torch.from_numpy(X / math.sqrt(dim))
+        deg = ((((Z[:, None] - Z[None]) ** 2).sum(-1) <= 0.25).sum(1) - 1).numpy()
+        terms = [math.exp(-beta * t) * min(n, max(ball_count_upper_bound(Z[torch.from_numpy(np.abs(deg - j) <= t)],
+                                                                         0.5) for j in (k, k - 1)) + t + 1)
+                 for t in range(n)]
+        assert got.argmax_t == int(np.argmax(terms)) and terms[got.argmax_t] == pytest.approx(got.bound, rel=1e-12)
+        assert got.local_sensitivity_bound == local_sensitivity_bound(X, k, 0.5, device="cpu") == terms[0]
+
+
+def test_the_smooth_bound_counts_with_the_lsh_degrees_it_is_given():
+    """With ``lsh`` the degrees are the LSH index's (lower than the exact ones: missed neighbours), and the
+    bound is Algorithm 2 on those degrees, not on the exact ones."""
+    from duck.privacy.neighbours import neighbour_counts
+
+    X = clustered(np.random.default_rng(0), 16, 2, 3)
+    lsh = LSHNeighbours(k=3, L=1, w=0.3, seed=1)
+    deg_lsh = neighbour_counts(X, 0.5, lsh=lsh, device="cpu").numpy()
+    deg = neighbour_counts(X, 0.5, device="cpu").numpy()
+    assert (deg_lsh <= deg).all() and (deg_lsh < deg).any()  # the index misses some neighbours here
+    for beta in (0.3, 2.0):
+        got = smooth_sensitivity_bound(X, 3, 0.5, beta, lsh=lsh, device="cpu")
+        exact = smooth_sensitivity_bound(X, 3, 0.5, beta, device="cpu")
+        assert got == pytest.approx(algorithm_2_schedule(X, 3, 0.5, beta, degrees=deg_lsh)[0], rel=1e-12)
+        assert got != exact
+
+
+def test_the_band_graph_joins_records_exactly_2r_apart():
+    """Three 1-D records with no neighbour within r = 0.5 (degree 0: all in the band of k - 1 = 0 at t = 0), two of
+    them exactly 2r apart: the 2r graph has that edge, f = 1 + 1 = 2 and A_0 = min(3, 2 + 1) = 3 (2 without the
+    edge); a large beta leaves A_0 as the bound."""
+    X = np.array([[0.0], [1.0], [10.0]])
+    assert local_sensitivity_bound(X, 1, 0.5, device="cpu") == 3
+    assert smooth_sensitivity_bound(X, 1, 0.5, 50.0, device="cpu") == 3.0
+
+
+def test_algorithm_1_stops_a_branch_that_can_at_most_tie_the_best(monkeypatch):
+    """Two points share a ball of radius r, the third is far: Algorithm 1 tests {a}, {a, b}, {a, b, c}, {a, b} (c
+    left out), {a} (b left out) and then stops: a branch whose chosen points plus all the remaining ones can only
+    equal the best (2) is not explored (5 ball tests; 'cannot beat' read as 'cannot reach' explores more)."""
+    import duck.privacy.smooth_sensitivity as ss
+
+    calls = []
+    real = ss.smallest_enclosing_ball
+    monkeypatch.setattr(ss, "smallest_enclosing_ball", lambda pts: calls.append(len(pts)) or real(pts))
+    assert ss.max_ball_count_exact(np.array([[0.0, 0.0], [0.5, 0.0], [9.0, 0.0]]), 1.0) == 2
+    assert calls == [1, 2, 3, 2, 1]
+
+
+def test_algorithm_1_refuses_more_than_20_points_by_default():
+    with pytest.raises(DuckInputError, match="it accepts at most 20"):
+        max_ball_count_exact(np.zeros((21, 2)), 1.0)
+    assert max_ball_count_exact(np.zeros((20, 2)), 1.0) == 20
+
+
+def test_the_smallest_ball_of_large_integer_points_is_computed_in_float64():
+    """An acute triangle with integer corners of 4e9 (its ball needs all three: the circumcircle, centre (2e9, 5e9 / 6)
+    by hand): the Gram matrix of its edges (1.6e19) overflows int64 unless the points become float64."""
+    centre, radius = smallest_enclosing_ball(np.array([[0, 0], [4_000_000_000, 0], [2_000_000_000, 3_000_000_000]]))
+    assert centre == pytest.approx([2e9, 5e9 / 6], rel=1e-12)
+    assert radius == pytest.approx(math.hypot(2e9, 5e9 / 6), rel=1e-12)
+
+
+def test_isolated_records_with_k_equal_to_n_reach_their_maximum_at_the_last_term():
+    """N = 4 records far apart (degree 0) and k = N: both bands stay empty up to t = N - 2 (|0 - k| = 4 and
+    |0 - (k - 1)| = 3), so A_t = t + 1 for t <= 2 and A_3 = N; with beta = 0.02 the terms grow and the maximum is
+    the last one, e^{-3 beta} 4, reached only by evaluating t = N - 1."""
+    X = np.array([[0.0], [10.0], [20.0], [30.0]])
+    got = smooth_sensitivity_bound(X, 4, 0.5, 0.02, device="cpu", return_details=True)
+    assert got.bound == pytest.approx(4 * math.exp(-0.06), rel=1e-12) and got.argmax_t == 3
+    assert (got.n_evaluations, got.last_t) == (4, 4) and got.local_sensitivity_bound == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_records_give_the_cpu_bounds():
+    """On a GPU machine: the records, degrees and band members stay on the CUDA device and the bounds equal the
+    CPU ones (the device mutants listed as equivalent on CPU-only machines in mutation/equivalent.toml)."""
+    X = clustered(np.random.default_rng(3), 14, 2, 2)
+    for ball_count in ("clique", "exact"):
+        assert (smooth_sensitivity_bound(X, 2, 0.5, 0.4, ball_count=ball_count, device="cuda")
+                == smooth_sensitivity_bound(X, 2, 0.5, 0.4, ball_count=ball_count, device="cpu"))
+    assert local_sensitivity_bound(X, 2, 0.5, device="cuda") == local_sensitivity_bound(X, 2, 0.5, device="cpu")
+    adjacency = within_graph(torch.from_numpy(X).cuda(), 1.0)
+    assert degeneracy(adjacency) == degeneracy(adjacency.cpu().numpy())

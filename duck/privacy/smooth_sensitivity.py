@@ -281,8 +281,8 @@ def smooth_sensitivity_bound(
     degree = neighbour_counts(Xt, r, S, lsh=lsh, device=Xt.device)  # (N,)
     levels = (k, k - 1)
     band_dist = {j: (degree - j).abs() for j in levels}  # (N,) each
-    n_bins = max(n_records, k) + 2
-    cumulative = {j: torch.bincount(band_dist[j], minlength=n_bins).cumsum(0).cpu() for j in levels}
+    # |V_t(j)| for t = 0 .. N - 1 (the only t Algorithm 2 visits: t <= last below) at index t
+    cumulative = {j: torch.bincount(band_dist[j], minlength=n_records).cumsum(0).cpu() for j in levels}
     graph = _BandGraph(coords, torch.minimum(band_dist[k], band_dist[k - 1]), r2)
 
     cache: dict[tuple[int, int], int] = {}  # f depends on the band set only, i.e. on (level, its size)
@@ -300,7 +300,7 @@ def smooth_sensitivity_bound(
         return cache[key]
 
     def band_size(j: int, t: torch.Tensor) -> torch.Tensor:
-        return cumulative[j][t.clamp(max=n_bins - 1)]
+        return cumulative[j][t]
 
     best, argmax_t, ls0, n_eval = 0.0, 0, 0, 0
     reference: tuple[int, int, int] | None = None
