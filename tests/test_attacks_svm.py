@@ -99,7 +99,8 @@ def test_svm_mia_follows_the_papers_protocol_run_by_run(scoring: str) -> None:
     rng = np.random.default_rng(3)
     members = softmax_rows(rng.normal(0, 1, (90, 4)) + np.array([1.5, 0, 0, 0]))
     nonmembers = softmax_rows(rng.normal(0, 1, (70, 4)))
-    settings = {"runs": 3, "C": (1, 10), "gamma": (1, 0.1), "cv": 3, "test_size": 0.25, "seed": 7}
+    # test_size 0.3, not 0.25: sklearn's own default would hide a test_size that is not passed on
+    settings = {"runs": 3, "C": (1, 10), "gamma": (1, 0.1), "cv": 3, "test_size": 0.3, "seed": 7}
     res = svm_mia(members, nonmembers, member_ratio=2, max_per_side=80, scoring=scoring, **settings)
     n_mem, n_non = resample_counts(90, 70, 2, 80)
     assert (res["n_members"], res["n_nonmembers"]) == (n_mem, n_non) == (80, 40)
@@ -186,3 +187,64 @@ def test_every_refusal_names_the_value_and_the_way_out() -> None:
     # the edges that pass: 2 cv a side, test_size at both ends of the allowed range
     assert checked_counts(6, 6, 1, cv=3, test_size=0.2) == (6, 6)
     assert checked_counts(10, 10, 1, cv=3, test_size=0.1) == checked_counts(10, 10, 1, cv=3, test_size=0.7) == (10, 10)
+
+
+def test_defaults_are_the_papers_protocol() -> None:
+    """runs 5, C {1, 5, 10, 100}, gamma {1, 0.1, 0.01}, 3 folds, an 80/20 split, seed 0, 3,000 per side."""
+    rng = np.random.default_rng(4)
+    members = softmax_rows(rng.normal(0, 1, (30, 3)) + np.array([1.0, 0, 0]))
+    nonmembers = softmax_rows(rng.normal(0, 1, (30, 3)))
+    res = svm_mia(members, nonmembers)
+    ref = reference_runs(members, nonmembers, 30, 30, runs=5, C=(1, 5, 10, 100), gamma=(1, 0.1, 0.01), cv=3,
+                         test_size=0.2, seed=0, scoring="f1")
+    assert res["runs"] == 5 and res["f1_runs"] == pytest.approx([f for f, _, _ in ref], abs=1e-12)
+    assert res["best_params"] == [{k: float(v) for k, v in p.items()} for _, _, p in ref]
+    two = svm_mia(members, nonmembers, runs=2)  # the sample std from 2 runs on
+    assert two["f1_std"] == pytest.approx(np.std(two["f1_runs"], ddof=1), abs=1e-12)
+    from attacks.svm_mia import checked_counts
+
+    assert checked_counts(6, 6, 1.0) == (6, 6)  # cv = 3 folds: 6 per side suffice
+    assert checked_counts(5000, 9000, 1.0) == (3000, 3000)  # 3,000 per side
+    with pytest.raises(DuckInputError, match="at least 6 members"):
+        checked_counts(5, 6, 1.0)
+
+
+def test_resample_counts_caps_the_non_members_too() -> None:
+    # member_ratio below 1 asks for more non-members than members: the cap holds them too
+    assert resample_counts(5000, 10000, 0.5, 3000) == (3000, 3000)
+    assert resample_counts(100, 10000, 0.5, 3000) == (100, 200)
+
+
+def test_folds_and_split_refusals_state_the_admissible_range() -> None:
+    from attacks.svm_mia import checked_counts
+
+    assert checked_counts(5, 5, 1.0, cv=2) == (5, 5)  # two folds are enough (4 training, 1 test sample)
+    for cv in (1, True, 2.0):
+        with pytest.raises(DuckInputError) as e:
+            checked_counts(40, 40, 1.0, cv=cv)
+        assert str(e.value) == f"svm_mia.cv={cv!r} must be an integer >= 2 (cross-validation folds)"
+    with pytest.raises(DuckInputError) as e:
+        checked_counts(9, 9, 1.0, test_size=0.05)  # 9 per side: test_size in [1/9, 1 - 3/9]
+    assert str(e.value) == ("svm_mia.test_size=0.05 splits the smaller side (9 samples) into too few training "
+                            "(>= cv = 3) or test (>= 1) samples; use a test_size between 0.12 and 0.66")
+
+
+def test_svm_mia_checks_the_split_it_was_given_before_any_fit() -> None:
+    x = softmax_rows(np.random.default_rng(5).normal(0, 1, (10, 3)))
+    with pytest.raises(DuckInputError, match="test_size=0.05 splits the smaller side"):
+        svm_mia(x, x, test_size=0.05, **FAST)
+
+
+def test_feature_refusals_state_the_shapes_and_the_fix() -> None:
+    x = np.full((20, 3), 1 / 3)
+    with pytest.raises(DuckInputError) as e:
+        svm_mia(np.full(20, 0.5), x)  # one 1-D side: refused, not an IndexError
+    assert str(e.value) == "SVM MIA features must be (n, classes) softmax matrices, got (20,) and (20, 3)"
+    with pytest.raises(DuckInputError, match=r"got \(20, 3\) and \(20,\)"):
+        svm_mia(x, np.full(20, 0.5))
+    bad = x.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(DuckInputError) as e:
+        svm_mia(x, bad)
+    assert str(e.value) == ("SVM MIA features contain NaN or inf (the audited model's outputs are not finite); "
+                            "check the model")

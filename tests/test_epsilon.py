@@ -90,3 +90,95 @@ def test_collapsed_and_ruleless_examples_behave_as_the_reference():
     assert epsilons(u, r)[1] == 50.0 == epsilons_per_example(u, r)[1]
     with pytest.raises(DuckInputError, match="at least 2"):
         epsilons(np.zeros((1, 3)), np.zeros((4, 3)))
+
+
+# ---------------------------------------------------------------------------------------------- issue 39
+def test_points_buckets_end_at_the_ceiling_of_ln_n_minus_1():
+    from attacks.epsilon import epsilon_points
+
+    # N = 4: ⌈ln 3⌉ = 2, four buckets; N = 3: ⌈ln 2⌉ = 1, two buckets; N = 32: ⌈ln 31⌉ = 4, eight
+    eps = np.array([0.0, 0.499, 0.5, 0.999, 1.0, 1.5, 1.999, 2.0, 3.9, 4.0])
+    np.testing.assert_array_equal(epsilon_points(eps, 4), [1, 1, .5, .5, .25, .125, .125, 0, 0, 0])
+    np.testing.assert_array_equal(epsilon_points(eps, 3), [1, 1, .5, .5, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(epsilon_points(eps, 32)[-2:], [1 / 128, 0])
+    with pytest.raises(DuckInputError) as e:
+        epsilon_points(eps, 1)
+    assert str(e.value) == "the ε score needs at least 2 unlearned models, got 1"
+
+
+def test_forgetting_quality_is_the_mean_points_at_the_number_of_unlearned_models():
+    from attacks.epsilon import epsilon_points, forgetting_quality
+
+    rng = np.random.default_rng(11)
+    u, r = rng.normal(0.3, 1, (4, 40)), rng.normal(0, 1, (32, 40))  # N = 4 buckets, not R = 32's
+    eps = epsilons(u, r)
+    assert forgetting_quality(u, r) == pytest.approx(float(np.mean(epsilon_points(eps, 4))), abs=0)
+    assert forgetting_quality(u, r) != pytest.approx(float(np.mean(epsilon_points(eps, 32))))
+
+
+def test_sample_and_pair_refusals_state_the_shapes():
+    from attacks.epsilon import example_epsilon
+
+    with pytest.raises(DuckInputError) as e:
+        example_epsilon([1.0], [0.0, 1.0])
+    assert str(e.value) == "pos needs at least 2 finite values (one per model), got 1"
+    with pytest.raises(DuckInputError) as e:
+        example_epsilon([0.0, 1.0], [0.0, np.nan, 2.0])
+    assert str(e.value) == "neg needs at least 2 finite values (one per model), got 3"
+    assert 0.0 <= example_epsilon([0.0, 1.0], [0.5, 2.0]) <= 50.0  # two models a side are enough
+    with pytest.raises(DuckInputError) as e:
+        epsilons(np.zeros((4, 3)), np.zeros((4, 2)))
+    assert str(e.value) == "φ arrays must be (models, examples) over the same examples, got (4, 3) and (4, 2)"
+    with pytest.raises(DuckInputError, match=r"got \(3,\) and"):
+        epsilons(np.zeros(3), np.zeros((4, 3)))
+    with pytest.raises(DuckInputError) as e:
+        epsilons(np.zeros((4, 3)), np.zeros((1, 3)))
+    assert str(e.value) == "need at least 2 unlearned and 2 retrained models, got 4 and 1"
+    with pytest.raises(DuckInputError) as e:
+        epsilons(np.zeros((2, 3)), np.full((2, 3), np.inf))
+    assert str(e.value) == "φ arrays hold NaN or inf values"
+    assert epsilons(np.array([[0.0], [1.0]]), np.array([[0.2], [0.9]])).shape == (1,)
+
+
+def test_a_set_collapsed_below_one_percent_of_the_other_scores_the_cap_and_not_at_one_percent():
+    u = np.array([[0.0, 0.0], [0.5, 0.5], [1.0, 1.0]])  # range 1
+    r = np.array([[0.495, 0.495], [0.505, 0.50499]])  # ranges 0.01 (not collapsed) and 0.00999 (collapsed)
+    assert np.ptp(r[:, 0]) / np.ptp(u[:, 0]) >= 0.01
+    batched, per_example = epsilons(u, r), epsilons_per_example(u, r)
+    assert batched[1] == per_example[1] == 50.0
+    assert batched[0] == per_example[0] < 50.0  # the rules decide: no rule separates 0.5 from [0.495, 0.505]
+
+
+def test_equal_medians_make_the_unlearned_set_the_positive_one():
+    from attacks.epsilon import example_epsilon
+
+    u = np.array([[0.0], [-0.2], [0.4], [2.2]])  # median 0.2
+    r = np.array([[1.3], [0.2], [1.1], [-2.1], [0.1]])  # median 0.2 too
+    assert np.median(u) == np.median(r)
+    want = example_epsilon(u[:, 0], r[:, 0])
+    assert want != example_epsilon(r[:, 0], u[:, 0])  # the roles matter here
+    assert epsilons(u, r)[0] == want == epsilons_per_example(u, r)[0]
+
+
+def test_delta_reaches_every_rule():
+    rng = np.random.default_rng(12)
+    u, r = rng.normal(0.5, 1, (8, 30)), rng.normal(0, 1, (8, 30))
+    a, b = epsilons(u, r), epsilons(u, r, delta=0.2)
+    np.testing.assert_array_equal(b, epsilons_per_example(u, r, delta=0.2))
+    assert (b <= a).all() and (b < a).any()  # log(1 − δ − FPR) falls with δ
+    t = epsilon_table(8, 8, 0.2)
+    tpr, fpr = np.float32(6 / 8), np.float32(1 / 8)
+    want = max(float(np.log(np.float32(1 - 0.2) - fpr) - np.log(np.float32(1) - tpr)),
+               float(np.log(np.float32(1 - 0.2) - (np.float32(1) - tpr)) - np.log(fpr)), 0.0)
+    assert t[6, 1] == pytest.approx(want, rel=1e-6)
+
+
+def test_chunks_of_examples_give_the_same_epsilons(monkeypatch):
+    import attacks.epsilon as epsilon_module
+
+    rng = np.random.default_rng(13)
+    u, r = rng.normal(0.2, 1, (6, 25)), rng.normal(0, 1.2, (5, 25))
+    whole = epsilons(u, r)
+    for entries in (1, 121 * 3, 121 * 7):  # one example per chunk, then 3 and 7 (25 is not a multiple)
+        monkeypatch.setattr(epsilon_module, "_CHUNK_ENTRIES", entries)
+        np.testing.assert_array_equal(epsilons(u, r), whole)
