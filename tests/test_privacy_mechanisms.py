@@ -402,3 +402,114 @@ def test_cuda_utilities_and_generators_stay_on_their_devices():
     from duck.privacy.mechanisms import _standard_normal
 
     assert _standard_normal(gen) == expected
+
+
+# --- issue 39: duck/privacy/empirical.py against the hockey-stick estimate written out bin by bin -------------
+def _histogram_reference(a, b, eps, delta, n_bins, z):
+    """Equal-mass bins of the pooled draws (interior edges at the pooled quantiles k / n_bins, duplicates merged,
+    open at both ends), then per direction sum_b max(0, p_b - e^eps q_b) and its standard error
+    sqrt(sum over those bins of p(1 - p)/n_p + e^{2 eps} q(1 - q)/n_q); the larger direction is reported."""
+    pooled = np.concatenate([a, b])
+    inner = sorted({float(np.quantile(pooled, k / n_bins)) for k in range(1, n_bins)})
+    edges = [-math.inf, *inner, math.inf]
+
+    def shares(x):
+        out = []
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            last = hi == math.inf
+            out.append(sum(1 for v in x if lo <= v and (v < hi or (last and v <= hi))) / len(x))
+        return out
+
+    p, q = shares(a), shares(b)
+
+    def direction(p, q, n_p, n_q):
+        e = min(eps, math.log(n_q) + 1.0)
+        est, var = 0.0, 0.0
+        for pb, qb in zip(p, q, strict=True):
+            if pb - math.exp(e) * qb > 0:
+                est += pb - math.exp(e) * qb
+                var += pb * (1 - pb) / n_p + math.exp(2 * e) * qb * (1 - qb) / n_q
+        return est, math.sqrt(var)
+
+    delta_hat, se = max(direction(p, q, len(a), len(b)), direction(q, p, len(b), len(a)))
+    return {"delta_hat": delta_hat, "se": se, "threshold": delta + z * se, "passed": delta_hat <= delta + z * se}
+
+
+@pytest.mark.parametrize("seed,eps,n_bins,z", [(0, 0.5, 10, 4.0), (1, 0.1, 2, 0.0), (2, 1.5, 37, 2.5),
+                                               (3, 9.0, 20, 1.0)])
+def test_histogram_check_equals_the_bin_by_bin_statement(seed, eps, n_bins, z):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(0.0, 1.0, 300)
+    b = np.round(rng.normal(0.4, 1.3, 220), 1)  # ties: merged quantile edges
+    got = dp_histogram_test(a, b, eps, 1e-3, n_bins=n_bins, z=z)
+    want = _histogram_reference(a, b, eps, 1e-3, n_bins, z)
+    assert got["passed"] == want["passed"]
+    for key in ("delta_hat", "se", "threshold"):
+        assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), key
+
+
+def test_histogram_check_defaults_and_edges():
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=400), rng.normal(0.3, 1, 400)
+    got, want = dp_histogram_test(a, b, 0.2, 1e-3), _histogram_reference(a, b, 0.2, 1e-3, 100, 4.0)  # the defaults
+    assert got == pytest.approx(want, rel=1e-12)
+    assert dp_histogram_test(a[:100], b[:100], 0.2, 1e-3, n_bins=200)["se"] >= 0  # n_bins = pooled draws: allowed
+    with pytest.raises(DuckInputError) as e:
+        dp_histogram_test(a[:100], b[:100], 0.2, 1e-3, n_bins=201)
+    assert str(e.value) == "n_bins=201 exceeds the number of pooled draws (200); use fewer bins"
+    with pytest.raises(DuckInputError) as e:
+        dp_histogram_test(a[:99], b, 0.2, 1e-3)
+    assert str(e.value) == "samples_x holds 99 draws; need at least 100 draws per data set"
+    with pytest.raises(DuckInputError) as e:
+        dp_histogram_test(a, np.r_[b[:-2], np.inf, np.nan], 0.2, 1e-3)
+    assert str(e.value) == ("samples_x_prime contains 2 NaN or inf draws; a DP mechanism must release finite "
+                            "values: fix the mechanism")
+    with pytest.raises(DuckInputError, match="n_bins=1 must be an integer >= 2"):
+        dp_histogram_test(a, b, 0.2, 1e-3, n_bins=1)
+    assert dp_histogram_test(a, b, 0.2, 1e-3, z=0.0)["threshold"] == 1e-3  # z = 0 allowed: delta alone
+    same = dp_histogram_test(a, a.copy(), 0.2, 1e-3)
+    assert same["delta_hat"] == 0.0 and same["passed"]
+
+
+def test_histogram_check_selects_only_bins_with_a_positive_excess():
+    """eps = ln 2 and a bin with p = 2 q exactly: its excess is 0, so it adds nothing to the estimate and nothing
+    to the standard error (a bin selected at excess >= 0 would add its variance)."""
+    a = np.r_[np.zeros(40), np.ones(60)]  # p = (0.4, 0.6)
+    b = np.r_[np.zeros(20), np.ones(80)]  # q = (0.2, 0.8)
+    res = dp_histogram_test(a, b, math.log(2), 1e-3, n_bins=2)
+    assert res == {"delta_hat": 0.0, "se": 0.0, "threshold": 1e-3, "passed": True}
+
+
+def test_histogram_check_passes_an_estimate_equal_to_its_threshold():
+    """One draw of 100 that only A(X) releases: delta_hat = 0.01; with z = 0 and delta = 0.01 that is exactly
+    the threshold, which passes (<=)."""
+    a = np.r_[np.zeros(99), 5.0]
+    b = np.zeros(100)
+    res = dp_histogram_test(a, b, 0.5, 0.01, n_bins=200, z=0.0)
+    assert res["delta_hat"] == 0.01 and res["threshold"] == 0.01 and res["passed"]
+
+
+def test_histogram_check_caps_eps_at_ln_n_plus_one_exactly():
+    """Between ln(n_q) − 1 and ln(n_q) + 1 the answer still depends on eps (bins with q > 0 can be selected):
+    the cap must not cut there. n_q = 100 (ln 100 + 1 = 5.6); one bin with p = 0.6, q = 0.01: excess
+    0.6 − 0.01 e^eps, positive up to eps = ln 60 = 4.09."""
+    a = np.r_[np.zeros(60), np.full(40, 10.0)]
+    b = np.r_[np.zeros(1), np.full(99, 10.0)]
+    for eps in (3.0, 3.8, 4.0):
+        got = dp_histogram_test(a, b, eps, 1e-3, n_bins=2)["delta_hat"]
+        assert got == pytest.approx(0.6 - 0.01 * math.exp(eps), rel=1e-12)
+    assert dp_histogram_test(a, b, 4.2, 1e-3, n_bins=2)["delta_hat"] == 0.0
+
+
+def test_histogram_check_names_its_inputs_and_options():
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=200)
+    with pytest.raises(DuckInputError) as e:
+        dp_histogram_test(["x"] * 200, a, 0.5, 1e-3)
+    assert str(e.value) == "samples_x must be a real-valued numeric array, got dtype <U1"
+    with pytest.raises(DuckInputError) as e:
+        dp_histogram_test(a, [[1.0, 2.0], [3.0]], 0.5, 1e-3)
+    assert str(e.value).startswith("samples_x_prime must be a numeric 1-D array: ")
+    with pytest.raises(DuckInputError) as e:
+        dp_histogram_test(a, a, 0.5, 1e-3, z=-1.0)
+    assert str(e.value) == "z must be a finite number >= 0.0, got -1.0"

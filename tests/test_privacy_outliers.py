@@ -558,3 +558,72 @@ def test_every_step_uses_the_device_the_caller_names(monkeypatch):
     assert seen and all(d in ("cpu", cpu) for _, d in seen), [s for s in seen if s[1] not in ("cpu", cpu)]
     assert {n for n, _ in seen} == {"as_records", "neighbour_counts", "outlier_count", "smooth_sensitivity_bound",
                                    "subspace_outlier_counts", "subspace_utilities"}
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: neighbour_counts(np.zeros((3, 2)), 1.0, device="gpu"),
+     "device='gpu' is not a device; use cpu, cuda, cuda:N or auto"),
+    (lambda: neighbour_counts("abc", 1.0, device="cpu"), "X must be a real-valued numeric array, got dtype <U3"),
+    (lambda: neighbour_counts(np.array([[1.0, np.nan], [0.0, 1.0], [2.0, 2.0]]), 1.0, device="cpu"),
+     "X contains NaN or inf values (first bad rows: [0]); clean or drop those rows"),
+    (lambda: LSHNeighbours(k=0, L=1, w=1.0), "LSHNeighbours.k=0 must be an integer >= 1"),
+    (lambda: LSHNeighbours(k=1, L=0, w=1.0), "LSHNeighbours.L=0 must be an integer >= 1"),
+    (lambda: LSHNeighbours(k=1, L=1, w=0.0), "LSHNeighbours.w (bucket width) must be a finite number > 0.0, got 0.0"),
+    (lambda: LSHNeighbours(k=1, L=1, w=1.0, seed=-1), "LSHNeighbours.seed=-1 must be an integer >= 0"),
+    (lambda: outlier_count(np.zeros((4, 2)), 0, 1.0), "k=0 must be an integer >= 1"),
+    (lambda: dp_outlier_count(np.zeros((4, 2)), 0, 1.0, 0.5, 0.01), "k=0 must be an integer >= 1"),
+])
+def test_neighbour_refusals_name_the_argument_the_user_gave(call, message):
+    with pytest.raises(DuckInputError) as e:
+        call()
+    assert str(e.value) == message
+
+
+def test_records_refusals_name_the_data_set_and_its_shape():
+    from duck.privacy.neighbours import as_records, check_k_records
+
+    with pytest.raises(DuckInputError) as e:
+        as_records([[1, 2], [3]], "cpu", name="data")
+    assert str(e.value).startswith("data must be a numeric (N, d) array: ")
+    with pytest.raises(DuckInputError) as e:
+        as_records(np.array([[0.0, 1.0], [np.inf, 1.0]]), "cpu", name="data")
+    assert str(e.value) == "data contains NaN or inf values (first bad rows: [1]); clean or drop those rows"
+    assert as_records([[1, 2]]).device == torch.device("cpu")  # "auto" by default, the CPU here
+    with pytest.raises(DuckInputError) as e:
+        check_k_records(0, 5)
+    assert str(e.value) == "k=0 must be an integer >= 1"
+    from duck.privacy.neighbours import check_subspace
+
+    with pytest.raises(DuckInputError) as e:  # the first five bad entries are named
+        check_subspace([0.5, 1.5, 2.5, 3.5, 4.5, 5.5], 3)
+    assert str(e.value) == ("subspace=[0.5, 1.5, 2.5, 3.5, 4.5, 5.5] holds non-integer entries "
+                            "[0.5, 1.5, 2.5, 3.5, 4.5]; coordinate indices are integers such as [0, 2]")
+
+
+def test_lsh_degrees_depend_on_the_seed_they_are_given():
+    from duck.deletion.lsh import LSHIndex
+
+    X = np.random.default_rng(11).normal(size=(200, 2))
+    counts = {seed: neighbour_counts(X, 0.6, lsh=LSHNeighbours(k=3, L=1, w=0.5, seed=seed), device="cpu")
+              for seed in (1, 2)}
+    assert not torch.equal(counts[1], counts[2])
+    Z = torch.from_numpy(X) / math.sqrt(2)  # dist_S units
+    index = LSHIndex(2, 3, 1, 0.5, 2, device="cpu")
+    ids = index.add(Z)
+    assert counts[2].tolist() == [m.numel() - 1 for m in index.query(ids, 0.6)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_neighbour_counts_stay_on_the_device_asked_for():
+    """The device mutants of neighbours.py that a CPU machine cannot tell apart (mutation/equivalent.toml)."""
+    X = torch.from_numpy(np.random.default_rng(12).normal(size=(300, 3)))
+    cpu = neighbour_counts(X, 0.5, device="cpu")
+    on_gpu = neighbour_counts(X, 0.5, device="cuda")
+    assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), cpu)
+    back = neighbour_counts(X.cuda(), 0.5, device="cpu")  # CUDA records, CPU asked for
+    assert back.device.type == "cpu" and torch.equal(back, cpu)
+    lsh = LSHNeighbours(k=2, L=2, w=1.0, seed=3)
+    lsh_cpu = neighbour_counts(X, 0.5, lsh=lsh, device="cpu")
+    lsh_gpu = neighbour_counts(X, 0.5, lsh=lsh, device="cuda")
+    assert lsh_gpu.device.type == "cuda" and lsh_cpu.device.type == "cpu"
+    assert (lsh_gpu.cpu() <= cpu).all() and (lsh_cpu <= cpu).all()
