@@ -21,6 +21,7 @@ from duck.deletion._kmeans_ops import (
     partition,
     sq_dists,
 )
+from duck.errors import DuckInputError
 
 
 def brute_force_assign(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -195,3 +196,120 @@ def test_gpu_matches_cpu():
     cpu = KMeansPP(4, seed=0, device="cpu", dtype=torch.float64).fit(X)
     gpu = KMeansPP(4, seed=0, device="cuda", dtype=torch.float64).fit(X)
     np.testing.assert_allclose(gpu.cluster_centers_.cpu().numpy(), cpu.cluster_centers_.numpy(), atol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------- issue 39
+def _composed(X: np.ndarray, k: int, keys: tuple[int, int], *, weights=None, trials=None, tol=1e-4, max_iter=300):
+    """The documented composition: k-means++ seeded by the generator of ``keys`` ((seed, 0) for fit, (seed, i)
+    for the i-th retrain), then Lloyd from those seeds with scikit-learn's tolerance."""
+    from duck.deletion._kmeans_ops import sklearn_tol
+
+    Xt = torch.from_numpy(X)
+    w = None if weights is None else torch.from_numpy(np.asarray(weights, dtype=np.float64))
+    seeds = np.asarray(kmeans_plusplus(Xt, k, make_generator(*keys), weights=w, n_local_trials=trials))
+    return seeds, lloyd(Xt, Xt[seeds], max_iter=max_iter, tol=sklearn_tol(Xt, tol), weights=w)
+
+
+def test_fit_is_kmeans_plusplus_from_the_seed_then_lloyd():
+    X, _ = make_blobs(n_samples=240, centers=5, cluster_std=2.5, random_state=3)
+    for seed, trials, tol, max_iter in ((0, None, 1e-4, 300), (7, 1, 0.5, 300), (3, 4, 0.0, 2)):
+        model = KMeansPP(5, seed=seed, n_local_trials=trials, tol=tol, max_iter=max_iter, device="cpu",
+                         dtype=torch.float64).fit(X, ids=np.arange(240) * 2)
+        seeds, want = _composed(X, 5, (seed, 0), trials=trials, tol=tol, max_iter=max_iter)
+        assert model.seed_ids_.tolist() == (2 * seeds).tolist()
+        torch.testing.assert_close(model.cluster_centers_, want.centers, rtol=0, atol=0)
+        assert model.n_iter_ == want.n_iter and model.inertia_ == want.inertia
+    assert KMeansPP(5, seed=1, device="cpu").fit(X).seed_ids_.tolist() != \
+        KMeansPP(5, seed=2, device="cpu").fit(X).seed_ids_.tolist()
+
+
+def test_weighted_fit_and_every_retrain_follow_their_own_generators():
+    X, _ = make_blobs(n_samples=120, centers=3, random_state=4)
+    w = np.random.default_rng(0).uniform(0.2, 3.0, 120)
+    model = KMeansPP(3, seed=5, device="cpu", dtype=torch.float64).fit(X, sample_weight=w)
+    seeds, want = _composed(X, 3, (5, 0), weights=w)
+    assert model.seed_ids_.tolist() == seeds.tolist() and model.inertia_ == want.inertia
+    keep = np.ones(120, dtype=bool)
+    for i, gone in enumerate(([3, 50], [7]), start=1):
+        model.delete(gone)
+        keep[gone] = False
+        seeds, want = _composed(X[keep], 3, (5, i), weights=w[keep])
+        assert model.n_retrains_ == i
+        assert model.seed_ids_.tolist() == np.flatnonzero(keep)[seeds].tolist()
+        torch.testing.assert_close(model.cluster_centers_, want.centers, rtol=0, atol=0)
+        assert model.inertia_ == want.inertia
+
+
+def test_the_model_keeps_its_own_copy_of_the_weights():
+    X, _ = make_blobs(n_samples=60, centers=2, random_state=5)
+    w = torch.ones(60, dtype=torch.float64)
+    model = KMeansPP(2, seed=0, device="cpu", dtype=torch.float64).fit(X, sample_weight=w)
+    w[:30] = 0.0  # the caller's array changes after fit
+    model.delete([59])
+    control = KMeansPP(2, seed=0, device="cpu", dtype=torch.float64).fit(X, sample_weight=torch.ones(60,
+                                                                                                 dtype=torch.float64))
+    control.delete([59])
+    torch.testing.assert_close(model.cluster_centers_, control.cluster_centers_, rtol=0, atol=0)
+
+
+def test_deletion_keeps_n_clusters_positive_weights_or_refuses():
+    X, _ = make_blobs(n_samples=12, centers=3, random_state=6)
+    w = np.r_[np.full(3, 0.5), np.zeros(9)]  # exactly k = 3 positive weights (< 1 each)
+    model = KMeansPP(3, seed=0, device="cpu", dtype=torch.float64).fit(X, sample_weight=w)
+    assert model.delete([5]) is True  # a zero-weight row: 3 positive weights are left
+    with pytest.raises(DuckInputError) as e:
+        model.delete([1])
+    assert str(e.value) == "deleting these ids would leave fewer positive-weight rows than n_clusters"
+    assert model.n_samples_ == 11 and model.n_retrains_ == 1  # refused: nothing changed
+
+
+def test_defaults_and_option_refusals():
+    m = KMeansPP()
+    assert (m.n_clusters, m.max_iter, m.tol, m.seed) == (8, 300, 1e-4, 0)
+    X, _ = make_blobs(n_samples=100, centers=8, random_state=7)
+    assert KMeansPP(device="cpu").fit(X).seed_ids_.tolist() == KMeansPP(8, seed=0, device="cpu").fit(X).seed_ids_.tolist()
+    with pytest.raises(DuckInputError) as e:
+        KMeansPP(3, max_iter=0)
+    assert str(e.value) == "max_iter=0 must be an integer >= 1"
+    with pytest.raises(DuckInputError) as e:
+        KMeansPP(3, tol=-1.0)
+    assert str(e.value) == "tol must be a finite number >= 0.0, got -1.0"
+    assert KMeansPP(3, tol=0.0).tol == 0.0
+
+
+def test_weight_refusals_name_the_entries_and_the_fix():
+    X = np.random.default_rng(8).normal(size=(10, 2))
+    model = KMeansPP(3, seed=0, device="cpu")
+    cases = [
+        (np.r_[-1.0, np.nan, -2, -3, np.inf, -4, np.ones(4)],
+         "sample_weight must be finite and >= 0, got [-1.0, nan, -2.0, -3.0, inf] at entries [0, 1, 2, 3, 4]"),
+        (np.r_[np.ones(2), np.zeros(8)], "sample_weight has fewer than n_clusters=3 positive entries"),
+        (np.ones(9), "sample_weight must be a 1-D array of 10 weights (one per row of X), got shape (9,)"),
+        (["a"] * 10, "sample_weight must be a real-valued numeric array, got dtype <U1"),
+        (np.r_[np.full(2, 3e38), np.ones(8)].astype(np.float32),  # summed in float64: 6e38, not float32's inf
+         "sample_weight sums to 6e+38, above the float32 maximum 3.4e+38; rescale the weights (the clustering "
+         "depends only on their ratios)"),
+    ]
+    for w, message in cases:
+        with pytest.raises(DuckInputError) as e:
+            model.fit(X, sample_weight=w)
+        assert str(e.value) == message
+    with pytest.raises(DuckInputError) as e:
+        model.fit(X, sample_weight=[[1.0, 2.0], [3.0]])
+    assert str(e.value).startswith("sample_weight must be a numeric (n,) array: ")
+    assert model.fit(X, sample_weight=np.r_[np.ones(3), np.zeros(7)]).n_samples_ == 10  # exactly k positive
+    big = np.r_[np.finfo(np.float32).max, np.full(9, 1e-30)]
+    assert model._as_weights(big, 10)[1] == float(np.finfo(np.float32).max)  # the largest total is allowed
+
+
+def test_weighted_data_too_large_for_the_dtype_is_refused_with_both_remedies():
+    X = np.full((10, 2), 1e16)
+    X[0] = -1e16
+    model = KMeansPP(2, seed=0, device="cpu")  # float32: 10 rows fit, a total weight of 1e6 does not
+    model.fit(X)
+    with pytest.raises(DuckInputError) as e:
+        model.fit(X, sample_weight=np.full(10, 1e5))
+    assert str(e.value).startswith("X values are too large for float32 (largest squared row norm 2e+32: squared "
+                                   "distances weighted by sample_weight (total 1e+06) can reach 8e+38, above the "
+                                   "float32 maximum 3.4e+38); rescale X or sample_weight (the clustering depends "
+                                   "only on the weights' ratios) or use dtype=torch.float64")

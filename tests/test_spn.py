@@ -139,6 +139,9 @@ def test_revision_function_is_learnspn_on_the_remaining_rows():
     ]:
         assert checked[change] > 0, change
     assert revise_operation(CREATE_LEAF, c_old, c_new, t) == CREATE_LEAF
+    with pytest.raises(ValueError) as e:
+        revise_operation("split_rows", c_old, c_new, t)
+    assert str(e.value) == f"unknown operation 'split_rows'; expected one of {OPERATIONS}"
 
 
 # ------------------------------------------------------------------------------------- certified removal

@@ -76,7 +76,7 @@ class TaylorReference:
     def taylor(self) -> np.ndarray:
         """(2, Gs, n): g(p_i) - g'(p_i) p_i (centred at the reference), g'(p_i) (a view of ``per_row``)."""
         G = self.gauss_var.size
-        return self.per_row[self.per_row.shape[0] - 2 * G :].reshape(2, G, -1)
+        return self.per_row[self.per_row.shape[0] - 2 * G :].reshape(2, G, self.per_row.shape[1])  # G may be 0
 
     @classmethod
     def build(cls, fmap: FeatureMap, F: Features, sides: Combinations, rows: np.ndarray) -> TaylorReference:
