@@ -213,3 +213,57 @@ def test_report_section_draws_independent_noise_per_model_even_when_seeded(synth
     assert a != b  # independent draws (the same draw gave a == b exactly)
     _, again = shareable_section(cfg, models, synthetic, scenario, torch.device("cpu"))
     assert [again[m]["count"]["value"] for m in models] == [a, b]  # still reproducible with a seed
+
+
+# ---------------------------------------------------------------------------------------------- issue 39
+def test_shareable_settings_edges_and_full_messages():
+    from duck.privacy.shareable import SHAREABLE_OPTIONS, check_shareable_cfg
+
+    assert check_shareable_cfg(None) == {"enabled": False}  # no block: off
+    assert check_shareable_cfg({}) == {"enabled": False}
+    with pytest.raises(DuckInputError) as e:
+        check_shareable_cfg(["enabled"], prefix="x.share")
+    assert str(e.value) == f"x.share=['enabled'] must be a mapping of options {list(SHAREABLE_OPTIONS)}"
+    with pytest.raises(DuckInputError) as e:
+        check_shareable_cfg({"enabled": True, "eps": 1.0})
+    assert str(e.value) == ("report.shareable is missing option(s) ['delta', 'k', 'r', 'n_components', 'h', "
+                            "'max_retain']")  # seed may be left out
+    no_seed = {k: v for k, v in SHARE.items() if k != "seed"}
+    assert check_shareable_cfg(no_seed) == no_seed
+    with pytest.raises(DuckInputError) as e:
+        check_shareable_cfg({**SHARE, "eps": 0.0})  # eps > 0, not >= 0
+    assert str(e.value) == "report.shareable.eps must be a finite number > 0.0, got 0.0"
+    assert check_shareable_cfg({**SHARE, "h": 4, "n_components": 4})["h"] == 4  # h = n_components allowed
+    with pytest.raises(DuckInputError) as e:
+        check_shareable_cfg({**SHARE, "h": 5, "n_components": 4})
+    assert str(e.value) == ("report.shareable.h=5 exceeds report.shareable.n_components=4 (the candidate "
+                            "subspaces); lower h")
+    assert check_shareable_cfg({**SHARE, "seed": 3})["seed"] == 3
+    assert check_shareable_cfg({**SHARE, "k": np.int64(5)})["k"] == 5 and type(check_shareable_cfg(
+        {**SHARE, "k": np.int64(5)})["k"]) is int
+
+
+def test_squares_that_overflow_are_refused_with_the_largest_value():
+    from duck.privacy.shareable import check_squares_finite
+
+    check_squares_finite(torch.tensor([[1e150, 0.0]], dtype=torch.float64), "forget embeddings")
+    with pytest.raises(DuckInputError) as e:
+        check_squares_finite(torch.tensor([[1e200, -3e200]], dtype=torch.float64), "forget embeddings")
+    assert str(e.value) == ("forget embeddings is too large for float64: its squared norms overflow (largest "
+                            "|value| 3e+200); rescale the embeddings")
+
+
+def test_retain_pca_is_numpys_eigendecomposition_of_the_sample_covariance():
+    rng = np.random.default_rng(13)
+    retain = rng.normal(size=(60, 5)) @ np.diag([3.0, 2.0, 1.0, 0.5, 0.1]) + 4.0
+    mean, comps, std, ratio = retain_pca(torch.as_tensor(retain), 3)
+    cov = np.cov(retain, rowvar=False)  # ddof 1
+    vals, vecs = np.linalg.eigh(cov)
+    order = np.argsort(vals)[::-1][:3]
+    np.testing.assert_allclose(mean.numpy(), retain.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(std.numpy(), np.sqrt(vals[order]), rtol=1e-10)
+    np.testing.assert_allclose(ratio.numpy(), vals[order] / vals.sum(), rtol=1e-10)
+    np.testing.assert_allclose(np.abs(comps.numpy().T @ vecs[:, order]), np.eye(3), atol=1e-8)
+    flat = np.c_[rng.normal(size=(30, 2)), np.zeros((30, 2))]
+    with pytest.raises(DuckInputError, match=r"span fewer than n_components=3 directions"):
+        retain_pca(torch.as_tensor(flat), 3)
