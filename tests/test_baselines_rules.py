@@ -399,3 +399,65 @@ def test_ssd_reads_the_full_data_in_the_authors_order(synthetic, synthetic_model
     create_unlearner("ssd", copy.deepcopy(synthetic_model), data, {"alpha": 10.0, "lam": 1.0, "batch_size": 64,
                      "full_order": "dataset"}, seed=0, trainer_cfg={"accelerator": "cpu"}).unlearn()
     assert seen[2] is None  # the data set's own order
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_l1_sparse_runs_its_epochs_on_full_retain_batches_with_the_decaying_weight(synthetic, synthetic_model):
+    """run(): E epochs of full retain batches (drop_last), the L1 weight of the current epoch at every step,
+    and the record {epochs: E, reached_target: None} (issue 39: run's mutants were reached by no test here)."""
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 5e-4, "alpha": 5e-4, "batch_size": 32,
+          "epochs": 3}
+    u = create_unlearner("l1_sparse", copy.deepcopy(synthetic_model), data, hp, seed=0)
+    seen = []
+    real = u.l1_weight
+    u.l1_weight = lambda epoch: seen.append(epoch) or real(epoch)
+    out = u.run()
+    assert out == {"epochs": 3.0, "reached_target": None} and isinstance(out["epochs"], float)
+    steps = len(data.retain_idx) // 32  # full batches only
+    assert seen == [0] * steps + [1] * steps + [2] * steps
+    assert u.phase_log["l1_sparse"]["steps"] == 3 * steps and u.total_epochs == 3
+    assert real(2) == pytest.approx(5e-4 / 3)
+
+
+def test_random_labels_follow_their_generator_and_refuse_a_sample_without_choice():
+    from duck.errors import DuckInputError
+
+    y = torch.arange(200) % 4
+    allowed = torch.tensor([0, 1, 2, 3])
+    a = draw_random_labels(y, allowed, torch.Generator().manual_seed(5))
+    b = draw_random_labels(y, allowed, torch.Generator().manual_seed(5))
+    assert torch.equal(a, b) and not (a == y).any()  # the generator decides every draw
+    assert not torch.equal(a, draw_random_labels(y, allowed, torch.Generator().manual_seed(6)))
+    with pytest.raises(DuckInputError) as e:  # one sample of the batch has only its own class to choose
+        draw_random_labels(torch.tensor([0, 2]), torch.tensor([2]), torch.Generator().manual_seed(0))
+    assert str(e.value) == ("a forget sample has no admissible random label (only its own class is allowed); "
+                            "random_label needs at least two classes to choose from")
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_random_label_runs_are_reproducible_from_the_seed_and_stop_at_the_target(synthetic, synthetic_model):
+    """The random labels come from a generator seeded by the job's seed (two runs: the same weights; another
+    seed: other weights), the stopping rule ends the run at the forget target, and the record names its epochs
+    and whether the target was reached."""
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 16, "max_epochs": 30,
+          "milestones": [], "lr_gamma": 0.1, "tolerance": 0.01, "stop_check": "epoch"}
+
+    global_seeds = iter(range(1000, 1010))
+
+    def run(seed):
+        torch.manual_seed(next(global_seeds))  # the global generator differs between runs: only the label stream
+        # is seeded by the job
+        u = create_unlearner("random_label", copy.deepcopy(synthetic_model), data, hp, seed=seed)
+        out = u.run()
+        return u, out
+
+    a, out = run(0)
+    b, _ = run(0)
+    c, _ = run(1)
+    assert set(out) == {"epochs", "reached_target"} and out["reached_target"] is True
+    assert out["epochs"] < 30 and "random_label" in a.phase_log  # stopped by the rule, in its named phase
+    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    assert any(not torch.equal(pa, pc) for pa, pc in zip(a.model.parameters(), c.model.parameters(), strict=True))

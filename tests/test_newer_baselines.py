@@ -161,3 +161,29 @@ def test_min_epochs_is_refused_where_it_cannot_act(synthetic, synthetic_model, o
     with pytest.raises(DuckInputError, match=match):
         create_unlearner("neggrad_plus", copy.deepcopy(synthetic_model), data, _hp("neggrad_plus", **over), seed=0,
                          trainer_cfg=CPU)
+
+
+def test_neggrad_plus_forget_batches_are_their_own_stream_and_cycle(synthetic, synthetic_model):
+    """The forget batches come from their own shuffled stream (seed offset 31, apart from the forget loader's
+    default order) and start again when it ends (the authors' cycle(delete_loader))."""
+    data, sc = _data(synthetic, synthetic_model)
+    u = create_unlearner("neggrad_plus", copy.deepcopy(synthetic_model), data,
+                         _hp("neggrad_plus", epochs=1, batch_size=16, forget_batch_size=8), seed=3, trainer_cfg=CPU)
+    u._forget_batches = None
+    own = [(x, y) for x, y, _ in u.forget_loader(8, seed_offset=31)]
+    default = [x for x, _, _ in u.forget_loader(8)]
+    got = [u.next_forget_batch() for _ in range(len(own) + 1)]
+    for (x, y), (xo, yo) in zip(got, own, strict=False):
+        assert torch.equal(x, xo) and torch.equal(y, yo)
+    assert not all(torch.equal(x, xd) for (x, _), xd in zip(got, default, strict=False))
+    assert got[-1][0].shape[0] <= 8  # the stream went on past its end
+
+
+def test_neggrad_plus_without_the_stopping_rule_reports_its_epochs_and_final_accuracy(synthetic, synthetic_model):
+    data, sc = _data(synthetic, synthetic_model)
+    u = create_unlearner("neggrad_plus", copy.deepcopy(synthetic_model), data,
+                         _hp("neggrad_plus", epochs=2, batch_size=16, forget_batch_size=8, stop_at_target=False),
+                         seed=0, trainer_cfg=CPU)
+    out = u.run()
+    assert set(out) == {"epochs", "reached_target", "final_forget_acc"} and out["epochs"] == 2.0
+    assert out["reached_target"] == (out["final_forget_acc"] <= u.forget_target(float(u.hp["tolerance"])))
