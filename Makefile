@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 FMNIST_DIR ?= /usr/share/datasets/fashion-mnist
 PYTEST_ARGS ?=
+# the fast suite's worker processes (pytest-xdist): one per core; the slow suite runs in one process (its
+# benchmarks compare timings within one run)
+TEST_WORKERS ?= auto
 # pip's errors only (a machine's pip configuration may name index folders that are absent: one warning per package
 # otherwise); PIP_QUIET=-q shows warnings again
 PIP_QUIET ?= -qq
@@ -44,7 +47,7 @@ demo: install
 
 test: install fashion-mnist chromium
 	$(BIN)/lint-imports --no-logo --no-cache
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 test-all: install fashion-mnist chromium

@@ -92,7 +92,10 @@ class BankScoring:
         try:
             return self.load_shadow(k)
         except DuckInputError as e:
-            reason = (str(e).splitlines() or [""])[0][:160] or type(e).__name__
+            # the path is already in the line: name the file only (a deep cache directory pushed the reason past
+            # the cut), and drop the advice after "; " meant for a user's own file (this one is trained again)
+            first = (str(e).splitlines() or [""])[0].replace(str(self.shadow_path(k)), self.shadow_path(k).name)
+            reason = first.split("; ")[0][:160] or type(e).__name__
             warn_line(f"{self.label} {self.dir}: corrupt {self.shadow_path(k).name} ({reason}); training it again")
         self.shadow_path(k).unlink(missing_ok=True)
         self.train()

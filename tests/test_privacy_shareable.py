@@ -267,3 +267,82 @@ def test_retain_pca_is_numpys_eigendecomposition_of_the_sample_covariance():
     flat = np.c_[rng.normal(size=(30, 2)), np.zeros((30, 2))]
     with pytest.raises(DuckInputError, match=r"span fewer than n_components=3 directions"):
         retain_pca(torch.as_tensor(flat), 3)
+
+
+def test_the_release_is_the_two_mechanisms_on_the_true_counts_with_the_budget_split():
+    """Wiring of the release, recomputed from its parts: the Gaussian mechanism (sensitivity 1, analytic) on the
+    full-space count with eps·count_share, then the exponential mechanism on the subspace counts with the rest,
+    both from one generator in that order; names PCi+PCj, 1-based; every public parameter echoed."""
+    from duck.privacy.mechanisms import top_h_without_replacement
+
+    forget, retain = embeddings(10)
+    kw = {"eps": 2.0, "delta": 1e-4, "k": 4, "r": 0.7, "n_components": 3, "h": 2}
+    out = shareable_outlier_statistics(forget, retain, **kw, subspace_dim=2, count_share=0.25, seed=11,
+                                       device="cpu")
+    subspaces = all_subspaces(3, 2)
+    full, per, explained = true_counts(forget, retain, k=4, r=0.7, c=3, subspace_dim=2)
+    gen = make_generator(11)
+    count = gaussian_mechanism(full, 1.0, 0.5, 1e-4, calibration="analytic", seed=gen)
+    picked = top_h_without_replacement(per.double(), 2, 1.5, 1.0, seed=gen)
+    chosen = [list(subspaces[i]) for i in picked]
+    assert out["count"] == {"value": count.value, "value_clipped": min(max(round(count.value), 0), 40),
+                            "sigma": count.sigma, "sensitivity": 1, "eps": 0.5, "delta": 1e-4,
+                            "mechanism": "gaussian (global sensitivity 1, analytic calibration)"}
+    assert out["top_subspaces"] == {
+        "subspaces": chosen, "names": [f"PC{a + 1}+PC{b + 1}" for a, b in chosen], "n_candidates": 3,
+        "subspace_dim": 2, "eps": 1.5, "sensitivity": 1,
+        "mechanism": "exponential mechanism, top-h without replacement (eps/h per draw)"}
+    assert out["params"] == {**kw, "count_share": 0.25, "r_unit": "retain standard deviations (dist_S)"}
+    assert (out["n_forget"], out["n_retain"]) == (40, 400)
+    assert out["pca"] == {"fitted_on": "retain", "explained_variance_ratio": explained.tolist()}
+    assert out["privacy"] == {"protected": "forget samples (neighbouring = one forget sample replaced)",
+                              "not_protected": "retain samples, the model, n_forget", "total_eps": 2.0,
+                              "total_delta": 1e-4}
+
+
+def test_the_clipped_count_is_the_rounded_release_inside_zero_and_n_forget():
+    forget, retain = embeddings(11, n_forget=6)
+    sides = set()
+    for seed in range(40):  # eps 0.02: sigma ~ 200, so releases fall far on both sides of [0, 6]
+        c = shareable_outlier_statistics(forget, retain, eps=0.04, delta=1e-5, k=5, r=0.5, n_components=4, h=1,
+                                         seed=seed, device="cpu")["count"]
+        assert c["value_clipped"] == min(max(round(c["value"]), 0), 6)
+        sides.add("low" if c["value"] < 0 else "high" if c["value"] > 6 else "in")
+    assert {"low", "high"} <= sides
+
+
+def test_every_limit_is_inclusive_where_the_definition_allows_and_named_in_its_message():
+    forget, retain = embeddings(12, n_forget=10, n_retain=6, dim=8)  # n_retain - 1 = 5 < dim
+    base = {"eps": 1.0, "delta": 1e-5, "k": 2, "r": 0.5, "n_components": 2, "h": 1, "device": "cpu",
+            "prefix": "report.shareable."}
+
+    def call(**kw):
+        return shareable_outlier_statistics(forget, retain, **(base | kw))
+
+    call(n_components=5)  # = n_retain - 1: allowed
+    with pytest.raises(DuckInputError) as e:
+        call(n_components=6)
+    assert str(e.value) == ("report.shareable.n_components=6 exceeds min(embedding dim 8, n_retain - 1 = 5)")
+    with pytest.raises(DuckInputError) as e:
+        shareable_outlier_statistics(forget[:, :4], retain[:, :4], **(base | {"n_components": 5}))
+    assert "min(embedding dim 4, n_retain - 1 = 5)" in str(e.value)
+    assert call(k=6)["n_retain"] == 6  # k = n_retain: allowed
+    with pytest.raises(DuckInputError) as e:
+        call(k=7)
+    assert str(e.value) == "report.shareable.k=7 exceeds the number of retain samples (6); lower k"
+    assert call(subspace_dim=2, h=1)["top_subspaces"]["subspaces"] == [[0, 1]]  # subspace_dim = n_components
+    with pytest.raises(DuckInputError) as e:
+        call(subspace_dim=3)
+    assert str(e.value) == "subspace_dim=3 exceeds n_components=2"
+    assert len(call(h=2)["top_subspaces"]["subspaces"]) == 2  # h = the number of candidates
+    with pytest.raises(DuckInputError) as e:
+        call(h=3)
+    assert str(e.value) == "report.shareable.h=3 exceeds the number of candidate subspaces (2); lower h"
+    with pytest.raises(DuckInputError) as e:
+        shareable_outlier_statistics(forget[:, :7], retain, **base)
+    assert str(e.value) == "forget_emb has 7 features but retain_emb has 8; pass embeddings of one model"
+    for share in (0.0, 1.0, 1.5):  # a share that leaves one mechanism no budget is refused
+        with pytest.raises(DuckInputError) as e:
+            call(count_share=share)
+        assert str(e.value) == f"count_share must be a finite number > 0.0 and < 1.0, got {share}"
+    assert call(count_share=0.999)["count"]["eps"] == pytest.approx(0.999)
