@@ -461,3 +461,31 @@ def test_random_label_runs_are_reproducible_from_the_seed_and_stop_at_the_target
     for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
         assert torch.equal(pa, pb)
     assert any(not torch.equal(pa, pc) for pa, pc in zip(a.model.parameters(), c.model.parameters(), strict=True))
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_finetune_runs_its_epochs_on_full_retain_batches_only(synthetic, synthetic_model):
+    """run(): E epochs of full retain batches (drop_last) of cross-entropy, in the phase named "finetune", and the
+    record {epochs: E, reached_target: None} (issue 39: run's mutants survived the family tests)."""
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 5e-4, "batch_size": 32, "epochs": 2,
+          "milestones": [], "lr_gamma": 0.1}
+    u = create_unlearner("finetune", copy.deepcopy(synthetic_model), data, hp, seed=0)
+    seen: list[torch.Tensor] = []
+    real = u.training_step
+
+    def spy(batch, batch_idx):
+        seen.append(batch[2].clone())
+        loss = real(batch, batch_idx)
+        x, y, _ = batch
+        expected = F.cross_entropy(u.model(x), y).detach()  # the synthetic data have no augmentation
+        assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+        return loss
+
+    u.training_step = spy
+    out = u.run()
+    assert out == {"epochs": 2.0, "reached_target": None} and isinstance(out["epochs"], float)
+    steps = len(data.retain_idx) // 32
+    assert [len(b) for b in seen] == [32] * (2 * steps)  # the last, partial batch of each epoch is dropped
+    assert set(torch.cat(seen).tolist()) <= set(data.retain_idx.tolist())  # the retain set only
+    assert u.phase_log["finetune"]["steps"] == 2 * steps

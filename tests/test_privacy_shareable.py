@@ -239,6 +239,8 @@ def test_shareable_settings_edges_and_full_messages():
     assert str(e.value) == ("report.shareable.h=5 exceeds report.shareable.n_components=4 (the candidate "
                             "subspaces); lower h")
     assert check_shareable_cfg({**SHARE, "seed": 3})["seed"] == 3
+    seeded = check_shareable_cfg({**SHARE, "seed": np.int64(3)})  # the checked seed replaces the given one
+    assert set(seeded) == set(SHARE) and type(seeded["seed"]) is int and seeded["seed"] == 3
     assert check_shareable_cfg({**SHARE, "k": np.int64(5)})["k"] == 5 and type(check_shareable_cfg(
         {**SHARE, "k": np.int64(5)})["k"]) is int
 
@@ -346,3 +348,73 @@ def test_every_limit_is_inclusive_where_the_definition_allows_and_named_in_its_m
             call(count_share=share)
         assert str(e.value) == f"count_share must be a finite number > 0.0 and < 1.0, got {share}"
     assert call(count_share=0.999)["count"]["eps"] == pytest.approx(0.999)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"k": 0}, "k=0"), ({"n_components": 0}, "n_components=0"), ({"h": 0}, "h=0"),
+    ({"subspace_dim": 0}, "subspace_dim=0"), ({"count_share": float("nan")}, "count_share must"),
+])
+def test_each_option_is_named_in_its_refusal(kwargs, message):
+    forget, retain = embeddings(14)
+    params = {"eps": 1.0, "delta": 1e-5, "k": 5, "r": 0.5, "n_components": 4, "h": 2} | kwargs
+    with pytest.raises(DuckInputError) as e:
+        shareable_outlier_statistics(forget, retain, **params)  # device "auto", no prefix: the defaults
+    assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("side", ["forget_emb", "retain_emb"])
+def test_each_embedding_is_named_in_its_refusal(side):
+    forget, retain = embeddings(15)
+    kw = {"eps": 1.0, "delta": 1e-5, "k": 5, "r": 0.5, "n_components": 4, "h": 2}
+    bad = {"forget_emb": forget, "retain_emb": retain}
+    bad[side] = bad[side].copy()
+    bad[side][3, 2] = np.nan
+    with pytest.raises(DuckInputError, match=side):
+        shareable_outlier_statistics(bad["forget_emb"], bad["retain_emb"], **kw)
+    huge = {"forget_emb": forget, "retain_emb": retain}
+    huge[side] = huge[side] * 1e160
+    with pytest.raises(DuckInputError) as e:
+        shareable_outlier_statistics(huge["forget_emb"], huge["retain_emb"], **kw)
+    assert str(e.value).startswith(f"{side} is too large for float64")
+    flat = {"forget_emb": forget, "retain_emb": retain}
+    flat[side] = flat[side][:, 0]  # 1-D: not (N, d)
+    with pytest.raises(DuckInputError, match=side):
+        shareable_outlier_statistics(flat["forget_emb"], flat["retain_emb"], **kw)
+
+
+def test_the_rank_check_is_relative_to_the_largest_variance():
+    """A direction is missing when its variance is below 1e-12 of the largest, whatever the embeddings' scale:
+    small embeddings are not refused, and a huge first variance makes a tiny last one count as absent."""
+    rng = np.random.default_rng(16)
+    z = rng.normal(size=(50, 2))
+    small = z * np.array([1e-3, 3e-8])  # variances ~1e-6 and ~1e-15: ratio 1e-9, two directions
+    assert retain_pca(torch.as_tensor(small), 2)[2].shape == (2,)
+    skewed = z * np.array([1e6, 3e-2])  # variances ~1e12 and ~1e-3: ratio 1e-15, one direction
+    with pytest.raises(DuckInputError, match="span fewer than n_components=2"):
+        retain_pca(torch.as_tensor(skewed), 2)
+    two = rng.normal(size=(2, 3))  # two samples: the covariance divides by n - 1 = 1
+    _, _, std, _ = retain_pca(torch.as_tensor(two), 1)
+    np.testing.assert_allclose(std.numpy()[0] ** 2, np.linalg.eigvalsh(np.cov(two, rowvar=False))[-1], rtol=1e-10)
+
+
+def test_the_mechanisms_get_sensitivity_one_and_their_budget_shares(monkeypatch):
+    import duck.privacy.shareable as shareable
+
+    calls = {}
+    real_gauss, real_top = shareable.gaussian_mechanism, shareable.top_h_without_replacement
+
+    def gauss(value, sensitivity, eps, delta, **kw):
+        calls["gauss"] = (sensitivity, eps, delta, kw["calibration"])
+        return real_gauss(value, sensitivity, eps, delta, **kw)
+
+    def top(utilities, h, eps, sensitivity=1.0, **kw):
+        calls["top"] = (utilities.dtype, h, eps, sensitivity)
+        return real_top(utilities, h, eps, sensitivity, **kw)
+
+    monkeypatch.setattr(shareable, "gaussian_mechanism", gauss)
+    monkeypatch.setattr(shareable, "top_h_without_replacement", top)
+    forget, retain = embeddings(17)
+    shareable_outlier_statistics(forget, retain, eps=3.0, delta=1e-6, k=5, r=0.5, n_components=4, h=3,
+                                 count_share=0.2, seed=0, device="cpu")
+    assert calls["gauss"] == (1.0, pytest.approx(0.6), 1e-6, "analytic")
+    assert calls["top"] == (torch.float64, 3, pytest.approx(2.4), 1.0)
