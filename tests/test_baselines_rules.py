@@ -512,6 +512,11 @@ def test_frozen_entries_hold_given_values_and_measure_their_deviation():
     assert layer.weight.tolist() == [[0.5, 2.0, 3.0], [4.0, 5.0, 9.0]] and layer.bias.tolist() == [10.0, 20.0]
     assert frozen.max_deviation() == 0.0
     assert FrozenEntries([(layer.bias, torch.zeros(2, dtype=torch.bool))]).max_deviation() == 0.0  # nothing frozen
+    # a 0/1 integer mask and float64 values are taken in the parameter's terms: bool entries, float32 values
+    # (held in float64, 0.1 would stay 1.5e-9 away from the float32 entry restored from it)
+    frozen = FrozenEntries([(layer.bias, torch.tensor([1, 0]))], values=[torch.tensor([0.1, 7.0], dtype=torch.float64)])
+    frozen.restore()
+    assert layer.bias.tolist() == [pytest.approx(0.1), 20.0] and frozen.max_deviation() == 0.0
     with pytest.raises(DuckInputError) as e:
         FrozenEntries([(layer.weight, torch.ones(3, 2, dtype=torch.bool))])
     assert str(e.value) == ("frozen mask of shape (3, 2) does not match parameter (2, 3); give one boolean entry "
@@ -556,3 +561,56 @@ def test_retrain_trains_with_the_jobs_recipe_augmentation_trainer_and_progress(s
             create_unlearner("retrain", copy.deepcopy(synthetic_model), broken, {}, seed=0).unlearn()
         assert str(e.value) == ("retrain needs the original's training recipe and a model factory "
                                 "(UnlearnData.recipe / model_factory); duck-unlearn and duck-run provide them")
+
+
+def test_scrub_losses_schedule_batches_and_record(synthetic, synthetic_model):
+    """SCRUB's parts against their definitions (issue 39: survivors of the family tests): the divergence is
+    KL_T(softmax(teacher(x)/T) ‖ student) (distill_kl), the min-step loss γ·CE + α·KL_T, the learning rate
+    multiplied by lr_gamma at each milestone epoch, the min-steps on full retain batches only, and the record
+    {epochs, reached_target: None, max_step_epochs}."""
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"optimizer": "sgd", "lr": 5e-3, "momentum": 0.0, "weight_decay": 0.0, "alpha": 0.5, "gamma": 0.7,
+          "kd_T": 3.0, "lr_gamma": 0.1, "batch_size": 32, "forget_batch_size": 16, "epochs": 3, "msteps": 1,
+          "milestones": [1]}
+    # the teacher is the original as given; the first epoch's max-steps move the student away from it before the
+    # first min-step, so that KL_T is not ~0 there
+    teacher = copy.deepcopy(synthetic_model).eval()
+    u = create_unlearner("scrub", copy.deepcopy(synthetic_model), data, hp, seed=0, trainer_cfg={"accelerator": "cpu"})
+    steps = []
+    original_step = u.manual_step
+
+    def spy(opt, loss):
+        steps.append((u.current_epoch, float(loss.detach()), opt.param_groups[0]["lr"]))
+        original_step(opt, loss)
+
+    u.manual_step = spy
+    real_step = u.training_step
+    checked = []
+
+    def min_step(batch, batch_idx):
+        x, y, _ = batch
+        if not checked:
+            with torch.no_grad():
+                logits = u.model(x)
+                p_t = torch.softmax(teacher(x) / 3.0, dim=1)
+                kl = (p_t * (p_t.log() - torch.log_softmax(logits / 3.0, dim=1))).sum() * 9.0 / len(x)
+                got_logits, got_kl = u.divergence(x)
+                torch.testing.assert_close(got_logits, logits)
+                torch.testing.assert_close(got_kl, kl)
+                expected = 0.7 * torch.nn.functional.cross_entropy(logits, y) + 0.5 * kl
+            n = len(steps)
+            real_step(batch, batch_idx)
+            checked.append(steps[n][1] == pytest.approx(float(expected), rel=1e-5))
+            return None
+        return real_step(batch, batch_idx)
+
+    u.training_step = min_step
+    result = u.unlearn()
+    assert checked == [True]
+    n_min = len(data.retain_idx) // 32  # full retain batches only
+    n_max = -(-len(data.forget_idx) // 16)
+    assert u.phase_log["scrub"]["min_steps"] == 3 * n_min and u.phase_log["scrub"]["max_steps"] == n_max
+    assert {lr for e, _, lr in steps if e == 0} == {5e-3}  # milestone 1: ×0.1 from the second epoch on
+    assert [lr for e, _, lr in steps if e >= 1] == pytest.approx([5e-4] * (2 * n_min))
+    assert result.epochs == 3.0 and result.reached_target is None
+    assert result.info["max_step_epochs"] == 1 and set(result.info) == {"max_step_epochs", "phases"}
