@@ -614,3 +614,68 @@ def test_scrub_losses_schedule_batches_and_record(synthetic, synthetic_model):
     assert [lr for e, _, lr in steps if e >= 1] == pytest.approx([5e-4] * (2 * n_min))
     assert result.epochs == 3.0 and result.reached_target is None
     assert result.info["max_step_epochs"] == 1 and set(result.info) == {"max_step_epochs", "phases"}
+
+
+def test_bad_teacher_softens_both_teachers_with_the_temperature():
+    g = torch.Generator().manual_seed(1)
+    good, bad = torch.randn(5, 3, generator=g), torch.randn(5, 3, generator=g)
+    is_forget = torch.tensor([True, False, False, True, False])
+    p = mixed_teacher_probs(good, bad, is_forget, 2.5)
+    torch.testing.assert_close(p[is_forget], torch.softmax(bad[is_forget] / 2.5, 1))
+    torch.testing.assert_close(p[~is_forget], torch.softmax(good[~is_forget] / 2.5, 1))
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_bad_teacher_run_distils_the_forget_set_and_a_seeded_retain_share(synthetic, synthetic_model):
+    """run(): the data are the forget set plus round(retain_fraction · |R|) distinct retain samples drawn from
+    the job's seed, shuffled by a loader seeded with it; the loss is KL(p_t ‖ softmax(student/T)) averaged over the
+    batch with the bad teacher's p_t on forget samples; the record names the retain share used; without a model
+    factory it refuses (issue 39: run's mutants survived the family tests)."""
+    from duck.data.loaders import make_loader
+    from duck.errors import DuckInputError
+    from duck.models import create_model
+
+    data = cr_data(synthetic, synthetic_model)
+    data.model_factory = lambda: create_model("smallcnn", 4, 1, 8, width=8)
+    hp = {"optimizer": "adam", "lr": 1e-4, "weight_decay": 0.0, "kd_T": 2.0, "retain_fraction": 0.9, "batch_size": 64,
+          "epochs": 1}
+
+    def run(seed):
+        u = create_unlearner("bad_teacher", copy.deepcopy(synthetic_model), data, hp, seed=seed)
+        seen, losses = [], []
+        real = u.training_step
+
+        def spy(batch, batch_idx):
+            x, _, idx = batch
+            seen.append(idx.clone())
+            with torch.no_grad():
+                forget = torch.isin(idx, torch.as_tensor(data.forget_idx))
+                target = torch.where(forget.view(-1, 1), torch.softmax(u.references["bad_teacher"](x) / 2.0, 1),
+                                     torch.softmax(u.references["good_teacher"](x) / 2.0, 1))
+                log_p = torch.log_softmax(u.model(x) / 2.0, 1)
+                expected = float((target * (target.log() - log_p)).sum() / len(x))
+            loss = real(batch, batch_idx)
+            losses.append((float(loss.detach()), expected))
+            return loss
+
+        u.training_step = spy
+        return u, u.unlearn(), torch.cat(seen), losses
+
+    u, result, order, losses = run(3)
+    n_sub = round(0.9 * len(data.retain_idx))
+    subset = np.random.default_rng(3).choice(data.retain_idx, size=n_sub, replace=False)
+    expected_order = torch.cat([b[2] for b in make_loader(synthetic.train, 64, shuffle=True, seed=3,
+                                                          indices=np.concatenate([data.forget_idx, subset]))])
+    assert torch.equal(order, torch.as_tensor(expected_order))  # the seeded subset, shuffled by the seeded loader
+    assert len(set(order.tolist())) == len(data.forget_idx) + n_sub  # distinct samples: drawn without replacement
+    assert [a for a, _ in losses] == pytest.approx([b for _, b in losses], rel=1e-5)
+    assert int(u.is_forget.sum()) == len(data.forget_idx) and bool(u.is_forget[torch.as_tensor(data.forget_idx)].all())
+    assert result.epochs == 1.0 and result.reached_target is None and "bad_teacher" in u.phase_log
+    assert result.info["n_retain_used"] == n_sub and set(result.info) == {"n_retain_used", "phases"}
+    _, _, other, _ = run(4)
+    assert set(other.tolist()) != set(order.tolist())  # another seed, another retain share
+    data.model_factory = None
+    with pytest.raises(DuckInputError) as e:
+        create_unlearner("bad_teacher", copy.deepcopy(synthetic_model), data, hp, seed=0).unlearn()
+    assert str(e.value) == ("bad_teacher needs UnlearnData.model_factory (a freshly initialised model of the same "
+                            "architecture) for its incompetent teacher")
