@@ -159,3 +159,50 @@ def test_duck_reinit_reinitialises_then_runs_duck(synthetic, synthetic_model):
     result = create_unlearner("duck_reinit", model, data, {**hp, "init_rate": 0.3}, seed=0, trainer_cfg=CPU).unlearn()
     assert result.info["reinitialised_fraction"] == pytest.approx(0.3, abs=0.01)
     assert result.epochs >= 1 and result.reached_target is not None  # DUCK's stopping rule ran
+
+
+def test_duck_reinit_reinitialises_exactly_as_kgltop2_with_the_jobs_seed(synthetic, synthetic_model, monkeypatch):
+    """The re-initialisation step alone (DUCK's phases replaced by a no-op), replayed with kgltop2's functions: the
+    retain subset of |forget| ids from the job's seed, its loader seeded seed + 15485863, the forget loader,
+    the accumulated gradients (train mode: BatchNorm statistics move the same way), the smallest-gradient masks
+    and the fresh values from the seed; the record's fraction is the masked share (issue 39: run's wiring had no
+    test of its own). Bad settings are refused with the setting's name."""
+    from baselines.kgltop2 import (
+        accumulated_gradients,
+        masked_layers,
+        reinitialise,
+        retain_subset,
+        small_gradient_masks,
+    )
+    from duck.data.loaders import make_loader
+    from duck.errors import DuckInputError
+    from duck.unlearn.duck import DUCK
+
+    monkeypatch.setattr(DUCK, "run", lambda self: {"epochs": 0.0, "reached_target": None})
+    hp = {k: v for k, v in _hp("duck_reinit").items() if k not in ("name", "presets")}
+    hp |= {"init_rate": 0.4, "layers": "conv+linear", "batch_size": 16}
+    data, sc = _data(synthetic, synthetic_model, None)
+    u = create_unlearner("duck_reinit", copy.deepcopy(synthetic_model), data, hp, seed=6, trainer_cfg=CPU)
+    result = u.unlearn()
+
+    ref = copy.deepcopy(synthetic_model)
+    weights = [w for _, w in masked_layers(ref, "conv+linear")]
+    subset = retain_subset(sc.retain_idx, len(sc.forget_idx), 6)
+    retain = make_loader(synthetic.train, 16, shuffle=True, seed=6 + 15485863, indices=subset)
+    forget = make_loader(synthetic.train, 16, shuffle=True, seed=6 + 7919, indices=sc.forget_idx)
+    masks = small_gradient_masks(accumulated_gradients(ref, weights, retain, forget, torch.device("cpu")), 0.4)
+    reinitialise(weights, masks, torch.Generator().manual_seed(6))
+    for (name, a), b in zip(result.model.state_dict().items(), ref.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+    share = sum(int(m.sum()) for m in masks) / sum(w.numel() for w in weights)
+    assert result.info["reinitialised_fraction"] == pytest.approx(share) and 0.35 < share < 0.45
+
+    assert create_unlearner("duck_reinit", copy.deepcopy(synthetic_model), data, {**hp, "init_rate": 0.0}, seed=6,
+                            trainer_cfg=CPU).unlearn().info["reinitialised_fraction"] == 0.0  # 0 allowed
+    for over, message in [({"init_rate": 1.0}, "method.init_rate=1.0 must be in [0, 1)"),
+                          ({"init_rate": -0.1}, "method.init_rate=-0.1 must be in [0, 1)"),
+                          ({"layers": "linear"}, "method.layers='linear' must be one of conv, conv+linear")]:
+        with pytest.raises(DuckInputError) as e:
+            create_unlearner("duck_reinit", copy.deepcopy(synthetic_model), data, {**hp, **over}, seed=0,
+                             trainer_cfg=CPU).unlearn()
+        assert str(e.value) == message
