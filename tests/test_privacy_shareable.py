@@ -369,7 +369,7 @@ def test_each_embedding_is_named_in_its_refusal(side):
     bad = {"forget_emb": forget, "retain_emb": retain}
     bad[side] = bad[side].copy()
     bad[side][3, 2] = np.nan
-    with pytest.raises(DuckInputError, match=side):
+    with pytest.raises(DuckInputError, match=rf"\b{side}\b"):  # the name itself, not inside another word
         shareable_outlier_statistics(bad["forget_emb"], bad["retain_emb"], **kw)
     huge = {"forget_emb": forget, "retain_emb": retain}
     huge[side] = huge[side] * 1e160
@@ -378,8 +378,11 @@ def test_each_embedding_is_named_in_its_refusal(side):
     assert str(e.value).startswith(f"{side} is too large for float64")
     flat = {"forget_emb": forget, "retain_emb": retain}
     flat[side] = flat[side][:, 0]  # 1-D: not (N, d)
-    with pytest.raises(DuckInputError, match=side):
+    with pytest.raises(DuckInputError, match=rf"\b{side}\b"):
         shareable_outlier_statistics(flat["forget_emb"], flat["retain_emb"], **kw)
+    with pytest.raises(DuckInputError) as e:  # without a prefix the option's own name leads the message
+        shareable_outlier_statistics(forget, retain, **(kw | {"n_components": 17}))
+    assert str(e.value).startswith("n_components=17 exceeds")
 
 
 def test_the_rank_check_is_relative_to_the_largest_variance():
@@ -392,6 +395,11 @@ def test_the_rank_check_is_relative_to_the_largest_variance():
     skewed = z * np.array([1e6, 3e-2])  # variances ~1e12 and ~1e-3: ratio 1e-15, one direction
     with pytest.raises(DuckInputError, match="span fewer than n_components=2"):
         retain_pca(torch.as_tensor(skewed), 2)
+    # variances exactly 1 and 1e-12 (powers of two and a product that rounds to 1e-12 exactly; n - 1 = 4): the
+    # edge itself counts as absent
+    edge = torch.tensor([[1.0, 1e-6], [-1.0, 1e-6], [1.0, -1e-6], [-1.0, -1e-6], [0.0, 0.0]], dtype=torch.float64)
+    with pytest.raises(DuckInputError, match="span fewer than n_components=2"):
+        retain_pca(edge, 2)
     two = rng.normal(size=(2, 3))  # two samples: the covariance divides by n - 1 = 1
     _, _, std, _ = retain_pca(torch.as_tensor(two), 1)
     np.testing.assert_allclose(std.numpy()[0] ** 2, np.linalg.eigvalsh(np.cov(two, rowvar=False))[-1], rtol=1e-10)
