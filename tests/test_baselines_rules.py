@@ -679,3 +679,42 @@ def test_bad_teacher_run_distils_the_forget_set_and_a_seeded_retain_share(synthe
         create_unlearner("bad_teacher", copy.deepcopy(synthetic_model), data, hp, seed=0).unlearn()
     assert str(e.value) == ("bad_teacher needs UnlearnData.model_factory (a freshly initialised model of the same "
                             "architecture) for its incompetent teacher")
+
+
+def test_widen_head_draws_the_shadow_row_from_xavier_over_the_widened_matrix_in_the_heads_dtype():
+    """The shadow row is row K of a Xavier-normal (K+1, d) draw from the generator given (the paper's init_params
+    on the widened head), its bias 0; a float64 head stays float64 and a head without bias stays without one,
+    through widening and pruning alike."""
+    head = nn.Linear(8, 5).double()
+    wide = widen_head(head, torch.Generator().manual_seed(3))
+    init = torch.empty(6, 8)
+    nn.init.xavier_normal_(init, generator=torch.Generator().manual_seed(3))
+    assert wide.weight.dtype == torch.float64 and torch.equal(wide.weight[:5], head.weight)  # no float32 round trip
+    torch.testing.assert_close(wide.weight[5], init[5].double())
+    back = prune_head(wide, 5)
+    assert back.weight.dtype == torch.float64 and torch.equal(back.weight, head.weight)
+    plain = nn.Linear(8, 5, bias=False)
+    wide_plain = widen_head(plain, torch.Generator().manual_seed(0))
+    assert wide_plain.bias is None and prune_head(wide_plain, 5).bias is None
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_boundary_expand_seeds_its_shadow_row_and_records_its_phase(synthetic, synthetic_model):
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"optimizer": "sgd", "lr": 1e-2, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 16, "epochs": 2}
+    u = create_unlearner("boundary_expand", copy.deepcopy(synthetic_model), data, hp, seed=7,
+                         trainer_cfg={"accelerator": "cpu"})
+    first = []
+    original_step = u.training_step
+
+    def spy(batch, batch_idx):
+        if not first:
+            first.append(u.model.classifier().weight[4].detach().clone())  # before any optimiser step
+        return original_step(batch, batch_idx)
+
+    u.training_step = spy
+    result = u.unlearn()
+    expected = widen_head(copy.deepcopy(synthetic_model).classifier(), torch.Generator().manual_seed(7)).weight[4]
+    torch.testing.assert_close(first[0], expected.detach())
+    assert result.epochs == 2.0 and result.reached_target is None and set(result.info) == {"phases"}
+    assert "boundary_expand" in u.phase_log
