@@ -718,3 +718,42 @@ def test_boundary_expand_seeds_its_shadow_row_and_records_its_phase(synthetic, s
     torch.testing.assert_close(first[0], expected.detach())
     assert result.epochs == 2.0 and result.reached_target is None and set(result.info) == {"phases"}
     assert "boundary_expand" in u.phase_log
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_boundary_shrink_trains_each_forget_sample_towards_its_replayed_neighbour_label(synthetic, synthetic_model):
+    """The labels replayed outside the method (the attack with the settings given, on the original, in the data
+    set's normalisation; the best class other than the true and the forgotten ones) are the targets of every
+    training step, and the record counts them per class (issue 39: run's wiring)."""
+    from baselines.boundary_shrink import input_normalisation
+
+    data = cr_data(synthetic, synthetic_model, classes=(1,))
+    hp = {"optimizer": "sgd", "lr": 1e-3, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 16, "epochs": 2,
+          "bound": 0.2, "step": 0.05, "attack_steps": 3}
+    original = copy.deepcopy(synthetic_model).eval()
+    mean, std = input_normalisation(synthetic.train, torch.device("cpu"))
+    x = torch.stack([synthetic.train[i][0] for i in data.forget_idx])
+    y = torch.as_tensor(synthetic.train.labels[data.forget_idx])
+    adv = linf_attack(original, x, y, 0.2, 0.05, 3, mean, std)
+    with torch.no_grad():
+        want = nearest_incorrect_label(original(adv), y, torch.tensor([1]))
+    u = create_unlearner("boundary_shrink", copy.deepcopy(synthetic_model), data, hp, seed=0,
+                         trainer_cfg={"accelerator": "cpu"})
+    targets = []
+    real = u.training_step
+
+    def spy(batch, batch_idx):
+        targets.append((batch[2].clone(), u.neighbour_label[batch[2]].clone()))
+        xb, _, idx = batch
+        loss = real(batch, batch_idx)
+        expected = F.cross_entropy(u.model(xb), u.neighbour_label[idx]).detach()
+        assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+        return loss
+
+    u.training_step = spy
+    result = u.unlearn()
+    assert torch.equal(u.neighbour_label[torch.as_tensor(data.forget_idx)], want)
+    assert len(targets) == 2 * -(-len(data.forget_idx) // 16)
+    assert result.epochs == 2.0 and result.reached_target is None and "boundary_shrink" in u.phase_log
+    assert result.info["neighbour_label_counts"] == torch.bincount(want, minlength=4).tolist()
+    assert set(result.info) == {"neighbour_label_counts", "phases"}
