@@ -757,3 +757,21 @@ def test_boundary_shrink_trains_each_forget_sample_towards_its_replayed_neighbou
     assert result.epochs == 2.0 and result.reached_target is None and "boundary_shrink" in u.phase_log
     assert result.info["neighbour_label_counts"] == torch.bincount(want, minlength=4).tolist()
     assert set(result.info) == {"neighbour_label_counts", "phases"}
+
+
+def test_input_normalisation_is_per_channel_and_refused_without_one():
+    from types import SimpleNamespace
+
+    from baselines.boundary_shrink import input_normalisation
+    from duck.errors import DuckInputError
+
+    mean, std = input_normalisation(SimpleNamespace(mean=[0.5, 0.25, 0.0], std=(0.2, 0.3, 0.4)), torch.device("cpu"))
+    assert mean.shape == std.shape == (1, 3, 1, 1) and mean.dtype == std.dtype == torch.float32
+    assert mean.flatten().tolist() == [0.5, 0.25, 0.0] and std.flatten().tolist() == pytest.approx([0.2, 0.3, 0.4])
+    for missing in ({"mean": [0.5]}, {"std": [0.2]}, {}):
+        with pytest.raises(DuckInputError) as e:
+            input_normalisation(SimpleNamespace(**missing), torch.device("cpu"))
+        assert str(e.value) == (
+            "boundary methods express the attack radius in pixel units and need the data set's normalisation "
+            "(dataset.mean, dataset.std); this data set has none: pass duck.unlearn(..., normalization=(mean, std)) "
+            "or a transforms.Normalize in its transform")
