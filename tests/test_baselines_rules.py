@@ -775,3 +775,79 @@ def test_input_normalisation_is_per_channel_and_refused_without_one():
             "boundary methods express the attack radius in pixel units and need the data set's normalisation "
             "(dataset.mean, dataset.std); this data set has none: pass duck.unlearn(..., normalization=(mean, std)) "
             "or a transforms.Normalize in its transform")
+
+
+# ------------------------------------------------------------------------------- baselines/common.py
+def _family_member(synthetic, synthetic_model, hp, kind="class_removal"):
+    if kind == "class_removal":
+        data = cr_data(synthetic, synthetic_model, classes=(1, 2))
+    else:
+        sc = build_scenario(kind, synthetic.train.labels, synthetic.test.labels, 4, fraction=0.1, seed=0)
+        data = UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(synthetic_model, synthetic, sc))
+    return create_unlearner("finetune", copy.deepcopy(synthetic_model), data,
+                            {"lr": 0.1, "batch_size": 32, "epochs": 1, **hp}, seed=0)
+
+
+def test_the_optimiser_and_schedule_follow_the_config_with_their_defaults(synthetic, synthetic_model):
+    """optimizer sgd (the default) or adam, case-insensitive, with lr, momentum (SGD; default 0) and
+    weight_decay (default 0); MultiStepLR(milestones, lr_gamma default 0.1) stepped per epoch, none without
+    milestones."""
+    from duck.errors import DuckInputError
+
+    u = _family_member(synthetic, synthetic_model, {"momentum": 0.8, "weight_decay": 1e-3})
+    opt = u.configure_optimizers()
+    assert type(opt) is torch.optim.SGD and opt.defaults["lr"] == 0.1 and opt.defaults["momentum"] == 0.8
+    assert opt.defaults["weight_decay"] == 1e-3
+    bare = _family_member(synthetic, synthetic_model, {}).configure_optimizers()
+    assert type(bare) is torch.optim.SGD and bare.defaults["momentum"] == 0.0 and bare.defaults["weight_decay"] == 0.0
+    adam = _family_member(synthetic, synthetic_model, {"optimizer": "Adam", "lr": 3e-3, "weight_decay": 2e-4,
+                                                        "milestones": [2, 5], "lr_gamma": 0.5}).configure_optimizers()
+    assert type(adam["optimizer"]) is torch.optim.Adam and adam["optimizer"].defaults["lr"] == 3e-3
+    assert adam["optimizer"].defaults["weight_decay"] == 2e-4
+    sched = adam["lr_scheduler"]
+    assert sched["interval"] == "epoch" and type(sched["scheduler"]) is torch.optim.lr_scheduler.MultiStepLR
+    assert dict(sched["scheduler"].milestones) == {2: 1, 5: 1} and sched["scheduler"].gamma == 0.5
+    default_gamma = _family_member(synthetic, synthetic_model, {"milestones": [1]}).configure_optimizers()
+    assert default_gamma["lr_scheduler"]["scheduler"].gamma == 0.1
+    assert _family_member(synthetic, synthetic_model, {"milestones": None}).build_scheduler(bare) is None
+    with pytest.raises(DuckInputError) as e:
+        _family_member(synthetic, synthetic_model, {"optimizer": "rmsprop"}).configure_optimizers()
+    assert str(e.value) == "method.optimizer='rmsprop': use 'sgd' or 'adam'"
+
+
+def test_references_are_frozen_eval_copies_outside_the_module(synthetic, synthetic_model):
+    from baselines.common import frozen_copy
+
+    model = copy.deepcopy(synthetic_model).train()
+    twin = frozen_copy(model)
+    assert not twin.training and all(not p.requires_grad for p in twin.parameters())
+    assert model.training and all(p.requires_grad for p in model.parameters())  # the original untouched
+    with torch.no_grad():
+        next(twin.parameters()).add_(1.0)
+    assert not torch.equal(next(twin.parameters()), next(model.parameters()))  # a copy, not a view
+    u = _family_member(synthetic, synthetic_model, {})
+    n_params = len(list(u.parameters()))
+    ref = u.add_reference("teacher", u.model)
+    assert u.references == {"teacher": ref} and ref is not u.model and not ref.training
+    assert len(list(u.parameters())) == n_params  # not a registered submodule: never optimised
+
+
+def test_stopping_rule_classes_and_epochs_of_the_family(synthetic, synthetic_model):
+    from duck.errors import DuckInputError
+
+    u = _family_member(synthetic, synthetic_model, {"tolerance": 0.05, "stop_check": "batch", "min_epochs": 2,
+                                                    "stop_at_target": True, "epochs": 3})
+    stop = u.stopping_rule()
+    assert (stop.target, stop.every, stop.after_epochs) == (0.05, "batch", 2)
+    plain = _family_member(synthetic, synthetic_model, {"min_epochs": None}).stopping_rule()
+    assert (plain.target, plain.every, plain.after_epochs) == (0.01, "epoch", 0)
+    assert u.forget_classes() == [1, 2] and u.retained_classes() == [0, 3]
+    homog = _family_member(synthetic, synthetic_model, {}, kind="homogeneous_removal")
+    assert homog.forget_classes() == [] and homog.retained_classes() == [0, 1, 2, 3]
+    assert u.epochs() == 3 and _family_member(synthetic, synthetic_model, {"max_epochs": 4}).epochs("max_epochs") == 4
+    for key in ("epochs", "max_epochs"):  # the config check refuses 0 first; the method checks again
+        member = _family_member(synthetic, synthetic_model, {})
+        member.hp[key] = 0
+        with pytest.raises(DuckInputError) as e:
+            member.epochs(key)
+        assert str(e.value) == f"method.{key}=0 must be at least 1"
