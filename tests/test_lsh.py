@@ -352,3 +352,50 @@ def test_cuda_index_matches_cpu():
     assert [a.tolist() for a in cpu.query(X[:10], 2.0)] == [a.cpu().tolist() for a in gpu.query(X[:10], 2.0)]
     gpu.remove([1, 2, 3])
     assert gpu.sample(X[:2], 2.0, "exact_degree", 10, seed=0).shape == (2, 10)
+
+
+# ---------------------------------------------------------------------------------------------- issue 39
+def test_preview_is_one_line_and_cut_to_sixty_characters():
+    from duck.deletion.lsh import _preview
+
+    arr = np.arange(12).reshape(2, 6)  # numpy's repr spans two lines
+    assert _preview(arr) == " ".join(repr(arr).split()) and "\n" not in _preview(arr)
+    assert _preview("x" * 58) == repr("x" * 58)  # 60 characters with the quotes: kept whole
+    long = "y" * 59  # 61 characters: cut to 57 and an ellipsis, 60 in all
+    assert _preview(long) == repr(long)[:57] + "..." and len(_preview(long)) == 60
+
+
+def test_id_refusals_name_the_ids_the_range_and_what_to_do():
+    index = LSHIndex(dim=2, k=2, L=3, w=1.0, seed=0, device="cpu")
+    with pytest.raises(DuckInputError) as e:
+        index.remove([0])
+    assert str(e.value) == "ids [0] were never added (the index is empty)"
+    index.add(np.random.default_rng(0).normal(size=(10, 2)))
+    with pytest.raises(DuckInputError) as e:
+        index.remove([10, 11, 12, 13, 14, 15, -1])  # seven bad ids: the first five are named
+    assert str(e.value) == "ids [10, 11, 12, 13, 14] were never added (valid ids: 0..9)"
+    with pytest.raises(DuckInputError) as e:
+        index.remove([1.0])  # a float id is refused, not rounded
+    assert str(e.value) == "ids must hold integer ids, got non-integer floats [1.0]; pass point ids as returned by add"
+    index.remove([0, 1, 2, 3, 4, 5])
+    with pytest.raises(DuckInputError) as e:
+        index.remove([0, 1, 2, 3, 4, 5])
+    assert str(e.value) == "ids [0, 1, 2, 3, 4] refer to removed points; they can no longer be used"
+    with pytest.raises(DuckInputError) as e:
+        index.remove([7, 7])
+    assert str(e.value) == "ids lists a point twice; pass each id once"
+
+
+def test_removed_points_are_erased_from_the_index_state():
+    """"Their vectors and keys are erased": the stored vector is zeroed and every key set to -1 (no hash value:
+    hashes are non-negative bucket numbers), so nothing of the point remains to be read back."""
+    index = LSHIndex(dim=3, k=2, L=4, w=0.5, seed=1, device="cpu")
+    X = np.random.default_rng(1).normal(size=(20, 3)) * 5
+    index.add(X)
+    assert int(index._keys.min()) >= 0
+    index.remove([3, 8])
+    assert torch.equal(index._points[[3, 8]], torch.zeros(2, 3, dtype=torch.float64))
+    assert (index._keys[[3, 8]] == -1).all() and int(index._keys[[0, 1, 2]].min()) >= 0
+    for t in range(4):
+        keys, ids = index.table(t)
+        assert not torch.isin(ids, torch.tensor([3, 8])).any() and len(ids) == 18
