@@ -179,6 +179,12 @@ def test_duck_reinit_reinitialises_exactly_as_kgltop2_with_the_jobs_seed(synthet
     from duck.unlearn.duck import DUCK
 
     monkeypatch.setattr(DUCK, "run", lambda self: {"epochs": 0.0, "reached_target": None})
+    import baselines.duck_reinit as duck_reinit_mod
+
+    generators = []  # the fresh values come from a generator of the job's seed, never from the global one (which
+    # unlearn() seeds with the same number, so only a model drawing from it first, e.g. with dropout, would differ)
+    monkeypatch.setattr(duck_reinit_mod, "reinitialise",
+                        lambda w, m, gen: generators.append(gen) or reinitialise(w, m, gen))
     hp = {k: v for k, v in _hp("duck_reinit").items() if k not in ("name", "presets")}
     hp |= {"init_rate": 0.4, "layers": "conv+linear", "batch_size": 16}
     data, sc = _data(synthetic, synthetic_model, None)
@@ -194,6 +200,7 @@ def test_duck_reinit_reinitialises_exactly_as_kgltop2_with_the_jobs_seed(synthet
     reinitialise(weights, masks, torch.Generator().manual_seed(6))
     for (name, a), b in zip(result.model.state_dict().items(), ref.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, msg=name)
+    assert isinstance(generators[0], torch.Generator) and generators[0].initial_seed() == 6
     share = sum(int(m.sum()) for m in masks) / sum(w.numel() for w in weights)
     assert result.info["reinitialised_fraction"] == pytest.approx(share) and 0.35 < share < 0.45
 
