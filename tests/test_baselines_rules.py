@@ -255,6 +255,21 @@ def test_fgsm_is_one_clamped_discretised_signed_step_in_pixel_units():
     assert F.cross_entropy(model(x_adv), y) > F.cross_entropy(model(x), y)
 
 
+def test_a_pixel_without_gradient_is_not_moved_by_the_attack():
+    """sign(0) = 0: a pixel the model ignores keeps its value (rounded to the 1/255 grid), whatever the step."""
+    g = torch.Generator().manual_seed(1)
+    lin = nn.Linear(4, 3)
+    with torch.no_grad():
+        lin.weight[:, 0] = 0.0  # the first pixel does not reach the logits: its gradient is exactly 0
+    model = nn.Sequential(nn.Flatten(), lin).eval()
+    pix = torch.round(torch.rand(8, 1, 2, 2, generator=g) * 255) / 255
+    mean, std = torch.full((1, 1, 1, 1), 0.5), torch.full((1, 1, 1, 1), 0.25)
+    x, y = (pix - mean) / std, torch.randint(0, 3, (8,), generator=g)
+    adv = linf_attack(model, x, y, 0.1, 0.05, 3, mean, std) * std + mean
+    torch.testing.assert_close(adv[:, 0, 0, 0], pix[:, 0, 0, 0], atol=1e-6, rtol=0)
+    assert (adv - pix).abs().flatten(1)[:, 1:].max() > 0.04  # the others moved
+
+
 def test_pgd_stays_in_the_ball_and_the_pixel_range():
     g = torch.Generator().manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3)).eval()
@@ -756,6 +771,7 @@ def test_boundary_shrink_trains_each_forget_sample_towards_its_replayed_neighbou
     assert len(targets) == 2 * -(-len(data.forget_idx) // 16)
     assert result.epochs == 2.0 and result.reached_target is None and "boundary_shrink" in u.phase_log
     assert result.info["neighbour_label_counts"] == torch.bincount(want, minlength=4).tolist()
+    assert set(u.references) == {"original"}  # the frozen original the attack ran on, kept under its name
     assert set(result.info) == {"neighbour_label_counts", "phases"}
 
 
@@ -765,7 +781,10 @@ def test_input_normalisation_is_per_channel_and_refused_without_one():
     from baselines.boundary_shrink import input_normalisation
     from duck.errors import DuckInputError
 
-    mean, std = input_normalisation(SimpleNamespace(mean=[0.5, 0.25, 0.0], std=(0.2, 0.3, 0.4)), torch.device("cpu"))
+    # numpy float64 statistics become float32, the dtype of the model's inputs (float64 ones would turn the
+    # attack's inputs into float64, which a float32 model refuses)
+    mean, std = input_normalisation(SimpleNamespace(mean=np.array([0.5, 0.25, 0.0]), std=(0.2, 0.3, 0.4)),
+                                    torch.device("cpu"))
     assert mean.shape == std.shape == (1, 3, 1, 1) and mean.dtype == std.dtype == torch.float32
     assert mean.flatten().tolist() == [0.5, 0.25, 0.0] and std.flatten().tolist() == pytest.approx([0.2, 0.3, 0.4])
     for missing in ({"mean": [0.5]}, {"std": [0.2]}, {}):
