@@ -870,3 +870,76 @@ def test_stopping_rule_classes_and_epochs_of_the_family(synthetic, synthetic_mod
         with pytest.raises(DuckInputError) as e:
             member.epochs(key)
         assert str(e.value) == f"method.{key}=0 must be at least 1"
+
+
+# ------------------------------------------------------------------------------------- SSD (issue 39)
+def test_authors_order_is_a_stable_sort_by_class_then_the_forget_set():
+    """Within a class the retain ids keep their given order (a stable sort: numpy's default quicksort is not
+    stable beyond 16 elements), then the forget ids as given."""
+    from baselines.ssd import authors_order
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, size=300)
+    retain = rng.permutation(300)[:200]
+    forget = np.array([250, 5, 77])
+    got = authors_order(labels, retain.tolist(), forget)
+    want = [i for c in range(3) for i in retain if labels[i] == c] + forget.tolist()
+    assert got.tolist() == want and got.dtype == np.int64
+
+
+def test_fisher_diagonal_leaves_unused_parameters_at_zero_and_refuses_no_samples():
+    from baselines.ssd import fisher_diagonal
+    from duck.errors import DuckInputError
+
+    g = torch.Generator().manual_seed(0)
+    ds = TensorImageDataset(torch.randn(6, 1, 2, 2, generator=g), np.array([0, 1, 2, 0, 1, 2]), (0.0,), (1.0,))
+
+    class WithSpare(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+            self.spare = nn.Parameter(torch.ones(2))  # trainable, never used by forward
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x)
+
+    imp = fisher_diagonal(WithSpare(), ds, np.arange(6), 4, torch.device("cpu"))
+    assert len(imp) == 3 and torch.equal(imp[0], torch.zeros(2)) and float(imp[1].sum()) > 0  # own parameter first
+    with pytest.raises(DuckInputError) as e:
+        fisher_diagonal(WithSpare(), ds, np.arange(0), 4, torch.device("cpu"))
+    assert str(e.value) == "SSD needs at least one sample to estimate importances"
+
+
+def test_ssd_run_dampens_with_importances_on_d_in_the_authors_order_and_on_the_forget_set(synthetic,
+                                                                                          synthetic_model):
+    """The unlearned weights equal dampen() applied with the Fisher diagonal of D (the authors' order) and of the
+    forget set, replayed outside the method; the record counts the dampened entries and their share; an unknown
+    full_order is refused by name."""
+    from baselines.ssd import authors_order, fisher_diagonal
+    from duck.errors import DuckInputError
+
+    data = cr_data(synthetic, synthetic_model)
+    hp = {"alpha": 1.0, "lam": 1.0, "batch_size": 64}
+    result = create_unlearner("ssd", copy.deepcopy(synthetic_model), data, hp, seed=0,
+                              trainer_cfg={"accelerator": "cpu"}).unlearn()
+    ref = copy.deepcopy(synthetic_model)
+    cpu = torch.device("cpu")
+    full = fisher_diagonal(ref, synthetic.train, authors_order(synthetic.train.labels, data.retain_idx,
+                                                               data.forget_idx), 64, cpu)
+    forget = fisher_diagonal(ref, synthetic.train, data.forget_idx, 64, cpu)
+    params = [p for p in ref.parameters() if p.requires_grad]
+    n = dampen(params, full, forget, 1.0, 1.0)
+    for a, b in zip(result.model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)
+    total = sum(p.numel() for p in params)
+    assert n > 0 and result.info["dampened"] == n and result.info["dampened_fraction"] == pytest.approx(n / total)
+    assert result.epochs == 0.0 and result.reached_target is None
+    assert set(result.info) == {"dampened", "dampened_fraction", "phases"}
+    with pytest.raises(DuckInputError) as e:  # the config check refuses it first; the method checks again
+        create_unlearner("ssd", copy.deepcopy(synthetic_model), data, {**hp, "full_order": "random"}, seed=0)
+    assert str(e.value) == "method.full_order='random' must be one of authors, dataset"
+    u = create_unlearner("ssd", copy.deepcopy(synthetic_model), data, hp, seed=0)
+    u.hp["full_order"] = "random"
+    with pytest.raises(DuckInputError) as e:
+        u.unlearn()
+    assert str(e.value) == "method.full_order='random': use one of authors, dataset"
