@@ -399,3 +399,63 @@ def test_removed_points_are_erased_from_the_index_state():
     for t in range(4):
         keys, ids = index.table(t)
         assert not torch.isin(ids, torch.tensor([3, 8])).any() and len(ids) == 18
+
+
+def test_sample_refusals_name_the_setting_and_its_range(monkeypatch):
+    import duck.deletion.lsh as lsh_mod
+
+    index = LSHIndex(dim=2, k=2, L=3, w=1.0, seed=0, device="cpu")
+    index.add(np.random.default_rng(0).normal(size=(20, 2)))
+    q = np.zeros((2, 2))
+    cases = [
+        ({"n_samples": [1, 2, 3]}, "n_samples must be >= 0 and give one count per query (2), got [1, 2, 3]"),
+        ({"n_samples": -1}, "n_samples must be >= 0 and give one count per query (2), got -1"),
+        ({"n_samples": 1.5}, "n_samples must hold integer ids, got non-integer floats [1.5]; pass an int or one int "
+                             "per query"),
+        ({"method": "approx_degree", "approx_delta": 0}, "approx_delta=0 must be an integer >= 1"),
+        ({"method": "approx_degree", "approx_delta": 65}, "approx_delta=65 is too large: at most 64 (each sample costs "
+         "about deg * Delta proposals, and beyond ~38 the distribution no longer changes in float64)"),
+        ({"method": "approx_degree", "approx_delta": 2, "gamma": 0.5},
+         "pass either approx_delta (heuristic) or gamma (Lemma 3.7, which fixes Delta), not both"),
+        ({"method": "approx_degree", "gamma": 0.0}, "gamma must be a finite number > 0.0 and < 1.0, got 0.0"),
+        ({"method": "approx_degree", "gamma": 1e-30}, "gamma=1e-30 is too small: Delta = ceil(ln 1/gamma) + 4 must be "
+         "at most 64; use gamma >= 1e-26 (the guarantee is below float64 precision from about 1e-16 on)"),
+        ({"seed": -1}, "seed=-1 must be an integer >= 0"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(DuckInputError) as e:
+            index.sample(q, 1.0, **kwargs)
+        assert str(e.value) == message, kwargs
+    assert index.sample(q, 1.0, "approx_degree", approx_delta=64, seed=0).shape == (2, 1)  # the largest Delta
+    monkeypatch.setattr(lsh_mod, "MAX_SAMPLES_PER_CALL", 10)  # the cap (2^28: 2 GiB of ids) at a testable size
+    assert index.sample(q, 1.0, "uniform", [4, 6], seed=0).shape[0] == 2  # exactly the cap: allowed
+    with pytest.raises(DuckInputError) as e:
+        index.sample(q, 1.0, "uniform", [5, 6], seed=0)
+    assert str(e.value) == ("n_samples asks for 11 samples in one call; at most 10 (their ids alone take 2 GiB): draw "
+                            "in several calls")
+
+
+def test_sample_draws_from_a_generator_it_is_given():
+    index = LSHIndex(dim=2, k=2, L=3, w=1.0, seed=0, device="cpu")
+    index.add(np.random.default_rng(1).normal(size=(30, 2)))
+    q = np.zeros((1, 2))
+    a = index.sample(q, 2.0, "uniform", 50, seed=torch.Generator().manual_seed(9))
+    b = index.sample(q, 2.0, "uniform", 50, seed=9)
+    assert torch.equal(a, b)  # a CPU generator on a CPU index is used as it is
+
+
+@pytest.mark.parametrize(("method", "kw"), [("uniform", {}), ("weighted", {}), ("exact_degree", {}),
+                                            ("approx_degree", {"approx_delta": 2}),
+                                            ("approx_degree", {"approx_delta": 2, "probes": "tables"})])
+def test_a_seeded_sample_ignores_the_global_generator(method, kw):
+    """Every random number of a seeded call comes from the call's own generator: the global one, moved
+    between two calls, changes nothing (the proposals, the coins, the probes' tables)."""
+    index = LSHIndex(dim=2, k=2, L=4, w=1.0, seed=0, device="cpu")
+    index.add(np.random.default_rng(2).normal(size=(40, 2)))
+    q = np.zeros((2, 2))
+    torch.manual_seed(1)
+    a = index.sample(q, 1.5, method, 64, seed=11, **kw)
+    torch.manual_seed(2)
+    torch.rand(100)
+    b = index.sample(q, 1.5, method, 64, seed=11, **kw)
+    assert torch.equal(a, b)
