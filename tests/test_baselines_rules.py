@@ -943,3 +943,83 @@ def test_ssd_run_dampens_with_importances_on_d_in_the_authors_order_and_on_the_f
     with pytest.raises(DuckInputError) as e:
         u.unlearn()
     assert str(e.value) == "method.full_order='random': use one of authors, dataset"
+
+
+# ------------------------------------------------------------------------------- ERM-KTP (issue 39)
+def test_erm_mask_learning_matches_a_sample_by_sample_statement():
+    """learn_erm_mask against a plain statement: M (D, K) from 0.5, SGD with momentum 0.9 on minibatches in the
+    generator's order, each sample's embedding gated by its class's column through the frozen head (with its
+    bias), CE + λ·(relu(‖M‖₁ − ρ·D·K) + 0.1·Σ_{i<j} m_iᵀm_j), every row divided by its maximum and clipped."""
+    from baselines.erm_ktp import learn_erm_mask
+
+    g = torch.Generator().manual_seed(0)
+    z, y = torch.rand(22, 5, generator=g) * 2, torch.randint(0, 3, (22,), generator=g)
+    head = nn.Linear(5, 3)
+    with torch.no_grad():
+        head.bias.copy_(torch.tensor([0.5, -1.0, 2.0]))  # a bias that matters
+    got = learn_erm_mask(z, y, head, 3, epochs=3, lr=0.2, lambda_reg=0.3, density=0.3, batch_size=8,
+                         generator=torch.Generator().manual_seed(4))
+    m = torch.full((5, 3), 0.5, requires_grad=True)
+    opt = torch.optim.SGD([m], lr=0.2, momentum=0.9)
+    order_gen = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        perm = torch.randperm(22, generator=order_gen)
+        for start in (0, 8, 16):  # 22 samples: batches of 8, 8 and 6
+            rows = perm[start:start + 8]
+            logits = torch.stack([(z[i] * m[:, y[i]]) @ head.weight.detach().T + head.bias.detach() for i in rows])
+            overlap = sum(m[:, i] @ m[:, j] for i in range(3) for j in range(i + 1, 3))
+            reg = torch.relu(m.abs().sum() - 0.3 * 15) + 0.1 * overlap
+            loss = F.cross_entropy(logits, y[rows]) + 0.3 * reg
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                m.copy_((m / m.max(1, keepdim=True).values.clamp_min(1e-12)).clamp(0.0, 1.0))
+    torch.testing.assert_close(got, m.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_prohibited_head_keeps_a_missing_bias_missing():
+    head = nn.Linear(4, 3, bias=False)
+    out = prohibited_head(head, torch.tensor([True, False, True, True]), [2])
+    assert out.bias is None and (out.weight[:, 1] == 0).all() and (out.weight[2] == 0).all()
+    assert torch.equal(out.weight[[0, 1]][:, [0, 2, 3]], head.weight[[0, 1]][:, [0, 2, 3]].detach())
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_erm_ktp_run_wiring_record_and_refusal(synthetic, synthetic_model, monkeypatch):
+    """The mask is learned with the job's own generator, the transfer runs on full retain batches in the phase
+    "ktp", and the record counts the prohibited channels; without a model factory the method refuses."""
+    import baselines.erm_ktp as erm_mod
+    from duck.errors import DuckInputError
+    from duck.models import create_model
+
+    data = cr_data(synthetic, synthetic_model, classes=(1,))
+    data.model_factory = lambda: create_model("smallcnn", 4, 1, 8, width=8)
+    hp = {"optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4, "lr_gamma": 0.1, "batch_size": 32,
+          "epochs": 2, "milestones": [], "erm_epochs": 3, "erm_lr": 0.1, "lambda_reg": 0.1, "mask_density": 0.1,
+          "prohibit_threshold": 0.0}
+    generators = []
+    real_learn = erm_mod.learn_erm_mask
+    monkeypatch.setattr(erm_mod, "learn_erm_mask",
+                        lambda *a, **kw: generators.append(kw["generator"]) or real_learn(*a, **kw))
+    u = create_unlearner("erm_ktp", copy.deepcopy(synthetic_model), data, hp, seed=3, trainer_cfg={"accelerator": "cpu"})
+    steps = []
+    real_step = u.training_step
+
+    def spy(batch, batch_idx):
+        steps.append(len(batch[1]))
+        return real_step(batch, batch_idx)
+
+    u.training_step = spy
+    result = u.unlearn()
+    assert isinstance(generators[0], torch.Generator) and generators[0].initial_seed() == 3
+    assert steps == [32] * (2 * (len(data.retain_idx) // 32)) and "ktp" in u.phase_log
+    assert result.epochs == 2.0 and result.reached_target is None
+    assert result.info["prohibited_channels"] == int((~u.keep).sum()) and result.info["channels"] == u.keep.numel()
+    assert 0 < result.info["prohibited_channels"] < result.info["channels"]
+    assert set(result.info) == {"prohibited_channels", "channels", "phases"}
+    data.model_factory = None
+    with pytest.raises(DuckInputError) as e:
+        create_unlearner("erm_ktp", copy.deepcopy(synthetic_model), data, hp, seed=0).unlearn()
+    assert str(e.value) == ("erm_ktp needs UnlearnData.model_factory (a freshly initialised model of the same "
+                            "architecture) for the student backbone")
