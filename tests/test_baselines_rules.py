@@ -1023,3 +1023,25 @@ def test_erm_ktp_run_wiring_record_and_refusal(synthetic, synthetic_model, monke
         create_unlearner("erm_ktp", copy.deepcopy(synthetic_model), data, hp, seed=0).unlearn()
     assert str(e.value) == ("erm_ktp needs UnlearnData.model_factory (a freshly initialised model of the same "
                             "architecture) for the student backbone")
+
+
+def test_channel_gate_and_channel_count_on_feature_and_token_maps():
+    from baselines.erm_ktp import _channels, channel_gate, erm_regulariser
+    from duck.errors import DuckInputError
+
+    g = torch.Generator().manual_seed(0)
+    keep = torch.tensor([True, False, True])
+    fmap = torch.randn(2, 3, 4, 5, generator=g)  # (B, C, H, W)
+    want = fmap.clone()
+    want[:, 1] = 0.0
+    assert torch.equal(channel_gate(fmap, keep), want) and _channels(fmap) == 3
+    tokens = torch.randn(2, 4, 3, generator=g)  # (B, N, C): channels last
+    want = tokens.clone()
+    want[:, :, 1] = 0.0
+    assert torch.equal(channel_gate(tokens, keep), want) and _channels(tokens) == 3
+    assert _channels(torch.randn(2, 7, 3)) == 3 and _channels(torch.randn(2, 3, 7, 5)) == 3
+    with pytest.raises(DuckInputError) as e:
+        channel_gate(torch.randn(2, 3), keep)
+    assert str(e.value) == "erm_ktp expects (B, C, H, W) or (B, N, C) features, got shape (2, 3)"
+    m = torch.rand(4, 3, generator=g)
+    assert float(erm_regulariser(m)) == float(erm_regulariser(m, 0.1))  # the authors' density by default
