@@ -32,6 +32,17 @@ def cr_data(synthetic, model, classes=(1,)):
     return UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(model, synthetic, sc))
 
 
+def assert_needs_a_model_factory(name, model, data, hp, role):
+    """A method that builds a fresh model refuses, naming what for, when the job gives it no model factory."""
+    from duck.errors import DuckInputError
+
+    data.model_factory = None
+    with pytest.raises(DuckInputError) as e:
+        create_unlearner(name, copy.deepcopy(model), data, hp, seed=0).unlearn()
+    assert str(e.value) == (f"{name} needs UnlearnData.model_factory (a freshly initialised model of the same "
+                            f"architecture) for {role}")
+
+
 # ------------------------------------------------------------------ frozen entries (ERM-KTP, any mask)
 @pytest.mark.parametrize("make_opt", [
     lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=5e-4),
@@ -206,16 +217,21 @@ def test_widen_then_prune_restores_the_original_head_exactly():
     assert back.out_features == 5 and torch.equal(back.weight, head.weight) and torch.equal(back.bias, head.bias)
 
 
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
 def test_boundary_expand_returns_to_the_original_class_count(synthetic, synthetic_model):
+    """Fine-tuned with the shadow output (its row drawn from the job's seed), then pruned; the record names the
+    epochs and the phase."""
     data = cr_data(synthetic, synthetic_model)
     hp = {"optimizer": "sgd", "lr": 1e-2, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 16, "epochs": 2}
-    u = create_unlearner("boundary_expand", copy.deepcopy(synthetic_model), data, hp, seed=0,
+    u = create_unlearner("boundary_expand", copy.deepcopy(synthetic_model), data, hp, seed=7,
                          trainer_cfg={"accelerator": "cpu"})
-    seen = []
+    seen, first = [], []
     original_step = u.training_step
 
     def spy(batch, batch_idx):
         seen.append(u.model.num_classes)
+        if not first:
+            first.append(u.model.classifier().weight[4].detach().clone())  # before any optimiser step
         return original_step(batch, batch_idx)
 
     u.training_step = spy
@@ -223,6 +239,10 @@ def test_boundary_expand_returns_to_the_original_class_count(synthetic, syntheti
     assert set(seen) == {5}  # fine-tuned with the shadow output ...
     assert result.model.num_classes == 4 and result.model.net.get_classifier().out_features == 4  # ... then pruned
     assert result.model(torch.zeros(2, 1, 8, 8)).shape == (2, 4)
+    expected = widen_head(copy.deepcopy(synthetic_model).classifier(), torch.Generator().manual_seed(7)).weight[4]
+    torch.testing.assert_close(first[0], expected.detach())
+    assert result.epochs == 2.0 and result.reached_target is None and set(result.info) == {"phases"}
+    assert "boundary_expand" in u.phase_log
 
 
 def test_nearest_incorrect_label_is_the_best_other_allowed_class():
@@ -647,7 +667,6 @@ def test_bad_teacher_run_distils_the_forget_set_and_a_seeded_retain_share(synthe
     batch with the bad teacher's p_t on forget samples; the record names the retain share used; without a model
     factory it refuses (issue 39: run's mutants survived the family tests)."""
     from duck.data.loaders import make_loader
-    from duck.errors import DuckInputError
     from duck.models import create_model
 
     data = cr_data(synthetic, synthetic_model)
@@ -689,11 +708,7 @@ def test_bad_teacher_run_distils_the_forget_set_and_a_seeded_retain_share(synthe
     assert result.info["n_retain_used"] == n_sub and set(result.info) == {"n_retain_used", "phases"}
     _, _, other, _ = run(4)
     assert set(other.tolist()) != set(order.tolist())  # another seed, another retain share
-    data.model_factory = None
-    with pytest.raises(DuckInputError) as e:
-        create_unlearner("bad_teacher", copy.deepcopy(synthetic_model), data, hp, seed=0).unlearn()
-    assert str(e.value) == ("bad_teacher needs UnlearnData.model_factory (a freshly initialised model of the same "
-                            "architecture) for its incompetent teacher")
+    assert_needs_a_model_factory("bad_teacher", synthetic_model, data, hp, "its incompetent teacher")
 
 
 def test_widen_head_draws_the_shadow_row_from_xavier_over_the_widened_matrix_in_the_heads_dtype():
@@ -711,28 +726,6 @@ def test_widen_head_draws_the_shadow_row_from_xavier_over_the_widened_matrix_in_
     plain = nn.Linear(8, 5, bias=False)
     wide_plain = widen_head(plain, torch.Generator().manual_seed(0))
     assert wide_plain.bias is None and prune_head(wide_plain, 5).bias is None
-
-
-@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
-def test_boundary_expand_seeds_its_shadow_row_and_records_its_phase(synthetic, synthetic_model):
-    data = cr_data(synthetic, synthetic_model)
-    hp = {"optimizer": "sgd", "lr": 1e-2, "momentum": 0.9, "weight_decay": 0.0, "batch_size": 16, "epochs": 2}
-    u = create_unlearner("boundary_expand", copy.deepcopy(synthetic_model), data, hp, seed=7,
-                         trainer_cfg={"accelerator": "cpu"})
-    first = []
-    original_step = u.training_step
-
-    def spy(batch, batch_idx):
-        if not first:
-            first.append(u.model.classifier().weight[4].detach().clone())  # before any optimiser step
-        return original_step(batch, batch_idx)
-
-    u.training_step = spy
-    result = u.unlearn()
-    expected = widen_head(copy.deepcopy(synthetic_model).classifier(), torch.Generator().manual_seed(7)).weight[4]
-    torch.testing.assert_close(first[0], expected.detach())
-    assert result.epochs == 2.0 and result.reached_target is None and set(result.info) == {"phases"}
-    assert "boundary_expand" in u.phase_log
 
 
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log")
@@ -990,7 +983,6 @@ def test_erm_ktp_run_wiring_record_and_refusal(synthetic, synthetic_model, monke
     """The mask is learned with the job's own generator, the transfer runs on full retain batches in the phase
     "ktp", and the record counts the prohibited channels; without a model factory the method refuses."""
     import baselines.erm_ktp as erm_mod
-    from duck.errors import DuckInputError
     from duck.models import create_model
 
     data = cr_data(synthetic, synthetic_model, classes=(1,))
@@ -1018,11 +1010,7 @@ def test_erm_ktp_run_wiring_record_and_refusal(synthetic, synthetic_model, monke
     assert result.info["prohibited_channels"] == int((~u.keep).sum()) and result.info["channels"] == u.keep.numel()
     assert 0 < result.info["prohibited_channels"] < result.info["channels"]
     assert set(result.info) == {"prohibited_channels", "channels", "phases"}
-    data.model_factory = None
-    with pytest.raises(DuckInputError) as e:
-        create_unlearner("erm_ktp", copy.deepcopy(synthetic_model), data, hp, seed=0).unlearn()
-    assert str(e.value) == ("erm_ktp needs UnlearnData.model_factory (a freshly initialised model of the same "
-                            "architecture) for the student backbone")
+    assert_needs_a_model_factory("erm_ktp", synthetic_model, data, hp, "the student backbone")
 
 
 def test_channel_gate_and_channel_count_on_feature_and_token_maps():
