@@ -517,13 +517,20 @@ def test_finetune_runs_its_epochs_on_full_retain_batches_only(synthetic, synthet
         x, y, _ = batch
         expected = F.cross_entropy(u.model(x), y).detach()  # the synthetic data have no augmentation
         assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+        losses.append(float(loss.detach()))
         return loss
 
+    losses: list[float] = []
     u.training_step = spy
     out = u.run()
     assert out == {"epochs": 2.0, "reached_target": None} and isinstance(out["epochs"], float)
     steps = len(data.retain_idx) // 32
     assert [len(b) for b in seen] == [32] * (2 * steps)  # the last, partial batch of each epoch is dropped
+    # the loss curve (log_loss): each step's value and each epoch's mean, under "loss", also on the progress bar
+    logged = u.trainer.logged_metrics
+    assert set(logged) == {"loss_step", "loss_epoch"} and set(u.trainer.progress_bar_metrics) == set(logged)
+    assert float(logged["loss_step"]) == pytest.approx(losses[-1], rel=1e-6)
+    assert float(logged["loss_epoch"]) == pytest.approx(sum(losses[steps:]) / steps, rel=1e-5)
     assert set(torch.cat(seen).tolist()) <= set(data.retain_idx.tolist())  # the retain set only
     assert u.phase_log["finetune"]["steps"] == 2 * steps
 
