@@ -957,7 +957,9 @@ def test_erm_mask_learning_matches_a_sample_by_sample_statement():
     head = nn.Linear(5, 3)
     with torch.no_grad():
         head.bias.copy_(torch.tensor([0.5, -1.0, 2.0]))  # a bias that matters
-    got = learn_erm_mask(z, y, head, 3, epochs=3, lr=0.2, lambda_reg=0.3, density=0.3, batch_size=8,
+    # density 0.8: the L1 term's relu is inactive at ρ·D·K = 12 (a mask sum of 5-15) and active at the default
+    # 0.1, so the density passed changes the steps
+    got = learn_erm_mask(z, y, head, 3, epochs=3, lr=0.2, lambda_reg=0.3, density=0.8, batch_size=8,
                          generator=torch.Generator().manual_seed(4))
     m = torch.full((5, 3), 0.5, requires_grad=True)
     opt = torch.optim.SGD([m], lr=0.2, momentum=0.9)
@@ -968,7 +970,7 @@ def test_erm_mask_learning_matches_a_sample_by_sample_statement():
             rows = perm[start:start + 8]
             logits = torch.stack([(z[i] * m[:, y[i]]) @ head.weight.detach().T + head.bias.detach() for i in rows])
             overlap = sum(m[:, i] @ m[:, j] for i in range(3) for j in range(i + 1, 3))
-            reg = torch.relu(m.abs().sum() - 0.3 * 15) + 0.1 * overlap
+            reg = torch.relu(m.abs().sum() - 0.8 * 15) + 0.1 * overlap
             loss = F.cross_entropy(logits, y[rows]) + 0.3 * reg
             opt.zero_grad()
             loss.backward()
@@ -976,6 +978,9 @@ def test_erm_mask_learning_matches_a_sample_by_sample_statement():
             with torch.no_grad():
                 m.copy_((m / m.max(1, keepdim=True).values.clamp_min(1e-12)).clamp(0.0, 1.0))
     torch.testing.assert_close(got, m.detach(), rtol=1e-5, atol=1e-6)
+    plain = nn.Linear(5, 3, bias=False)  # a head without bias is used without one
+    assert learn_erm_mask(z, y, plain, 3, epochs=1, lr=0.2, lambda_reg=0.3, density=0.8, batch_size=8,
+                          generator=torch.Generator().manual_seed(4)).shape == (5, 3)
 
 
 def test_prohibited_head_keeps_a_missing_bias_missing():
