@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 try:
     import tomllib
@@ -247,12 +248,17 @@ def mutmut_bin() -> str:
     return str(exe)
 
 
+def refuse(message: str) -> NoReturn:
+    """One ``error:`` line on stderr and exit status 2 (bad input: the project's convention)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def run_file(file: str, tests: list[str], *, smoke_functions: list[str] | None, survivors_only: bool, jobs: int,
              fresh: bool, equivalents: dict) -> dict:
     if survivors_only and not (WORK / slug(file)).exists():  # refuse before creating anything
-        print(f"error: {file}: no earlier run in {(WORK / slug(file)).relative_to(ROOT)} on this machine: run "
-              "`make mutation FILE=...` without SURVIVORS=1", file=sys.stderr)
-        raise SystemExit(2)
+        refuse(f"{file}: no earlier run in {(WORK / slug(file)).relative_to(ROOT)} on this machine: run "
+               "`make mutation FILE=...` without SURVIVORS=1")
     wd = prepare(file, tests, fresh=fresh, smoke=smoke_functions is not None)
     names: list[str] = []
     if smoke_functions is not None:
@@ -261,9 +267,8 @@ def run_file(file: str, tests: list[str], *, smoke_functions: list[str] | None, 
         names = [k for k, v in meta(wd, file).items() if STATUS.get(v) in ("survived", "no tests")]
         if not names:
             # never an empty list: mutmut would run every mutant, and a fresh machine has no results to rerun
-            print(f"error: {file}: no survivors to rerun in {wd.relative_to(ROOT)} (none survived, or the file was "
-                  "never run on this machine): run `make mutation FILE=...` without SURVIVORS=1", file=sys.stderr)
-            raise SystemExit(2)
+            refuse(f"{file}: no survivors to rerun in {wd.relative_to(ROOT)} (none survived, or the file was never "
+                   "run on this machine): run `make mutation FILE=...` without SURVIVORS=1")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the mutated copy, never the checkout
     env.setdefault("MPLBACKEND", "Agg")
     # tests/conftest.py: models trained by session fixtures, built once by the unmutated code, loaded by each mutant
