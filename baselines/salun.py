@@ -55,7 +55,7 @@ def saliency_mask(model: torch.nn.Module, loader: Any, ratio: float, device: tor
     model.train(was_training)
     flat = torch.cat([g.abs().flatten() for g in grads.values()])
     keep = max(1, int(round(ratio * flat.numel())))
-    threshold = torch.topk(flat, keep, largest=True, sorted=True).values[-1]
+    threshold = torch.kthvalue(flat, flat.numel() - keep + 1).values  # the keep-th largest |g|
     return {n: g.abs() >= threshold for n, g in grads.items()}
 
 

@@ -213,3 +213,78 @@ def test_duck_reinit_reinitialises_exactly_as_kgltop2_with_the_jobs_seed(synthet
             create_unlearner("duck_reinit", copy.deepcopy(synthetic_model), data, {**hp, **over}, seed=0,
                              trainer_cfg=CPU).unlearn()
         assert str(e.value) == message
+
+
+def test_matching_set_without_retain_samples_is_the_forget_set_alone():
+    """retain_multiplier 0, or an empty retain set: the matching set is the forget copies only, as int64 indices
+    (issue 39: the empty branch's shape and dtype survived)."""
+    forget = np.arange(4, dtype=np.int64)
+    for retain, mult in ((np.arange(10, 20), 0.0), (np.empty(0, dtype=np.int64), 3.0)):
+        idx = finetune_indices(forget, retain, 2.0, mult, np.random.default_rng(0))
+        assert idx.dtype == np.int64 and idx.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_oracle_ids_per_run_mean_and_refusals(synthetic, synthetic_model):
+    """``per_run``: [seed mod K]; ``mean``: all K; K = 1 is allowed; K < 1 and an unknown mode are refused with the
+    key and the allowed values."""
+    from duck.errors import DuckInputError
+
+    model = copy.deepcopy(synthetic_model)
+    data, _ = _data(synthetic, model, _oracles(model))
+
+    def ids(seed, **over):
+        return create_unlearner("oracle_matching", model, data, _hp("oracle_matching", **over), seed=seed,
+                                trainer_cfg=CPU).oracle_ids()
+
+    assert ids(4, targets="per_run", num_oracles=3) == [1] and ids(0, targets="mean", num_oracles=3) == [0, 1, 2]
+    assert ids(7, targets="per_run", num_oracles=1) == [0]
+    for over, message in (({"targets": "median", "num_oracles": 3},
+                           "method.targets='median' must be one of per_run, mean"),
+                          ({"num_oracles": 0}, "method.num_oracles=0 must be at least 1")):
+        with pytest.raises(DuckInputError) as e:
+            ids(0, **over)
+        assert str(e.value) == message
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_oracle_matching_run_asks_its_bank_draws_its_set_and_shuffles_with_the_seed(synthetic, synthetic_model):
+    """prepare() asks the references for the bank (oracle_seed, num_oracles); run() draws the matching set with
+    the generator [seed, 0x0A7C], fills the target table with the targets of its distinct samples, trains one
+    phase named after the method on a loader shuffled with the job's seed, and records {epochs, reached_target:
+    None, matching_set} (issue 39: run's and prepare's wiring survived)."""
+    from duck.data.loaders import make_loader
+
+    model = copy.deepcopy(synthetic_model)
+    banks = [ConstantLogits(model, [float(k), 0.0, -1.0, 2.0]) for k in range(3)]
+    asked = []
+
+    def oracle(seed, pool):
+        asked.append((seed, pool))
+        return ModelBank(load=lambda k: banks[k], one_off_s=4.0)
+
+    data, sc = _data(synthetic, model, ReferenceModels(oracle=oracle))
+    hp = _hp("oracle_matching", num_oracles=3, oracle_seed=77, epochs=2, batch_size=16, retain_multiplier=1.5)
+    u = create_unlearner("oracle_matching", model, data, hp, seed=2, trainer_cfg=CPU)
+    seen = []
+    real = u.training_step
+
+    def spy(batch, batch_idx):
+        seen.append(batch[2].clone())
+        return real(batch, batch_idx)
+
+    u.training_step = spy
+    result = u.unlearn()
+    assert asked and set(asked) == {(77, 3)}
+    indices = finetune_indices(np.asarray(sc.forget_idx), np.asarray(sc.retain_idx), 1.0, 1.5,
+                               np.random.default_rng([2, 0x0A7C]))
+    expected = torch.cat([b[2] for b in make_loader(synthetic.train, 16, shuffle=True, seed=2, indices=indices)])
+    order = torch.cat(seen)
+    assert len(order) == 2 * len(indices) and torch.equal(order[: len(indices)], expected)
+    filled = torch.zeros(len(synthetic.train), dtype=torch.bool)
+    filled[torch.as_tensor(indices)] = True
+    torch.testing.assert_close(u.target_table[filled], torch.tensor([[2.0, 0.0, -1.0, 2.0]]).expand(int(filled.sum()), 4))
+    assert bool((u.target_table[~filled] == 0).all())  # oracle 2 (seed 2 mod 3) on the matching set only
+    assert u.phase_log["oracle_matching"]["epochs"] == 2
+    assert result.epochs == 2.0 and result.reached_target is None
+    assert result.info["matching_set"] == len(indices) and result.info["one_off_s"] == 4.0
+    assert set(result.info) == {"matching_set", "one_off_s", "phases"}  # nothing else in the record

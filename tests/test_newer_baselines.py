@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -187,3 +188,86 @@ def test_neggrad_plus_without_the_stopping_rule_reports_its_epochs_and_final_acc
     out = u.run()
     assert set(out) == {"epochs", "reached_target", "final_forget_acc"} and out["epochs"] == 2.0
     assert out["reached_target"] == (out["final_forget_acc"] <= u.forget_target(float(u.hp["tolerance"])))
+
+
+def test_saliency_mask_bounds_keep_one_weight_at_least_and_leave_no_gradient(synthetic, synthetic_model):
+    """mask_ratio is a fraction in (0, 1]: 1 keeps every weight, a ratio too small for one weight still keeps the
+    single most salient one, anything above 1 is refused with the allowed range; no gradient is left on the model
+    (issue 39: the bound, the one-weight floor and the final zero_grad survived)."""
+    model = copy.deepcopy(synthetic_model)
+    _, sc = _data(synthetic, synthetic_model)
+    loader = make_loader(synthetic.train, 16, indices=sc.forget_idx)
+    cpu = torch.device("cpu")
+    everything = saliency_mask(model, loader, 1.0, cpu)
+    assert all(bool(m.all()) for m in everything.values())
+    assert all(p.grad is None for p in model.parameters())  # set_to_none after the last batch
+    single = saliency_mask(model, loader, 1e-9, cpu)
+    assert sum(int(m.sum()) for m in single.values()) == 1
+    full = saliency_mask(model, loader, 0.3, cpu)
+    # the single weight is the largest |g|: it is inside every larger mask
+    assert all(bool((full[n] | ~m).all()) for n, m in single.items())
+    for bad in (1.5, 2.0, -0.1):
+        with pytest.raises(DuckInputError) as e:
+            saliency_mask(model, loader, bad, cpu)
+        assert str(e.value) == (f"method.mask_ratio={bad} must be in (0, 1] (the fraction of weights unlearning may "
+                                "change; the authors use 0.5)")
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_salun_run_wiring_record_and_reproducible_labels(synthetic, synthetic_model, monkeypatch):
+    """run(): the mask from the forget set in its stored order (batch ``batch_size``, the job's device, the
+    configured ratio); one loader of forget + retain samples shuffled with seed ``seed + 4243``; without the
+    stopping rule the record {epochs, reached_target: A_f <= target (equality counts), final_forget_acc,
+    salient/frozen weights, max deviation}; the wrong labels come from a generator seeded by the job, so two runs
+    with the same seed give the same weights whatever the global generator (issue 39: survivors of run)."""
+    import baselines.salun as salun_module
+
+    data, sc = _data(synthetic, synthetic_model)
+    hp = _hp("salun", epochs=2, batch_size=24, mask_ratio=0.4, stop_at_target=False, lr=0.02)
+    calls = []
+    real_mask = salun_module.saliency_mask
+
+    def spy_mask(model, loader, ratio, device):
+        calls.append((torch.cat([b[2] for b in loader]), ratio, device, loader.batch_size))
+        return real_mask(model, loader, ratio, device)
+
+    monkeypatch.setattr(salun_module, "saliency_mask", spy_mask)
+
+    def run(seed, global_seed, **over):
+        torch.manual_seed(global_seed)
+        u = create_unlearner("salun", copy.deepcopy(synthetic_model), data, {**hp, **over}, seed=seed,
+                             trainer_cfg=CPU)
+        seen = []
+        real = u.training_step
+
+        def spy(batch, batch_idx):
+            seen.append(batch[2].clone())
+            return real(batch, batch_idx)
+
+        u.training_step = spy
+        return u, u.run(), torch.cat(seen)
+
+    u, out, order = run(5, 100)
+    mask_order, ratio, device, batch = calls[0]
+    assert torch.equal(mask_order, torch.as_tensor(sc.forget_idx)) and ratio == 0.4 and batch == 24
+    assert device == torch.device("cpu")
+    mixed = np.concatenate([sc.forget_idx, sc.retain_idx])
+    expected = torch.cat([b[2] for b in make_loader(synthetic.train, 24, shuffle=True, seed=5 + 4243,
+                                                    indices=mixed)])
+    n = len(expected)
+    assert len(order) == 2 * n and torch.equal(order[:n], expected)  # epoch 1: the seeded shuffle of the mix
+    assert torch.equal(order[n:].sort().values, expected.sort().values)  # epoch 2: the same samples again
+    assert "salun" in u.phase_log and u.phase_log["salun"]["epochs"] == 2
+    a_f = u.forget_accuracy()
+    assert set(out) == {"epochs", "reached_target", "final_forget_acc", "salient_weights", "frozen_weights",
+                        "max_frozen_deviation"}
+    assert out["epochs"] == 2.0 and out["final_forget_acc"] == a_f
+    assert out["reached_target"] == (a_f <= u.forget_target(float(hp["tolerance"])))
+    first, _, _ = run(5, 300)
+    second, _, _ = run(5, 400)
+    for pa, pb in zip(first.model.parameters(), second.model.parameters(), strict=True):
+        assert torch.equal(pa, pb)  # the global generator does not draw the labels
+    at_target = create_unlearner("salun", copy.deepcopy(synthetic_model), data, {**hp, "epochs": 1}, seed=5,
+                                 trainer_cfg=CPU)
+    at_target.forget_accuracy = lambda: at_target.forget_target(float(hp["tolerance"]))
+    assert at_target.run()["reached_target"] is True  # exactly at the target: reached
