@@ -318,3 +318,160 @@ def test_presets_resolve_with_the_reference_values_as_default(name):
             hp = resolve_method_cfg(raw, dataset, kind)
             assert all(v is not None for v in hp.values()), (dataset, kind, hp)
             assert hp["batch_size"] <= FORGET_SIZES.get(dataset, 256), (dataset, kind)
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_kgltop1_wiring_optimisers_augmentation_and_record(synthetic, synthetic_model):
+    """kgltop1's settings reach their places (issue 39: survivors of the first mutation run): the job's seed and
+    trainer settings; each SGD's lr and weight decay from its own key; augmentation only with ``augment: true``
+    and applied to the batch itself; the forget round's retain batches a seeded stream apart from the retain
+    round's (``seed_offset`` 104729); the phase's step count is the three kinds together; the record names the
+    final forget lr and nothing else; the divergence message names the three learning rates."""
+    from baselines.kgltop1 import KGLTop1
+
+    data, sc = _data(synthetic, synthetic_model)
+    bs = 16
+    hp = _hp("kgltop1", batch_size=bs, epochs=2, lr=0.007, weight_decay=0.3, forget_lr=0.002,
+             forget_weight_decay=0.2, retain_lr=0.004, retain_weight_decay=0.1)
+    u = KGLTop1(copy.deepcopy(synthetic_model), data, hp, seed=5, trainer_cfg=CPU)
+    assert u.seed == 5 and u.trainer_cfg["deterministic"] is True
+    assert u.divergence_setting() == "method.lr=0.007 / method.forget_lr=0.002 / method.retain_lr=0.004"
+    x = torch.randn(3, *synthetic.train[0][0].shape)
+    u.augment = lambda t: t + 1.0
+    torch.testing.assert_close(u.inputs(x), x)  # augment: false (the reference's loaders): the batch as given
+    on = KGLTop1(copy.deepcopy(synthetic_model), data, {**hp, "augment": True}, seed=5, trainer_cfg=CPU)
+    on.augment = lambda t: t + 1.0
+    torch.testing.assert_close(on.inputs(x), x + 1.0)
+    with pytest.raises(DuckInputError) as e:
+        KGLTop1(copy.deepcopy(synthetic_model), data, {**hp, "augment": "yes"}, seed=5, trainer_cfg=CPU)
+    assert str(e.value) == "method.augment='yes' must be true or false"
+
+    asked, real_loader = [], u.retain_loader
+
+    def spy(*args, **kwargs):
+        asked.append((args, kwargs))
+        return real_loader(*args, **kwargs)
+
+    u.retain_loader = spy
+    result = u.unlearn()
+    stage1, forget, retain = u.trainer.optimizers
+    assert (stage1.defaults["lr"], stage1.defaults["weight_decay"]) == (0.007, 0.3)
+    assert (forget.defaults["lr"], forget.defaults["weight_decay"]) == (0.002, 0.2)
+    assert (retain.defaults["lr"], retain.defaults["weight_decay"]) == (pytest.approx(0.004 * bs / 64), 0.1)
+    assert asked == [((bs,), {"seed_offset": 104729}), ((bs,), {"drop_last": True})]
+    own = torch.cat([b[2] for b in real_loader(bs, seed_offset=104729)])
+    rounds = torch.cat([b[2] for b in real_loader(bs, drop_last=True)])
+    assert not torch.equal(own[: len(rounds)], rounds)  # a stream apart from the retain round's
+    log = result.info["phases"]["kgltop1"]
+    assert log["steps"] == log["retain_steps"] + log["forget_steps"] + log["stage1_steps"]
+    assert log["stage1_steps"] > 0 and log["forget_steps"] > log["stage1_steps"]
+    assert set(result.info) == {"final_forget_lr", "phases"} and result.reached_target is None
+
+
+def test_small_gradient_ties_go_to_the_earlier_position_and_unused_layers_get_zero_gradients(synthetic,
+                                                                                           synthetic_model):
+    """Ties in |g| (a layer the batch never reaches: all zeros) are broken by position, as the docstring says (an
+    unstable sort reorders equal keys from about 100 entries on); a weight the forward does not use gets a zero
+    gradient instead of an error (issue 39: stable=False and allow_unused=False survived)."""
+    g = torch.zeros(500)
+    g[::7] = 1.0  # 72 non-zero entries; 428 tied zeros
+    mask = small_gradient_masks([g], 0.5)[0]  # 250 of the zeros: the first 250 zero positions
+    zeros = torch.nonzero(g == 0).flatten()
+    expected = torch.zeros(500, dtype=torch.bool)
+    expected[zeros[:250]] = True
+    assert torch.equal(mask, expected)
+    model = copy.deepcopy(synthetic_model)
+    unused = nn.Parameter(torch.randn(3, 3))  # in the list of weights, not in the forward
+    _, sc = _data(synthetic, synthetic_model)
+    loader = make_loader(synthetic.train, 16, indices=sc.forget_idx[:16])
+    weights = [w for _, w in masked_layers(model, "conv")] + [unused]
+    grads = accumulated_gradients(model, weights, loader, loader, torch.device("cpu"))
+    assert torch.equal(grads[-1], torch.zeros(3, 3)) and len(grads) == len(weights)
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_kgltop2_wiring_subset_loaders_generator_augmentation_and_record(synthetic, synthetic_model, monkeypatch):
+    """kgltop2's run (issue 39: survivors of the first mutation run): the job's seed and trainer settings reach the
+    module; the gradients come from |D_f| retain samples drawn with the seed and shuffled with seed + 15485863,
+    and the forget set; the re-initialisation draws from a generator seeded by the job (two runs agree whatever
+    the global generator); fine-tuning sees full retain batches only, augmented only with ``augment: true``; the
+    record names the re-initialised weights and nothing else; a model without the chosen layers is refused with
+    the whole message."""
+    import baselines.kgltop2 as kgltop2_module
+    from baselines.kgltop2 import KGLTop2
+
+    data, sc = _data(synthetic, synthetic_model)
+    bs = 16
+    hp = _hp("kgltop2", batch_size=bs, epochs=2)
+    seen_grad_loaders = []
+    real_grads = kgltop2_module.accumulated_gradients
+
+    def spy_grads(model, weights, retain_loader, forget_loader, device):
+        seen_grad_loaders.append((torch.cat([b[2] for b in retain_loader]), torch.cat([b[2] for b in forget_loader])))
+        return real_grads(model, weights, retain_loader, forget_loader, device)
+
+    monkeypatch.setattr(kgltop2_module, "accumulated_gradients", spy_grads)
+
+    def run(global_seed, **over):
+        torch.manual_seed(global_seed)
+        u = KGLTop2(copy.deepcopy(synthetic_model), data, {**hp, **over}, seed=4, trainer_cfg=CPU)
+        u.augment = lambda t: t + 1.0
+        inputs, real_forward = [], u.model.forward
+
+        def spy_step(batch, batch_idx):
+            inputs.append((batch[0].clone(), len(batch[1])))
+            return real_step(batch, batch_idx)
+
+        real_step = u.training_step
+        u.training_step = spy_step
+        seen_model_inputs = []
+        u.model.forward = lambda x: (seen_model_inputs.append(x.detach().clone()), real_forward(x))[1]
+        return u, u.unlearn(), inputs, seen_model_inputs
+
+    u, result, inputs, model_inputs = run(11)
+    assert u.seed == 4 and u.trainer_cfg["deterministic"] is True
+    retain_order, forget_order = seen_grad_loaders[0]
+    subset = retain_subset(sc.retain_idx, len(sc.forget_idx), 4)
+    expected = torch.cat([b[2] for b in make_loader(synthetic.train, bs, shuffle=True, seed=4 + 15485863,
+                                                    indices=subset)])
+    assert torch.equal(retain_order, expected)
+    assert torch.equal(forget_order.sort().values, torch.as_tensor(np.sort(sc.forget_idx)))
+    assert all(n == bs for _, n in inputs)  # drop_last: no ragged batch while fine-tuning
+    steps = len(inputs)
+    train_inputs = model_inputs[-steps:] if steps else []
+    assert all(torch.equal(m, x) for m, (x, _) in zip(train_inputs, inputs, strict=True))  # augment: false
+    assert set(result.info) == {"reinitialised_weights", "masked_layers", "reinitialised_fraction", "phases"}
+    assert result.reached_target is None
+    other, _, _, _ = run(12)
+    for pa, pb in zip(u.model.parameters(), other.model.parameters(), strict=True):
+        assert torch.equal(pa, pb)  # the global generator plays no part
+    _, _, aug_inputs, aug_model_inputs = run(11, augment=True)
+    assert all(torch.equal(m, x + 1.0) for m, (x, _) in zip(aug_model_inputs[-len(aug_inputs):], aug_inputs,
+                                                             strict=True))
+    with pytest.raises(DuckInputError) as e:
+        KGLTop2(copy.deepcopy(synthetic_model), data, {**hp, "kept_grad_scale": -1.0}, seed=4, trainer_cfg=CPU)
+    assert str(e.value) == "method.kept_grad_scale must be a finite number >= 0.0, got -1.0"
+
+
+def test_kgltop2_refusal_messages_name_the_missing_layers_and_the_way_out(synthetic):
+    """The whole message for both layer choices: an MLP has no convolution (the hint names conv+linear); with its
+    linear weights frozen it has no layer of either kind left (no hint)."""
+    from baselines.kgltop2 import KGLTop2
+
+    torch.manual_seed(0)
+    mlp = wrap_model(nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 4)),
+                     example=torch.zeros(2, 1, 8, 8))
+    data, _ = _data(synthetic, mlp)
+    frozen = copy.deepcopy(mlp)
+    for m in frozen.modules():
+        if isinstance(m, nn.Linear):
+            m.weight.requires_grad_(False)
+    for model, layers, message in (
+        (mlp, "conv", "method.layers='conv': the model has no trainable nn.Conv2d layer for kgltop2 to "
+                      "re-initialise; use method.layers=conv+linear to re-initialise its nn.Linear weights instead"),
+        (frozen, "conv+linear", "method.layers='conv+linear': the model has no trainable nn.Conv2d or nn.Linear "
+                                "layer for kgltop2 to re-initialise"),
+    ):
+        with pytest.raises(DuckInputError) as e:
+            KGLTop2(copy.deepcopy(model), data, _hp("kgltop2", layers=layers), seed=0, trainer_cfg=CPU)
+        assert str(e.value) == message
