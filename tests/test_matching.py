@@ -288,3 +288,56 @@ def test_oracle_matching_run_asks_its_bank_draws_its_set_and_shuffles_with_the_s
     assert result.epochs == 2.0 and result.reached_target is None
     assert result.info["matching_set"] == len(indices) and result.info["one_off_s"] == 4.0
     assert set(result.info) == {"matching_set", "one_off_s", "phases"}  # nothing else in the record
+
+
+def test_diagonal_datamodel_with_one_model_a_side_or_none():
+    """One IN and one OUT model are enough for an estimate (no floor of two); an example without an IN model gets
+    β = 0 (issue 39: the clamp floors and the `both` test survived)."""
+    logits = torch.tensor([[[4.0], [7.0], [1.0]], [[2.0], [5.0], [3.0]], [[0.0], [9.0], [8.0]]])  # (E=3, n=3, C=1)
+    inside = np.array([[True, False, True], [False, False, True], [False, False, False]])
+    beta, mean_out = diagonal_datamodel(logits, inside)
+    # example 0: IN {0} -> 4, OUT {1, 2} -> 1; example 1: no IN model -> 0; example 2: IN {0, 1} -> 2, OUT {2} -> 8
+    torch.testing.assert_close(beta, torch.tensor([[3.0], [0.0], [-6.0]]))
+    torch.testing.assert_close(mean_out, torch.tensor([[1.0], [7.0], [8.0]]))
+
+
+@pytest.mark.parametrize("seed", [0, 3, 8])
+def test_datamodel_spread_adds_the_seeded_out_shadows_deviation_by_hand(synthetic, synthetic_model, seed):
+    """spread: shadow, by hand: shadow k outputs (k, 0, 0, 0); every forget example is IN the odd shadows and OUT of
+    the even ones (0, 2, 4: mean 2), so β = 3 − 2 = 1 and run s's target on logit 0 is f_orig − 1 + (k_s − 2) with
+    k_s the OUT shadow drawn by pick_out_models with the generator [s, 0xD77] — shadow 0 included; retain
+    examples keep f_orig; the same seed gives the same targets (issue 39: the spread's sign, the seeded pick and
+    shadow 0 survived); an unknown spread and the bank's arguments are checked too."""
+    from duck.errors import DuckInputError
+
+    model = copy.deepcopy(synthetic_model)
+    e, n = 6, len(synthetic.train)
+    shadows = [ConstantLogits(model, [float(k), 0.0, 0.0, 0.0]) for k in range(e)]
+    keep = np.zeros((e, n), dtype=bool)
+    keep[1::2] = True
+    asked = []
+
+    def bank(n_shadow, shadow_seed):
+        asked.append((n_shadow, shadow_seed))
+        return ModelBank(load=lambda k: shadows[k], one_off_s=3.0, keep=keep)
+
+    data, sc = _data(synthetic, model, ReferenceModels(shadows=bank))
+    forget, retain = np.asarray(sc.forget_idx)[:6], np.asarray(sc.retain_idx)[:3]
+    idx = np.sort(np.r_[forget, retain])
+    orig, _, _ = predict_logits(model, synthetic.train, indices=idx)
+    hp = _hp("datamodel_matching", spread="shadow", n_shadow=6, shadow_seed=41)
+    u = create_unlearner("datamodel_matching", model, data, hp, seed=seed, trainer_cfg=CPU)
+    assert u.prepare() == 3.0 and asked == [(6, 41)]
+    t = u.targets(idx)
+    pick = pick_out_models(keep[:, idx], np.random.default_rng([seed, 0xD77]))
+    is_forget = np.isin(idx, forget)
+    expected = orig.clone()
+    expected[torch.as_tensor(is_forget), 0] += -1.0 + torch.as_tensor(pick[is_forget], dtype=orig.dtype) - 2.0
+    torch.testing.assert_close(t, expected)
+    again = create_unlearner("datamodel_matching", model, data, hp, seed=seed, trainer_cfg=CPU)
+    again.prepare()
+    torch.testing.assert_close(again.targets(idx), t)
+    with pytest.raises(DuckInputError) as err:
+        create_unlearner("datamodel_matching", model, data, {**hp, "spread": "wide"}, seed=seed,
+                         trainer_cfg=CPU).prepare()
+    assert str(err.value) == "method.spread='wide' must be one of shadow, none"
