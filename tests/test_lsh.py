@@ -3,6 +3,7 @@ a fresh build), sampler distributions against their closed forms, batching, seed
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -459,3 +460,99 @@ def test_a_seeded_sample_ignores_the_global_generator(method, kw):
     torch.rand(100)
     b = index.sample(q, 1.5, method, 64, seed=11, **kw)
     assert torch.equal(a, b)
+
+
+def test_sample_refuses_an_unknown_method_probe_mode_or_round_size_with_the_choices():
+    index = LSHIndex(dim=2, k=2, L=3, w=1.0, seed=0, device="cpu")
+    index.add(np.random.default_rng(0).normal(size=(20, 2)))
+    q = np.zeros((2, 2))
+    for kwargs, message in (
+        ({"method": "bogus"}, "method='bogus' is not supported; use one of uniform, weighted, exact_degree, "
+                              "approx_degree"),
+        ({"probes": "maybe"}, "probes='maybe' is not supported; use one of closed_form, tables"),
+        ({"max_proposals": 0}, "max_proposals=0 must be an integer >= 1"),
+    ):
+        with pytest.raises(DuckInputError) as e:
+            index.sample(q, 1.0, **kwargs)
+        assert str(e.value) == message
+
+
+def _everything_near(L: int = 3) -> LSHIndex:
+    """Every stored point collides with the query 0 in some table and lies within r = 100 of it: every proposal
+    of ``uniform`` is accepted (acceptance rate 1)."""
+    index = LSHIndex(dim=2, k=2, L=L, w=1.0, seed=0, device="cpu")
+    index.add(np.random.default_rng(0).normal(size=(20, 2)))
+    return index
+
+
+def test_sample_rounds_follow_the_rate_estimate_and_the_round_cap():
+    """The proposal schedule of SampleStats: a round proposes ceil(1.2 · remaining / rate) per query, the rate
+    estimate starting at 1/2 and then the observed acceptance share; ``max_proposals`` caps a round (at least one
+    proposal per unfinished query). With every proposal accepted: one round of 2 · ceil(1.2 · 10 / 0.5) = 48
+    proposals for two queries of 10; capped at 3, a query of 20 takes 7 rounds (6 · 3 + the last round's
+    ceil(1.2 · 2 / 1) = 3) and 21 proposals. The times are the call's own (issue 39: the schedule and the counters
+    survived)."""
+    index = _everything_near()
+    q = np.zeros((2, 2))
+    out = index.sample(q, 100.0, "uniform", 10, seed=0)
+    stats = index.last_sample_stats
+    assert (out >= 0).all() and (stats.rounds, stats.proposals, stats.probes) == (1, 2 * math.ceil(1.2 * 10 / 0.5), 0)
+    assert 0.0 <= stats.scan_seconds < 60.0 and 0.0 <= stats.draw_seconds < 60.0
+    out = index.sample(q[:1], 100.0, "uniform", 20, seed=0, max_proposals=3)
+    stats = index.last_sample_stats
+    assert (out >= 0).all() and (stats.rounds, stats.proposals) == (7, 6 * 3 + math.ceil(1.2 * 2 / 1.0))
+    out = index.sample(q, 100.0, "uniform", [20, 1], seed=0, max_proposals=5)
+    stats = index.last_sample_stats
+    # round 1 asks ceil(1.2 · 20 / 0.5) + ceil(1.2 · 1 / 0.5) = 48 + 3 > 5: scaled to 5 · 48 // 51 = 4 and
+    # max(1, 5 · 3 // 51) = 1; the second query is done. Then, at rate 1: ceil(1.2 · 16) = 20 -> 5, ceil(13.2) -> 5,
+    # ceil(7.2) -> 5, and the last sample from ceil(1.2 · 1) = 2 proposals
+    assert (out[0] >= 0).all() and out[1, 0] >= 0 and (out[1, 1:] == -1).all()
+    assert (stats.rounds, stats.proposals) == (5, 4 + 1 + 5 + 5 + 5 + 2)
+
+
+def test_closed_form_makes_no_probe_and_the_tables_do_with_lemma_3_7_probing_further():
+    """approx_degree: the closed form decides from deg(p) alone (SampleStats.probes = 0); ``probes="tables"``
+    probes; with gamma (Lemma 3.7) the points the heuristic accepts are probed again up to L·Δ + 1, so the same
+    seed and the same Δ make more probes than the plain heuristic, and the closed form accepts less often (another
+    sample from the same seed)."""
+    index = LSHIndex(dim=2, k=2, L=4, w=1.0, seed=0, device="cpu")
+    index.add(np.random.default_rng(2).normal(size=(40, 2)))
+    q = np.zeros((2, 2))
+    index.sample(q, 1.5, "approx_degree", 200, approx_delta=5, seed=3)
+    assert index.last_sample_stats.probes == 0
+    plain = index.sample(q, 1.5, "approx_degree", 200, approx_delta=5, probes="tables", seed=3)
+    plain_probes = index.last_sample_stats.probes
+    gamma = float(np.exp(-0.5))  # Δ = ceil(ln 1/γ) + 4 = 5, as above
+    lemma = index.sample(q, 1.5, "approx_degree", 200, gamma=gamma, probes="tables", seed=3)
+    assert plain_probes > 0 and index.last_sample_stats.probes > plain_probes
+    assert not torch.equal(plain, lemma)
+    closed_plain = index.sample(q, 1.5, "approx_degree", 200, approx_delta=5, seed=3)
+    closed_lemma = index.sample(q, 1.5, "approx_degree", 200, gamma=gamma, seed=3)
+    assert not torch.equal(closed_plain, closed_lemma)
+
+
+def test_probe_counts_every_probe_within_the_budget_and_hits_where_the_point_is():
+    """_probe: a point in none of its buckets is probed exactly its budget (across the doubling chunks: 1, 4, 5, 13
+    probes), never beyond; a point in every bucket is found, one with budget 0 is not probed."""
+    index = LSHIndex(dim=2, k=2, L=4, w=1.0, seed=0, device="cpu")
+    gen = torch.Generator().manual_seed(0)
+    budget = torch.tensor([1, 4, 5, 13, 0])
+    pairs = torch.arange(5)
+    never = torch.zeros(5 * 4, dtype=torch.bool)
+    hit, probes = index._probe(pairs, budget, never, gen)
+    assert not bool(hit.any()) and probes == int(budget.sum())
+    always = torch.ones(5 * 4, dtype=torch.bool)
+    hit, probes = index._probe(pairs, budget, always, gen)
+    assert hit.tolist() == [True, True, True, True, False] and probes <= 4 * 4
+
+
+@pytest.mark.parametrize("L", [256, 257, 300])
+def test_table_probes_reach_every_table_beyond_256(L):
+    """Table indices are drawn as uint8 only while they fit (L <= 256); with more tables every table must be
+    drawable: a point stored in the last table alone is found."""
+    index = LSHIndex(dim=2, k=1, L=L, w=1.0, seed=0, device="cpu")
+    gen = torch.Generator().manual_seed(1)
+    member = torch.zeros(L, dtype=torch.bool)
+    member[L - 1] = True
+    hit, probes = index._probe(torch.tensor([0]), torch.tensor([50 * L]), member, gen)
+    assert bool(hit[0]) and 0 < probes <= 2 * 50 * L
