@@ -411,6 +411,14 @@ def test_kgltop2_wiring_subset_loaders_generator_augmentation_and_record(synthet
         return real_grads(model, weights, retain_loader, forget_loader, device)
 
     monkeypatch.setattr(kgltop2_module, "accumulated_gradients", spy_grads)
+    generators = []
+    real_reinit = kgltop2_module.reinitialise
+
+    def spy_reinit(weights, masks, generator):
+        generators.append(generator)
+        return real_reinit(weights, masks, generator)
+
+    monkeypatch.setattr(kgltop2_module, "reinitialise", spy_reinit)
 
     def run(global_seed, **over):
         torch.manual_seed(global_seed)
@@ -430,6 +438,8 @@ def test_kgltop2_wiring_subset_loaders_generator_augmentation_and_record(synthet
 
     u, result, inputs, model_inputs = run(11)
     assert u.seed == 4 and u.trainer_cfg["deterministic"] is True
+    # its own generator, seeded by the job: the values do not depend on what used the global one before (dropout)
+    assert isinstance(generators[0], torch.Generator) and generators[0].initial_seed() == 4
     retain_order, forget_order = seen_grad_loaders[0]
     subset = retain_subset(sc.retain_idx, len(sc.forget_idx), 4)
     expected = torch.cat([b[2] for b in make_loader(synthetic.train, bs, shuffle=True, seed=4 + 15485863,
