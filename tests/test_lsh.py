@@ -556,3 +556,89 @@ def test_table_probes_reach_every_table_beyond_256(L):
     member[L - 1] = True
     hit, probes = index._probe(torch.tensor([0]), torch.tensor([50 * L]), member, gen)
     assert bool(hit[0]) and 0 < probes <= 2 * 50 * L
+
+
+def test_construction_refusals_name_the_setting_and_the_projection_cap_is_inclusive(monkeypatch):
+    """Each constructor argument's refusal in full; L·k·dim may equal the cap, not exceed it (issue 39: the
+    names in these messages and the cap's comparison survived)."""
+    import duck.deletion.lsh as lsh_mod
+
+    cases = [
+        ({"dim": 0, "k": 1, "L": 1, "w": 1.0}, "dim=0 must be an integer >= 1"),
+        ({"dim": 2, "k": 0, "L": 1, "w": 1.0}, "k=0 must be an integer >= 1"),
+        ({"dim": 2, "k": 1, "L": 0, "w": 1.0}, "L=0 must be an integer >= 1"),
+        ({"dim": 2, "k": 1, "L": 1, "w": 0.0}, "w (bucket width) must be a finite number > 0.0, got 0.0"),
+        ({"dim": 2, "k": 1, "L": 1, "w": 1.0, "seed": -1}, "seed=-1 must be an integer >= 0"),
+        ({"dim": 2, "k": 1, "L": 1, "w": 1.0, "device": "tpu"},
+         "device='tpu' is not a device; use cpu, cuda, cuda:N or auto"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(DuckInputError) as e:
+            LSHIndex(**kwargs)
+        assert str(e.value) == message
+    monkeypatch.setattr(lsh_mod, "MAX_PROJECTION_VALUES", 24)
+    assert LSHIndex(dim=2, k=3, L=4, w=1.0, device="cpu").projections.shape == (12, 2)  # 24: exactly the cap
+    with pytest.raises(DuckInputError) as e:
+        LSHIndex(dim=2, k=5, L=3, w=1.0, device="cpu")
+    assert str(e.value) == ("L * k * dim = 3 * 5 * 2 projection coefficients is more than 24 (2 GiB of float64); "
+                            "lower k or L")
+
+
+def test_a_fresh_index_is_empty_float64_hashing_with_offsets_in_the_bucket_width():
+    """The hash functions are float64 (offsets b ~ U[0, w) as in Datar et al.'s h(x) = floor((a·x + b) / w)); the
+    stored state starts empty with int64 keys, and the stored keys are the points' hashes, one row per point
+    (-1 once removed)."""
+    index = LSHIndex(dim=3, k=4, L=50, w=40.0, seed=2, device="cpu")
+    assert index.projections.dtype == torch.float64 and index.offsets.dtype == torch.float64
+    assert float(index.offsets.min()) >= 0.0 and float(index.offsets.max()) < 40.0
+    assert float(index.offsets.max()) > 20.0  # 200 draws from U[0, 40): spread over the width, not over [0, 1)
+    assert index._points.shape == (0, 3) and index._points.dtype == torch.float64
+    assert index._keys.shape == (0, 50) and index._keys.dtype == torch.int64
+    assert index._sorted_keys.dtype == torch.int64 and index._sorted_keys.shape == (50, 0)
+    assert index._sorted_ids.dtype == torch.int64 and index._alive.dtype == torch.bool
+    from duck.deletion.lsh import SampleStats
+
+    assert index.last_sample_stats == SampleStats()
+    X = np.random.default_rng(0).normal(size=(7, 3)) * 30
+    index.add(X)
+    assert index._keys.dtype == torch.int64 and torch.equal(index._keys, index.hash(torch.as_tensor(X)))
+    assert index._points.dtype == torch.float64 and index._alive.tolist() == [True] * 7
+
+
+def test_hash_over_several_blocks_equals_the_rows_hashed_alone():
+    """hash() works in blocks of about 2^20 codes: with L·k = 4,096 a block is 256 rows, so 600 rows span three
+    blocks, and every row's keys must equal those of the row hashed alone."""
+    index = LSHIndex(dim=2, k=64, L=64, w=1.0, seed=0, device="cpu")
+    X = torch.as_tensor(np.random.default_rng(1).normal(size=(600, 2)))
+    keys = index.hash(X)
+    for i in (0, 255, 256, 511, 512, 599):
+        assert torch.equal(keys[i], index.hash(X[i : i + 1])[0]), i
+
+
+def test_queries_as_integer_points_and_the_query_refusals_in_full():
+    """A 2-D integer array is points (only a 1-D integer array is ids); each malformed query is refused naming
+    `queries` and the shape it needs."""
+    index = LSHIndex(dim=2, k=1, L=2, w=1.0, seed=0, device="cpu")
+    index.add(np.random.default_rng(3).normal(size=(30, 2)))
+    as_int = index.sample(np.array([[0, 0]]), 1.5, "uniform", 20, seed=4)
+    as_float = index.sample(np.array([[0.0, 0.0]]), 1.5, "uniform", 20, seed=4)
+    assert torch.equal(as_int, as_float)
+    for queries, message in (
+        (np.zeros(2), "queries must be (Q, dim) points or a 1-D integer array of ids; use q[None] for one point"),
+        (np.zeros((1, 3)), "queries must have shape (n, 2), got (1, 3); pass X[None] for one point"),
+        ([[1.0, 2.0], [3.0]], "queries must be a numeric (Q, 2) array: "),  # then numpy's own reason
+    ):
+        with pytest.raises(DuckInputError) as e:
+            index.sample(queries, 1.0)
+        assert str(e.value) == message or (message.endswith(": ") and str(e.value).startswith(message))
+    for X, message in (
+        (np.zeros((2, 3)), "X must have shape (n, 2), got (2, 3); pass X[None] for one point"),
+        ([[1.0, 2.0], [3.0]], "X must be a numeric (n, 2) array: "),  # then numpy's own reason
+        (np.array([[np.inf, 0.0]]), "X contains NaN or inf values (first bad rows: [0]); clean or drop those rows"),
+    ):
+        with pytest.raises(DuckInputError) as e:
+            index.add(X)
+        assert str(e.value) == message or (message.endswith(": ") and str(e.value).startswith(message))
+    with pytest.raises(DuckInputError) as e:
+        index.sample(np.array([99]), 1.0)
+    assert "query ids" in str(e.value)
