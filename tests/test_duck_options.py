@@ -333,3 +333,38 @@ def test_first_forget_pairing_pairs_the_one_forget_batch_with_every_retain_batch
     assert len(low) == len(sc.retain_idx) // BASE["batch_size"] and all(n == BASE["batch_size"] for *_, n in low)
     assert all(torch.equal(x, fixed_x) and torch.equal(i, fixed_idx) for x, i, _ in low)
     assert len({tuple(i.tolist()) for _, i, _ in low}) == 1 and u.retain_steps == 1
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_duck_logs_its_three_losses_per_step_and_per_epoch_on_the_progress_bar(synthetic, synthetic_model):
+    """The experiment logger's curves: loss, L_fgt and L_ret of the step's last optimiser step, each per step and
+    as the epoch's mean weighted by the forget batch's size, all three on the progress bar (issue 39: the keys,
+    switches and batch size of log_dict survived)."""
+    sc = class_removal(synthetic)
+    u = make_duck(synthetic, synthetic_model, sc, tolerance=-1.0, max_epochs=1, low_epochs=1)
+    steps: list[tuple[int, tuple[float, float, float]]] = []
+    last: list[tuple[float, float, float]] = []
+    real_loss, real_step = u.duck_loss, u.training_step
+
+    def spy_loss(x_f, idx_f, x_r, y_r):
+        out = real_loss(x_f, idx_f, x_r, y_r)
+        last[:] = [tuple(float(t.detach()) for t in out)]
+        return out
+
+    def spy_step(batch, batch_idx):
+        real_step(batch, batch_idx)
+        steps.append((len(batch[0]), last[0]))
+
+    u.duck_loss, u.training_step = spy_loss, spy_step
+    u.unlearn()
+    logged = {k: float(v) for k, v in u.trainer.logged_metrics.items()}
+    names = ("loss", "l_fgt", "l_ret")
+    assert set(logged) == {f"{n}_{when}" for n in names for when in ("step", "epoch")}
+    assert set(u.trainer.progress_bar_metrics) == set(logged)
+    low = steps[-len(u.forget_loader(BASE["batch_size"], seed_offset=1)):]  # the low phase's one epoch
+    sizes = np.array([n for n, _ in low], dtype=float)
+    assert sizes.min() < sizes.max()  # a ragged last forget batch: the weighting matters
+    for k, name in enumerate(names):
+        values = np.array([v[k] for _, v in low])
+        assert logged[f"{name}_step"] == pytest.approx(values[-1], rel=1e-5)
+        assert logged[f"{name}_epoch"] == pytest.approx(float((values * sizes).sum() / sizes.sum()), rel=1e-5)
