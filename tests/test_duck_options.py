@@ -368,3 +368,30 @@ def test_duck_logs_its_three_losses_per_step_and_per_epoch_on_the_progress_bar(s
         values = np.array([v[k] for _, v in low])
         assert logged[f"{name}_step"] == pytest.approx(values[-1], rel=1e-5)
         assert logged[f"{name}_epoch"] == pytest.approx(float((values * sizes).sum() / sizes.sum()), rel=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_first_forget_pairing_gives_each_ddp_worker_its_share_of_the_forget_batch(synthetic, synthetic_model,
+                                                                                   monkeypatch):
+    """Under DDP (world > 1) worker ``rank`` uses rows rank, rank + world, ... of the one forget batch (with two
+    workers and more); one process uses the whole batch. Replayed on one process with the world size and rank
+    patched (issue 39: the DDP branch of training_step survived; tests/test_ddp.py runs it for real)."""
+    from duck.unlearn.duck import DUCK
+
+    sc = class_removal(synthetic)
+    u = make_duck(synthetic, synthetic_model, sc, tolerance=-1.0, max_epochs=1, low_epochs=1,
+                  low_pairing="first_forget")
+    u.unlearn()
+    fixed_x, _, fixed_idx = u.fixed_forget_batch
+    batch = next(iter(u.retain_loader(BASE["batch_size"], drop_last=True)))
+    monkeypatch.setattr(u, "log_dict", lambda *args, **kwargs: None)  # no loop to log into after the fit
+    for world, rank in ((1, 0), (2, 1), (3, 2)):
+        seen = []
+        u.duck_loss = lambda x_f, idx_f, x_r, y_r: (seen.append((x_f, idx_f)),
+                                                    (torch.zeros((), requires_grad=True),) * 3)[1]
+        monkeypatch.setattr(u, "world", world)
+        monkeypatch.setattr(DUCK, "global_rank", property(lambda self, r=rank: r))
+        u.phase = "low"
+        u.training_step(batch, 0)
+        x_f, idx_f = seen[0]
+        assert torch.equal(x_f, fixed_x[rank::world]) and torch.equal(idx_f, fixed_idx[rank::world]), (world, rank)
