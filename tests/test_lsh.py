@@ -642,3 +642,14 @@ def test_queries_as_integer_points_and_the_query_refusals_in_full():
     with pytest.raises(DuckInputError) as e:
         index.sample(np.array([99]), 1.0)
     assert "query ids" in str(e.value)
+
+
+def test_a_point_at_exactly_distance_r_is_in_the_neighbourhood():
+    """M(q) = {p : |p − q| <= r}: a stored point at distance exactly r (3-4-5, exact in float64) is sampled, one
+    just beyond is not."""
+    index = LSHIndex(dim=2, k=1, L=8, w=100.0, seed=0, device="cpu")  # wide buckets: every point collides
+    index.add(np.array([[3.0, 4.0], [6.0, 8.0 + 1e-9]]))  # distances 5 and just above 10
+    ids = index.sample(np.zeros((1, 2)), 5.0, "uniform", 50, seed=0)
+    assert set(ids.flatten().tolist()) == {0}
+    ids = index.sample(np.zeros((1, 2)), 10.0, "uniform", 50, seed=0)
+    assert set(ids.flatten().tolist()) == {0}  # 10 + 1e-9 > 10: outside
