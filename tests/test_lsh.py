@@ -653,3 +653,16 @@ def test_a_point_at_exactly_distance_r_is_in_the_neighbourhood():
     assert set(ids.flatten().tolist()) == {0}
     ids = index.sample(np.zeros((1, 2)), 10.0, "uniform", 50, seed=0)
     assert set(ids.flatten().tolist()) == {0}  # 10 + 1e-9 > 10: outside
+
+
+def test_no_query_gives_an_empty_result_and_a_low_acceptance_rate_is_learnt_in_one_round():
+    """Zero queries: a (0, 0) array, no round. A neighbourhood where about a fifth of the bucket entries are within
+    r: the first round (rate estimate 1/2) falls short, the second proposes from the observed rate and finishes,
+    for every seed tried (issue 39: the empty case and the rate update survived)."""
+    index = LSHIndex(dim=2, k=2, L=3, w=1.0, seed=0, device="cpu")
+    index.add(np.random.default_rng(0).normal(size=(200, 2)))
+    out = index.sample(np.zeros((0, 2)), 1.0, "uniform", 3, seed=0)
+    assert out.shape == (0, 0) and index.last_sample_stats.rounds == 0
+    for seed in range(4):
+        out = index.sample(np.zeros((1, 2)), 0.5, "uniform", 100, seed=seed)
+        assert (out >= 0).all() and index.last_sample_stats.rounds == 2, seed
