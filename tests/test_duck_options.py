@@ -395,3 +395,69 @@ def test_first_forget_pairing_gives_each_ddp_worker_its_share_of_the_forget_batc
         u.training_step(batch, 0)
         x_f, idx_f = seen[0]
         assert torch.equal(x_f, fixed_x[rank::world]) and torch.equal(idx_f, fixed_idx[rank::world]), (world, rank)
+
+
+def test_centroids_cap_members_by_a_seeded_draw_and_cosine_distance_holds_at_small_norms():
+    """class_centroids with ``max_per_class``: each centroid is the mean of the first ``max_per_class`` of a
+    seeded permutation of its class's members (replayed by hand); cosine distance is 1 − cos also for vectors far
+    shorter than 1 (issue 39: the capped draw and the eps survived)."""
+    from duck.unlearn.duck import class_centroids, cosine_distance
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(30, 4, generator=g)
+    y = torch.tensor([0] * 12 + [1] * 10 + [2] * 8)
+    cents, ids = class_centroids(z, y, 3, torch.Generator().manual_seed(5))
+    replay = torch.Generator().manual_seed(5)
+    for row, c in enumerate(ids.tolist()):
+        members = (y == c).nonzero().flatten()
+        pick = members[torch.randperm(len(members), generator=replay)[:3]]
+        torch.testing.assert_close(cents[row], z[pick].mean(0))
+    full, _ = class_centroids(z, y)
+    assert not torch.allclose(cents, full)
+    a, b = torch.tensor([[0.03, 0.04]]), torch.tensor([[0.004, 0.003]])
+    # cos = (0.03 · 0.004 + 0.04 · 0.003) / (0.05 · 0.005) = 0.96
+    torch.testing.assert_close(cosine_distance(a, b), torch.tensor([0.04]))
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_run_wiring_centroid_cap_low_scale_pairing_record_and_weight_decay(synthetic, synthetic_model, monkeypatch):
+    """DUCK's run (issue 39: survivors of duck.py's run): the centroid cap and a generator seeded by the job reach
+    class_centroids; homogeneous removal scales λ1 by low_lambda_scale_hr in the low phase; the ratio pairing's low
+    phase reads the forget set with seed offset 1; Adam carries the configured weight decay; the record names the
+    forget accuracy after the high phase; an unknown pairing is refused naming it."""
+    import duck.unlearn.duck as duck_module
+
+    asked = []
+    real = duck_module.class_centroids
+
+    def spy(z, y, cap=None, generator=None):
+        asked.append((cap, generator))
+        return real(z, y, cap, generator)
+
+    monkeypatch.setattr(duck_module, "class_centroids", spy)
+    sc = build_scenario("homogeneous_removal", synthetic.train.labels, synthetic.test.labels, 4, fraction=0.1, seed=0)
+    u = make_duck(synthetic, synthetic_model, sc, tolerance=-1.0, max_epochs=1, low_epochs=1, max_per_class=7)
+    low_orders, real_step = [], u.training_step
+
+    def step(batch, batch_idx):
+        if u.phase == "low":
+            low_orders.append(batch[2].clone())
+        return real_step(batch, batch_idx)
+
+    u.training_step = step
+    result = u.unlearn()
+    cap, gen = asked[0]
+    assert cap == 7 and isinstance(gen, torch.Generator) and gen.initial_seed() == 0
+    assert u.lambda_fgt == pytest.approx(BASE["lambda_fgt"] * BASE["low_lambda_scale_hr"])
+    expected = torch.cat([b[2] for b in u.forget_loader(BASE["batch_size"], seed_offset=1)])
+    assert torch.equal(torch.cat(low_orders), expected)
+    assert u.trainer.optimizers[0].defaults["weight_decay"] == BASE["weight_decay"]
+    assert result.info["forget_acc_after_high"] == u.history[-1]["forget_acc"]
+    with pytest.raises(DuckInputError) as e:  # the config check refuses it first ...
+        make_duck(synthetic, synthetic_model, sc, low_pairing="zigzag")
+    assert str(e.value) == "method.low_pairing='zigzag' must be one of ratio, first_forget"
+    bad = make_duck(synthetic, synthetic_model, sc, tolerance=-1.0, max_epochs=1)
+    bad.hp["low_pairing"] = "zigzag"  # ... and the run itself, if a changed mapping reaches it
+    with pytest.raises(DuckInputError) as e:
+        bad.unlearn()
+    assert str(e.value) == "method.low_pairing='zigzag': use 'ratio' or 'first_forget'"
