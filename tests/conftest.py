@@ -173,3 +173,17 @@ def synthetic_ckpt(tmp_path_factory: pytest.TempPathFactory, synthetic, syntheti
 
 SYNTH_ARGS = ("data=synthetic", "data.n_train=240", "data.n_test=120", "model=smallcnn", "model.width=8",
               "progress=false", "trainer=cpu")
+
+
+def record_batch_ids(unlearner) -> list:
+    """Wrap ``unlearner.training_step`` to record the sample ids (``batch[2]``) of every training batch; returns
+    the list it fills (the spy of the baselines' run tests: which samples, in which order)."""
+    seen: list = []
+    real = unlearner.training_step
+
+    def spy(batch, batch_idx):
+        seen.append(batch[2].clone())
+        return real(batch, batch_idx)
+
+    unlearner.training_step = spy
+    return seen

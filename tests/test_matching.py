@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import SYNTH_ARGS, written_files
+from conftest import SYNTH_ARGS, record_batch_ids, written_files
 
 from baselines.datamodel_matching import diagonal_datamodel, pick_out_models
 from baselines.oracle_matching import finetune_indices
@@ -265,14 +265,7 @@ def test_oracle_matching_run_asks_its_bank_draws_its_set_and_shuffles_with_the_s
     data, sc = _data(synthetic, model, ReferenceModels(oracle=oracle))
     hp = _hp("oracle_matching", num_oracles=3, oracle_seed=77, epochs=2, batch_size=16, retain_multiplier=1.5)
     u = create_unlearner("oracle_matching", model, data, hp, seed=2, trainer_cfg=CPU)
-    seen = []
-    real = u.training_step
-
-    def spy(batch, batch_idx):
-        seen.append(batch[2].clone())
-        return real(batch, batch_idx)
-
-    u.training_step = spy
+    seen = record_batch_ids(u)
     result = u.unlearn()
     assert asked and set(asked) == {(77, 3)}
     indices = finetune_indices(np.asarray(sc.forget_idx), np.asarray(sc.retain_idx), 1.0, 1.5,

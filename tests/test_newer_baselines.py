@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from conftest import record_batch_ids
 
 from baselines.neggrad_plus import neggrad_plus_loss
 from baselines.salun import saliency_mask
@@ -237,14 +238,7 @@ def test_salun_run_wiring_record_and_reproducible_labels(synthetic, synthetic_mo
         torch.manual_seed(global_seed)
         u = create_unlearner("salun", copy.deepcopy(synthetic_model), data, {**hp, **over}, seed=seed,
                              trainer_cfg=CPU)
-        seen = []
-        real = u.training_step
-
-        def spy(batch, batch_idx):
-            seen.append(batch[2].clone())
-            return real(batch, batch_idx)
-
-        u.training_step = spy
+        seen = record_batch_ids(u)
         return u, u.run(), torch.cat(seen)
 
     u, out, order = run(5, 100)
