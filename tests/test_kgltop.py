@@ -424,13 +424,12 @@ def test_kgltop2_wiring_subset_loaders_generator_augmentation_and_record(synthet
         torch.manual_seed(global_seed)
         u = KGLTop2(copy.deepcopy(synthetic_model), data, {**hp, **over}, seed=4, trainer_cfg=CPU)
         u.augment = lambda t: t + 1.0
-        inputs, real_forward = [], u.model.forward
+        inputs, real_forward, real_step = [], u.model.forward, u.training_step
 
         def spy_step(batch, batch_idx):
             inputs.append((batch[0].clone(), len(batch[1])))
             return real_step(batch, batch_idx)
 
-        real_step = u.training_step
         u.training_step = spy_step
         seen_model_inputs = []
         u.model.forward = lambda x: (seen_model_inputs.append(x.detach().clone()), real_forward(x))[1]

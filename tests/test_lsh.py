@@ -477,10 +477,10 @@ def test_sample_refuses_an_unknown_method_probe_mode_or_round_size_with_the_choi
         assert str(e.value) == message
 
 
-def _everything_near(L: int = 3) -> LSHIndex:
+def _everything_near() -> LSHIndex:
     """Every stored point collides with the query 0 in some table and lies within r = 100 of it: every proposal
     of ``uniform`` is accepted (acceptance rate 1)."""
-    index = LSHIndex(dim=2, k=2, L=L, w=1.0, seed=0, device="cpu")
+    index = LSHIndex(dim=2, k=2, L=3, w=1.0, seed=0, device="cpu")
     index.add(np.random.default_rng(0).normal(size=(20, 2)))
     return index
 
