@@ -17,29 +17,26 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from attacks.lira import OFFLINE_TESTS, VARIANTS, lira_phi, lira_scores, resolve_views, view_logits
+from attacks.lira import OFFLINE_TESTS, VARIANTS, VIEW_NAMES, lira_phi, lira_scores, resolve_views, view_logits
 from attacks.roc import CI_METHODS, roc_summary
 from attacks.shadow import MODES, POOLS, ShadowBank
 from attacks.svm_mia import SCORERS, checked_counts, svm_mia
-from attacks.threads import resolve_threads
 from duck.data.base import DatasetSplits
 from duck.data.scenarios import Scenario
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_save_npz
 from duck.models import Classifier
+from duck.schema import SEED, Either, Flag, Group, Integer, Numbers, OneOf, Real, Settings, option, settings
 from duck.training import Recipe
-from duck.utils import check_bool, check_number, check_positive_int, check_seed
 
 REFERENCE_NAMES = ("original", "retrained")
-SVM_OPTIONS = {"enabled", "member_ratio_cr", "member_ratio_hr", "runs", "C", "gamma", "cv", "test_size",
-               "max_per_side", "scoring"}
 SCORE_SETTINGS = ("variant", "offline_test", "fixed_variance", "truncate")  # lira_scores() keyword arguments
 
 
@@ -91,187 +88,150 @@ def lira_summary(audits: Mapping[str, Mapping[str, Any]], *, forgetting_ran: boo
     return text + "."
 
 
-@dataclass
-class AuditSettings:
-    """``conf/attack/lira.yaml`` as a typed object (validated on construction)."""
-
-    n_shadow: int = 16
-    seed: int = 0
-    variant: str = "offline"
-    offline_test: str = "one_sided"
-    fixed_variance: bool = False
-    truncate: bool = True
-    views: Any = "auto"
-    shadow_pool: str = "train"
-    mode: str = "auto"
-    chunk_size: int = 16
-    threads: Any = "auto"  # torch intra-op threads while training / running the bank (attacks.shadow)
-    fpr_levels: tuple[float, ...] = (0.001, 0.01, 0.05)
-    ci: dict[str, Any] = field(default_factory=lambda: {"method": "bootstrap", "level": 0.95, "n_boot": 2000})
-    svm_mia: dict[str, Any] = field(default_factory=lambda: {"enabled": True})
-    forgetting: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
-    save_stats: bool = True
-    eval_batch_size: int = 1024
-    num_shards: int = 1  # > 1: the job trains only slice `shard` of its banks into the shared cache, then stops
-    shard: int = 0
-
-    @classmethod
-    def from_cfg(cls, cfg: Mapping[str, Any] | None) -> AuditSettings:
-        """Every option checked here (types, ranges, names), so that a bad one fails before any shadow is
-        trained or any file written; errors name the key (``attack.ci.level``) and the value."""
-        if cfg is not None and not isinstance(cfg, Mapping):
-            raise DuckInputError(f"attack must be a mapping of options, got {cfg!r}")
-        raw = dict(cfg or {})
-        raw.pop("name", None)
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise DuckInputError(f"unknown attack option(s) {unknown}; known: {sorted(known)}")
-        s = cls(**raw)
-        if isinstance(s.n_shadow, bool) or not isinstance(s.n_shadow, int) or s.n_shadow < 4 or s.n_shadow % 2:
-            raise DuckInputError(f"attack.n_shadow={s.n_shadow!r} must be an even number >= 4 (each forget "
-                                 f"sample is "
-                                 "OUT for half of the shadows and a Gaussian needs >= 2 of them); 16 or 64 "
-                                 "are usual")
-        s.seed = check_seed(s.seed, "attack.seed")
-        if s.variant not in VARIANTS:
-            raise DuckInputError(f"attack.variant={s.variant!r}; choose one of {list(VARIANTS)}")
-        if s.offline_test not in OFFLINE_TESTS:
-            raise DuckInputError(f"attack.offline_test={s.offline_test!r}; choose one of "
-                                 f"{list(OFFLINE_TESTS)}")
-        for key in ("fixed_variance", "truncate", "save_stats"):
-            check_bool(getattr(s, key), f"attack.{key}")
-        s.fpr_levels = tuple(check_number(f, "attack.fpr_levels[]", 0.0, True, 1.0, True)
-                             for f in _number_list(s.fpr_levels, "attack.fpr_levels", "[0.001, 0.01, 0.05]"))
-        if len({f"{f:g}" for f in s.fpr_levels}) != len(s.fpr_levels):  # keyed by their text in audit.json
-            raise DuckInputError(f"attack.fpr_levels={list(s.fpr_levels)} lists a level twice; give each once")
-        if s.shadow_pool not in POOLS:
-            raise DuckInputError(f"attack.shadow_pool={s.shadow_pool!r}; choose one of {list(POOLS)}")
-        if s.mode not in MODES:
-            raise DuckInputError(f"attack.mode={s.mode!r}; choose one of {list(MODES)}")
-        if s.variant == "online" and s.shadow_pool != "train+test":
-            raise DuckInputError(
-                "online LiRA needs IN shadows for the non-members (test samples); set "
-                "attack.shadow_pool=train+test "
-                "(shadows train on random halves of train and test; attack=lira_online does both) or use "
-                "attack.variant=offline")
-        s.chunk_size = check_positive_int(s.chunk_size, "attack.chunk_size")
-        s.num_shards = check_positive_int(s.num_shards, "attack.num_shards")
-        if isinstance(s.shard, bool) or not isinstance(s.shard, int) or not 0 <= s.shard < s.num_shards:
-            raise DuckInputError(f"attack.shard={s.shard!r} must be an integer in 0..{s.num_shards - 1} "
-                                 f"(attack.num_shards={s.num_shards})")
-        s.eval_batch_size = check_positive_int(s.eval_batch_size, "attack.eval_batch_size")
-        resolve_threads(s.threads)
-        if isinstance(s.views, str):
-            resolve_views(s.views, 8)
-        elif isinstance(s.views, (list, tuple)) and all(isinstance(v, str) for v in s.views):
-            s.views = list(s.views)
-            resolve_views(s.views, 8)
-        else:
-            raise DuckInputError(f"attack.views={s.views!r}; use 'auto' or a list of view names")
-        s.ci = _check_ci(s.ci)
-        s.svm_mia = _check_svm(s.svm_mia)
-        s.forgetting = check_forgetting(s.forgetting)
-        return s
-
-
 #: the most bootstrap resamples attack.ci.n_boot may ask for (2000 is the default; more only costs time)
 MAX_N_BOOT = 100_000
 #: the fewest resamples a percentile interval is computed from
 MIN_N_BOOT = 100
 
 
-def _number_list(value: Any, name: str, example: str) -> list[Any]:
-    """A non-empty list of numbers; a single number is taken as a one-element list."""
-    if not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)):
-        return [value]
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)) or not value:
-        raise DuckInputError(f"{name}={value!r} must be a non-empty list of numbers, e.g. {example}")
-    return list(value)
+@settings
+class CISettings(Settings):
+    """``attack.ci``: the interval of every AUC (:func:`attacks.roc.auc_with_ci`)."""
+
+    prefix: ClassVar[str] = "attack.ci"
+
+    method: str = option("bootstrap", OneOf(tuple(CI_METHODS)), "how AUC intervals are made")
+    level: float = option(0.95, Real(0.5, False, 1.0, hi_open=True),
+                          "their confidence level (below 0.5: no interval anyone reads)")
+    n_boot: int = option(2000, Integer(MIN_N_BOOT, MAX_N_BOOT, " resamples; 2000 is usual"),
+                       "bootstrap resamples (2000 is usual)")
 
 
-def _check_ci(ci: Any) -> dict[str, Any]:
-    if ci is not None and not isinstance(ci, Mapping):
-        raise DuckInputError(f"attack.ci={ci!r} must be a mapping with method, level and n_boot")
-    ci = {"method": "bootstrap", "level": 0.95, "n_boot": 2000, **dict(ci or {})}
-    unknown = sorted(set(ci) - {"method", "level", "n_boot"})
-    if unknown:
-        raise DuckInputError(f"unknown attack.ci option(s) {unknown}; known: ['level', 'method', 'n_boot']")
-    if ci["method"] not in CI_METHODS:
-        raise DuckInputError(f"attack.ci.method={ci['method']!r}; choose one of {list(CI_METHODS)}")
-    ci["level"] = check_number(ci["level"], "attack.ci.level", 0.5, False, 1.0, True)  # below 0.5: no CI anyone reads
-    n_boot = check_positive_int(ci["n_boot"], "attack.ci.n_boot", MIN_N_BOOT)
-    if n_boot > MAX_N_BOOT:
-        raise DuckInputError(f"attack.ci.n_boot={n_boot} exceeds the maximum of {MAX_N_BOOT} resamples; "
-                             "2000 is usual")
-    ci["n_boot"] = n_boot
-    return ci
+@settings
+class ForgettingSettings(Settings):
+    """``attack.forgetting``: the forgetting audit against retrained models (ALGORITHMS.md §10) and its verdict
+    (§11)."""
+
+    prefix: ClassVar[str] = "attack.forgetting"
+
+    enabled: bool = option(False, Flag(), "run the forgetting audit (N runs of the method against R retrained models)")
+    n_unlearned: int = option(8, Integer(3), "N, runs of the method from the original (≥ 3: ⌈ln(N − 1)⌉ > 0 for "
+                                             "any ε score)")
+    n_retrained: int = option(8, Integer(3), "R, models retrained without the forget set")
+    controls: bool = option(True, Flag(), "score the retrain and none controls beside the method")
+    intervals: bool = option(True, Flag(), "intervals on F and KLOM (without them the verdict compares points)")
+    ci_level: float = option(0.95, Real(0.5, True, 1.0, hi_open=True), "level of the verdict's and KLOM's intervals")
+    seed: int = option(0, SEED, "seed of the banks (the retrain control takes the next) and of the calibration")
+    klom_max_examples: int = option(2000, Integer(1), "retain and test examples KLOM scores (a fixed random subset "
+                                                      "beyond)")
+    ulira: bool = option(False, Flag(), "U-LiRA (Hayes et al.) beside the ε score")
+    margin: float = option(0.25, Real(0.0, True, 1.0, hi_open=True),
+                           "the largest share of the original's shift a `forgotten` method may keep")
+    replicates: int = option(60, Integer(20), "permutation splits per shift of the verdict's test")
+    calibration_examples: int = option(300, Integer(10), "forget examples the verdict's test scores (a fixed random "
+                                                         "subset beyond)")
+    max_utility_loss: float = option(0.05, Real(0.0, False, 1.0, hi_open=True),
+                                     "allowance on the utility ratios RA_U/RA_R and TA_U/TA_R")
 
 
-#: the options of ``attack.forgetting`` (the forgetting audit of ALGORITHMS.md §10 and its verdict, §11) and their
-#: defaults
-FORGETTING_DEFAULTS = {"enabled": False, "n_unlearned": 8, "n_retrained": 8, "controls": True, "intervals": True,
-                       "ci_level": 0.95, "seed": 0, "klom_max_examples": 2000, "ulira": False, "margin": 0.25,
-                       "replicates": 60, "calibration_examples": 300, "max_utility_loss": 0.05}
+@dataclass(frozen=True)
+class ShadowCount:
+    """``attack.n_shadow``: an even integer >= 4 (each forget sample is OUT for half of the shadows, and a
+    Gaussian needs two of them)."""
+
+    def __call__(self, value: Any, key: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 4 or value % 2:
+            raise DuckInputError(f"{key}={value!r} must be an even number >= 4 (each forget sample is OUT for half of "
+                                 "the shadows and a Gaussian needs >= 2 of them); 16 or 64 are usual")
+        return int(value)
+
+    def describe(self) -> str:
+        return "an even integer >= 4"
 
 
-def check_forgetting(cfg: Any) -> dict[str, Any]:
-    """``attack.forgetting``: ``enabled`` and ``controls`` true/false; ``n_unlearned`` (N) and ``n_retrained``
-    (R) integers >= 3 (N >= 3 for any ε score: ⌈ln(N − 1)⌉ > 0); ``intervals`` true/false (KLOM's jackknife);
-    ``ci_level`` in (0.5, 1) (the verdict's interval and KLOM's); ``seed`` >= 0 (the banks' and the
-    calibration's); ``klom_max_examples`` >= 1 (retain and test examples scored by KLOM, a fixed random subset
-    beyond it); the verdict's ``margin`` in (0, 1) (the share of the original's shift a forgotten method may
-    keep), ``replicates`` >= 20 (permutation splits per shift), ``calibration_examples`` >= 10 (forget examples
-    the verdict's test scores, a fixed random subset beyond) and ``max_utility_loss`` in [0, 1) (the utility
-    ratios' allowance)."""
-    if cfg is not None and not isinstance(cfg, Mapping):
-        raise DuckInputError(f"attack.forgetting={cfg!r} must be a mapping of options")
-    out = {**FORGETTING_DEFAULTS, **dict(cfg or {})}
-    unknown = sorted(set(out) - set(FORGETTING_DEFAULTS))
-    if unknown:
-        raise DuckInputError(f"unknown attack.forgetting option(s) {unknown}; known: {sorted(FORGETTING_DEFAULTS)}")
-    for key in ("enabled", "controls", "intervals", "ulira"):
-        out[key] = check_bool(out[key], f"attack.forgetting.{key}")
-    out["n_unlearned"] = check_positive_int(out["n_unlearned"], "attack.forgetting.n_unlearned", 3)
-    out["n_retrained"] = check_positive_int(out["n_retrained"], "attack.forgetting.n_retrained", 3)
-    out["ci_level"] = check_number(out["ci_level"], "attack.forgetting.ci_level", 0.5, True, 1.0, True)
-    out["seed"] = check_seed(out["seed"], "attack.forgetting.seed")
-    out["klom_max_examples"] = check_positive_int(out["klom_max_examples"], "attack.forgetting.klom_max_examples")
-    out["margin"] = check_number(out["margin"], "attack.forgetting.margin", 0.0, True, 1.0, True)
-    out["replicates"] = check_positive_int(out["replicates"], "attack.forgetting.replicates", 20)
-    out["calibration_examples"] = check_positive_int(out["calibration_examples"],
-                                                     "attack.forgetting.calibration_examples", 10)
-    out["max_utility_loss"] = check_number(out["max_utility_loss"], "attack.forgetting.max_utility_loss", 0.0, False,
-                                           1.0, True)
-    return out
+@dataclass(frozen=True)
+class Views:
+    """``attack.views``: ``auto`` or a list of view names (:func:`attacks.lira.resolve_views`)."""
+
+    def __call__(self, value: Any, key: str) -> Any:
+        if isinstance(value, str):
+            resolve_views(value, 8)
+            return value
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            resolve_views(list(value), 8)
+            return tuple(value)
+        raise DuckInputError(f"{key}={value!r}; use 'auto' or a list of view names")
+
+    def describe(self) -> str:
+        return f"auto or a list of {list(VIEW_NAMES)}"
 
 
-def _check_svm(svm: Any) -> dict[str, Any]:
-    if svm is not None and not isinstance(svm, Mapping):
-        raise DuckInputError(f"attack.svm_mia={svm!r} must be a mapping of options")
-    svm = {"enabled": True, **dict(svm or {})}
-    bad_svm = sorted(set(svm) - SVM_OPTIONS)
-    if bad_svm:
-        raise DuckInputError(f"unknown attack.svm_mia option(s) {bad_svm}; known: {sorted(SVM_OPTIONS)}")
-    check_bool(svm["enabled"], "attack.svm_mia.enabled")
-    for key in ("member_ratio_cr", "member_ratio_hr"):
-        if key in svm:
-            svm[key] = check_number(svm[key], f"attack.svm_mia.{key}", 0.0, True)
-    if "runs" in svm:
-        svm["runs"] = check_positive_int(svm["runs"], "attack.svm_mia.runs", 1)
-    if "cv" in svm:
-        svm["cv"] = check_positive_int(svm["cv"], "attack.svm_mia.cv", 2)
-    if "max_per_side" in svm:
-        svm["max_per_side"] = check_positive_int(svm["max_per_side"], "attack.svm_mia.max_per_side", 2)
-    if "test_size" in svm:
-        svm["test_size"] = check_number(svm["test_size"], "attack.svm_mia.test_size", 0.0, True, 1.0, True)
-    for key, example in (("C", "[1, 5, 10, 100]"), ("gamma", "[1, 0.1, 0.01]")):
-        if key in svm:
-            name = f"attack.svm_mia.{key}"
-            svm[key] = [check_number(v, f"{name}[]", 0.0, True) for v in _number_list(svm[key], name, example)]
-    if "scoring" in svm and svm["scoring"] not in SCORERS:
-        raise DuckInputError(f"attack.svm_mia.scoring={svm['scoring']!r}; choose one of {sorted(SCORERS)}")
-    return svm
+@settings
+class SVMSettings(Settings):
+    """``attack.svm_mia``: the SVM membership-inference attack (:func:`attacks.svm_mia.svm_mia`, Supp. V-F)."""
+
+    prefix: ClassVar[str] = "attack.svm_mia"
+
+    enabled: bool = option(True, Flag(), "run the SVM MIA")
+    member_ratio_cr: float = option(3.0, Real(0.0, True), "members per non-member on class removal")
+    member_ratio_hr: float = option(1.0, Real(0.0, True), "members per non-member on homogeneous removal")
+    runs: int = option(5, Integer(1), "resamples / splits averaged")
+    C: tuple[float, ...] = option((1.0, 5.0, 10.0, 100.0), Numbers(0.0, example="[1, 5, 10, 100]"),
+                                  "the RBF-SVC's C grid")
+    gamma: tuple[float, ...] = option((1.0, 0.1, 0.01), Numbers(0.0, example="[1, 0.1, 0.01]"),
+                                      "the RBF-SVC's gamma grid")
+    cv: int = option(3, Integer(2), "cross-validation folds of the grid search")
+    test_size: float = option(0.2, Real(0.0, True, 1.0, hi_open=True), "held-out share of each run")
+    max_per_side: int = option(3000, Integer(2), "members and non-members per run, at most")
+    scoring: str = option("f1", OneOf(tuple(sorted(SCORERS))), "the grid search's score")
+
+
+@settings
+class AuditSettings(Settings):
+    """``attack``: LiRA with its shadow bank (``conf/attack/lira.yaml``), the SVM MIA, the AUC intervals and the
+    forgetting audit; parsed before any shadow is trained or any file written."""
+
+    prefix: ClassVar[str] = "attack"
+
+    n_shadow: int = option(16, ShadowCount(), "shadow models of the LiRA bank (16 or 64 are usual)")
+    seed: int = option(0, SEED, "seed of the shadow bank")
+    variant: str = option("offline", OneOf(tuple(VARIANTS)), "LiRA's variant (online needs shadow_pool=train+test)")
+    offline_test: str = option("one_sided", OneOf(tuple(OFFLINE_TESTS)), "offline LiRA's test")
+    fixed_variance: bool = option(False, Flag(), "one variance for every example instead of per-example ones")
+    truncate: bool = option(True, Flag(), "clip the logit-scaled confidences")
+    views: Any = option("auto", Views(), "query views (auto: identity plus the training augmentations)")
+    shadow_pool: str = option("train", OneOf(tuple(POOLS)), "what the shadows train on random halves of")
+    mode: str = option("auto", OneOf(tuple(MODES)), "shadows trained one by one or batched (auto: the faster)")
+    chunk_size: int = option(16, Integer(1), "shadows trained at once in batched mode")
+    threads: Any = option("auto", Either(("auto", None), Integer(1)), "torch intra-op threads of the bank")
+    fpr_levels: tuple[float, ...] = option((0.001, 0.01, 0.05),
+                                           Numbers(0.0, 1.0, True, "[0.001, 0.01, 0.05]", distinct=True),
+                                           "false-positive rates the TPR is reported at")
+    ci: CISettings = option(CISettings(), Group(CISettings), "the AUC intervals")
+    svm_mia: SVMSettings = option(SVMSettings(), Group(SVMSettings), "the SVM MIA")
+    forgetting: ForgettingSettings = option(ForgettingSettings(), Group(ForgettingSettings), "the forgetting audit")
+    save_stats: bool = option(True, Flag(), "write lira_stats.npz beside audit.json")
+    eval_batch_size: int = option(1024, Integer(1), "batch size of the bank's evaluation")
+    num_shards: int = option(1, Integer(1), "> 1: the job trains only slice `shard` of its banks, then stops")
+    shard: int = option(0, Integer(0), "the slice this job trains (0 .. num_shards - 1)")
+
+    def __post_init__(self) -> None:
+        """The checks across options."""
+        if self.variant == "online" and self.shadow_pool != "train+test":
+            raise DuckInputError(
+                "online LiRA needs IN shadows for the non-members (test samples); set attack.shadow_pool=train+test "
+                "(shadows train on random halves of train and test; attack=lira_online does both) or use "
+                "attack.variant=offline")
+        if self.shard >= self.num_shards:
+            raise DuckInputError(f"attack.shard={self.shard!r} must be an integer in 0..{self.num_shards - 1} "
+                                 f"(attack.num_shards={self.num_shards})")
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any] | None) -> AuditSettings:
+        """The ``attack`` config (its ``name`` key, the config's own name, dropped)."""
+        if cfg is not None and not isinstance(cfg, Mapping):
+            raise DuckInputError(f"attack must be a mapping of options, got {cfg!r}")
+        return cls.parse({k: v for k, v in dict(cfg or {}).items() if k != "name"})
 
 
 def query_indices(scenario: Scenario) -> tuple[np.ndarray, np.ndarray | None, str]:

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -40,6 +40,9 @@ from benchmarks.common import (
 from duck.errors import DuckInputError
 from duck.metrics import forget_target, forget_target_met
 from duck.report.sweep_page import forgetting_fields, write_sweep_page
+
+if TYPE_CHECKING:
+    from attacks.audit import ForgettingSettings
 
 SCENARIO_TITLES = {"class_removal": "Class removal (Table I protocol)",
                    "homogeneous_removal": "Homogeneous removal (Table II protocol)"}
@@ -369,17 +372,17 @@ RULES = {
 }
 
 
-def _check_forgetting_bench(value: Any, name: str) -> dict[str, Any]:
+def _check_forgetting_bench(value: Any, name: str) -> ForgettingSettings:
     """``bench.forgetting``: the forgetting audit per method and run (attack.forgetting's options; enabled,
     n_unlearned, n_retrained, ulira), checked as the audit checks them."""
-    from attacks.audit import check_forgetting
+    from attacks.audit import ForgettingSettings
 
     raw = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
     if raw is None:
         raw = {"enabled": False}
     if not isinstance(raw, dict):
         raise DuckInputError(f"{name}={value!r} must be a mapping, e.g. {name}.enabled=true")
-    return check_forgetting(raw)
+    return ForgettingSettings.parse(raw)
 
 
 def forgetting_overrides(cfg: DictConfig) -> list[str]:

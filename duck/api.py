@@ -76,12 +76,12 @@ def _user_setup(model: nn.Module, train: Any, test: Any, forget_classes: Any, fo
     from duck.data.scenarios import build_scenario
     from duck.data.user import as_splits
     from duck.models import Classifier, wrap_model
-    from duck.pipeline.config import configure_threads
+    from duck.pipeline.config import THREADS, configure_threads
     from duck.utils import check_seed
 
     if not isinstance(model, nn.Module):
         raise DuckInputError(f"model must be a torch.nn.Module classifier, got {type(model).__name__}")
-    configure_threads(threads)
+    configure_threads(THREADS(threads, "threads"))
     seed = check_seed(seed, "seed")
     kind, scenario_kw = _scenario_args(forget_classes, forget_ids, forget_fraction)
     data = as_splits(train, test, normalization=normalization)
@@ -161,11 +161,12 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
     ``.state_dict()`` (the input model's own key names)."""
     from omegaconf import OmegaConf
 
-    from duck.pipeline.job import Job, Trust, method_settings, resolve_accelerator
+    from duck.pipeline.config import Trust
+    from duck.pipeline.job import Job, method_settings, resolve_accelerator
     from duck.pipeline.stages import check_inputs, check_original, evaluate, unlearn_model
+    from duck.schema import Flag
     from duck.training import Recipe
     from duck.unlearn.config import resolve_method_cfg
-    from duck.utils import check_bool, check_number
 
     setup = _user_setup(model, train, test, forget_classes, forget_ids, forget_fraction, head=head, seed=seed,
                         threads=threads, normalization=normalization)
@@ -181,10 +182,9 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
               trainer_cfg=OmegaConf.to_container(cfg.trainer, resolve=True),
               recipe=Recipe.from_cfg(OmegaConf.to_container(cfg.recipe, resolve=True)) if recipe else None,
               method=name, hparams=resolve_method_cfg(method_cfg, data.name, scenario.kind),
-              trust=Trust(check_number(min_acc_factor, "min_acc_factor", 0.0, False),
-                          None if expect_acc is None else check_number(expect_acc, "expect_acc", 0.0, False, 1.0),
-                          check_number(expect_acc_tol, "expect_acc_tol", 0.0, False, 1.0)),
-              input_check=check_bool(input_check, "input_check"), interface="python", seed=setup.seed,
+              trust=Trust.parse({"min_acc_factor": min_acc_factor, "expect_acc": expect_acc,
+                                 "expect_acc_tol": expect_acc_tol}),
+              input_check=Flag()(input_check, "input_check"), interface="python", seed=setup.seed,
               progress=bool(progress), config=OmegaConf.to_container(cfg, resolve=True))
     classifier.to(torch_device)
     stats = check_inputs(job, classifier) or {}

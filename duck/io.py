@@ -14,7 +14,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -196,6 +196,8 @@ def _json_default(o: Any) -> Any:
         return o.tolist()
     if isinstance(o, Path):
         return str(o)
+    if isinstance(o, Mapping):  # typed settings (duck.schema) are read-only mappings of their options
+        return dict(o)
     try:  # torch tensors without importing torch here
         return o.tolist()
     except AttributeError:

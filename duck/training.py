@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import numpy as np
@@ -25,7 +25,8 @@ from duck.data.augment import apply_augment, check_augment
 from duck.data.loaders import make_loader
 from duck.errors import DuckInputError
 from duck.models import Classifier
-from duck.utils import check_number, check_positive_int
+from duck.schema import REQUIRED, Integer, Real, Settings, option, settings
+from duck.utils import check_number
 
 
 def quiet_lightning() -> None:
@@ -315,9 +316,59 @@ def check_torch_target(spec: Mapping[str, Any], name: str, package: str, base: t
             raise DuckInputError(f"{name}.{key} holds a mapping ({dict(value)!r}); give a plain value")
 
 
+@dataclass(frozen=True)
+class TorchClass:
+    """The rule of a recipe's optimizer / scheduler: a mapping whose ``_target_`` names a class of ``package``
+    derived from ``base`` (:func:`check_torch_target`; no other callable), with positive ``lr`` and non-negative
+    ``weight_decay`` where given; or, from Python, a callable already made (``lambda p: torch.optim.SGD(p, ...)``).
+    ``optional``: ``null`` is allowed (no scheduler)."""
+
+    package: str
+    optional: bool = False
+
+    def base(self) -> tuple[type, ...]:
+        if self.package == "torch.optim":
+            return (torch.optim.Optimizer,)
+        return (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+    def __call__(self, value: Any, key: str) -> Any:
+        if value is None and self.optional:
+            return None
+        if callable(value) and not isinstance(value, Mapping):
+            return value
+        if not isinstance(value, Mapping):
+            raise DuckInputError(f"{key}={value!r} must be a mapping with _target_ (a {self.package} class) and its "
+                                 "arguments")
+        check_torch_target(value, key, self.package, self.base())
+        for arg, lo_open in (("lr", True), ("weight_decay", False)):
+            if value.get(arg) is not None:
+                check_number(value[arg], f"{key}.{arg}", 0.0, lo_open)
+        return value
+
+    def describe(self) -> str:
+        return (("null or " if self.optional else "") + f"a {self.package} class (`_target_`, with `_partial_: true`) "
+                "and its arguments")
+
+
+@settings
+class RecipeSettings(Settings):
+    """``recipe``: how the original, the oracle, the banks' models and the retrain-based baselines train
+    (``conf/recipe/*.yaml``)."""
+
+    prefix: ClassVar[str] = "recipe"
+
+    epochs: int = option(REQUIRED, Integer(1), "training epochs")
+    batch_size: int = option(REQUIRED, Integer(1), "batch size (split evenly over DDP processes)")
+    optimizer: Any = option(REQUIRED, TorchClass("torch.optim"), "the optimizer")
+    label_smoothing: float = option(0.0, Real(0.0, False, 1.0, hi_open=True), "label smoothing of the loss")
+    scheduler: Any = option(None, TorchClass("torch.optim.lr_scheduler", optional=True),
+                            "the learning-rate schedule, stepped per epoch")
+
+
 @dataclass
 class Recipe:
-    """A training recipe (``conf/recipe/*.yaml``)."""
+    """A training recipe (``conf/recipe/*.yaml``), with the optimizer and scheduler as config mappings or, from
+    Python, as callables."""
 
     epochs: int
     batch_size: int
@@ -327,22 +378,10 @@ class Recipe:
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any]) -> Recipe:
-        """From a ``recipe`` config; DuckInputError for values out of range (epochs and batch size >= 1,
-        label smoothing in [0, 1), the optimizer's lr > 0 and weight decay >= 0 where given)."""
-        optimizer = cfg["optimizer"]
-        if isinstance(optimizer, Mapping):
-            check_torch_target(optimizer, "recipe.optimizer", "torch.optim", torch.optim.Optimizer)
-            for key, lo_open in (("lr", True), ("weight_decay", False)):
-                if optimizer.get(key) is not None:
-                    check_number(optimizer[key], f"recipe.optimizer.{key}", 0.0, lo_open)
-        if isinstance(cfg.get("scheduler"), Mapping):
-            check_torch_target(cfg["scheduler"], "recipe.scheduler", "torch.optim.lr_scheduler",
-                               (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
-        return cls(epochs=check_positive_int(cfg["epochs"], "recipe.epochs"),
-                   batch_size=check_positive_int(cfg["batch_size"], "recipe.batch_size"), optimizer=optimizer,
-                   scheduler=cfg.get("scheduler"),
-                   label_smoothing=check_number(cfg.get("label_smoothing", 0.0), "recipe.label_smoothing", 0.0,
-                                                False, 1.0, hi_open=True))
+        """From a ``recipe`` config, parsed by :class:`RecipeSettings` (one refusal per bad value)."""
+        s = RecipeSettings.parse(cfg)
+        return cls(epochs=s.epochs, batch_size=s.batch_size, optimizer=s.optimizer, scheduler=s.scheduler,
+                   label_smoothing=s.label_smoothing)
 
 
 def worker_trainer_settings(trainer_cfg: Mapping[str, Any] | None, world: int

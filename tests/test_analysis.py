@@ -18,7 +18,7 @@ from duck.analysis.density import (
     log_ball_volume,
     model_densities,
 )
-from duck.analysis.options import check_analysis_cfg, check_analysis_data
+from duck.analysis.options import AnalysisSettings, check_analysis_data
 from duck.analysis.tsne import stratified_subsample, tsne_coordinates, tsne_panels
 from duck.errors import DuckInputError
 
@@ -145,8 +145,8 @@ def test_a_collapsed_model_gets_no_map_and_no_densities_but_the_others_do():
 def test_tsne_seed_is_bounded_by_scikit_learn():
     cfg = {**OPTIONS, "tsne": {**OPTIONS["tsne"], "seed": 2**32}}
     with pytest.raises(DuckInputError, match=r"report.analysis.tsne.seed=4294967296 is too large for t-SNE"):
-        check_analysis_cfg(cfg)
-    check_analysis_cfg({**OPTIONS, "tsne": {**OPTIONS["tsne"], "seed": 2**32 - 1}})
+        AnalysisSettings.parse(cfg)
+    AnalysisSettings.parse({**OPTIONS, "tsne": {**OPTIONS["tsne"], "seed": 2**32 - 1}})
 
 
 def test_bad_inputs_name_the_bad_value():
@@ -193,26 +193,26 @@ def test_options_name_the_bad_key_and_value(path, value, match):
     import copy
 
     cfg = copy.deepcopy(OPTIONS)
-    check_analysis_cfg(cfg)
+    AnalysisSettings.parse(cfg)
     node = cfg
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = value
     with pytest.raises(DuckInputError, match=match):
-        check_analysis_cfg(cfg)
+        AnalysisSettings.parse(cfg)
 
 
 def test_data_bounds_are_checked_before_work():
     sizes = {"class_0": 50, "class_1": 50, "forget": 1}  # a one-sample deletion request: its group gets no density
-    check_analysis_data(check_analysis_cfg(OPTIONS), sizes, dim=16)
+    check_analysis_data(AnalysisSettings.parse(OPTIONS), sizes, dim=16)
     sizes["forget"] = 20
-    check_analysis_data(check_analysis_cfg(OPTIONS), sizes, dim=16)
+    check_analysis_data(AnalysisSettings.parse(OPTIONS), sizes, dim=16)
     bad = {**OPTIONS, "density": {**OPTIONS["density"], "n_components": 17}}
     with pytest.raises(DuckInputError, match="n_components=17 exceeds min"):
-        check_analysis_data(check_analysis_cfg(bad), sizes, dim=16)
+        check_analysis_data(AnalysisSettings.parse(bad), sizes, dim=16)
     bad = {**OPTIONS, "tsne": {**OPTIONS["tsne"], "perplexity": 200.0}}
     with pytest.raises(DuckInputError, match=r"perplexity=200 must be below the 120 points"):
-        check_analysis_data(check_analysis_cfg(bad), sizes, dim=16)
+        check_analysis_data(AnalysisSettings.parse(bad), sizes, dim=16)
 
 
 def test_report_has_the_feature_space_section(tmp_path):

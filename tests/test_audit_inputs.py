@@ -11,7 +11,7 @@ from attacks.audit import lira_verdict as verdict
 from attacks.svm_mia import svm_mia
 from duck.errors import DuckInputError
 from duck.pipeline.audit import check_recorded_recipes, resolve_role, source_recipe_recorded
-from duck.privacy.shareable import check_shareable_cfg
+from duck.privacy.shareable import ShareableSettings
 from duck.report.plots import auc_ci_png
 
 
@@ -88,9 +88,9 @@ def test_roles_must_name_a_model(role):
 def test_shareable_errors_name_the_setting(option, match):
     full = {"enabled": True, "eps": 1.0, "delta": 1e-5, "k": 3, "r": 1.0, "n_components": 2, "h": 1,
             "max_retain": 100}
-    check_shareable_cfg(full)
+    ShareableSettings.parse(full)
     with pytest.raises(DuckInputError, match=match):
-        check_shareable_cfg({**full, **option})
+        ShareableSettings.parse({**full, **option})
 
 
 @pytest.mark.parametrize("test_size", [0.99, 0.001])

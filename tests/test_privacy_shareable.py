@@ -182,17 +182,19 @@ SHARE = {"enabled": True, "eps": 1.0, "delta": 1e-5, "k": 5, "r": 0.5, "n_compon
     ("enabled", "abc", "report.shareable.enabled='abc'"), ("epsilon", 1, "unknown report.shareable"),
 ])
 def test_shareable_settings_are_checked_with_qualified_names(key, value, match):
-    from duck.privacy.shareable import check_shareable_cfg
+    from duck.privacy.shareable import ShareableSettings
 
     with pytest.raises(DuckInputError, match=match.replace(".", r"\.").replace("[", r"\[")):
-        check_shareable_cfg({**SHARE, key: value})
+        ShareableSettings.parse({**SHARE, key: value})
 
 
 def test_shareable_settings_accept_the_defaults():
-    from duck.privacy.shareable import check_shareable_cfg
+    from duck.privacy.shareable import ShareableSettings
 
-    assert check_shareable_cfg(SHARE) == SHARE
-    assert check_shareable_cfg({"enabled": False, "eps": -1})["enabled"] is False  # disabled: nothing else read
+    assert ShareableSettings.parse(SHARE) == SHARE
+    assert ShareableSettings.parse(None)["enabled"] is False  # absent: off
+    with pytest.raises(DuckInputError, match=r"report\.shareable\.eps"):  # a switched-off block is checked all the same
+        ShareableSettings.parse({"enabled": False, "eps": -1})
 
 
 def test_report_section_draws_independent_noise_per_model_even_when_seeded(synthetic, synthetic_model):
@@ -217,31 +219,29 @@ def test_report_section_draws_independent_noise_per_model_even_when_seeded(synth
 
 # ---------------------------------------------------------------------------------------------- issue 39
 def test_shareable_settings_edges_and_full_messages():
-    from duck.privacy.shareable import SHAREABLE_OPTIONS, check_shareable_cfg
+    from duck.privacy.shareable import ShareableSettings
 
-    assert check_shareable_cfg(None) == {"enabled": False}  # no block: off
-    assert check_shareable_cfg({}) == {"enabled": False}
+    off = {"enabled": False, "eps": 1.0, "delta": 1e-5, "k": 5, "r": 0.5, "n_components": 4, "h": 2,
+           "max_retain": 5000, "seed": None}  # conf/report/default.yaml's values, switched off
+    assert ShareableSettings.parse(None) == off and ShareableSettings.parse({}) == off  # no block: off
     with pytest.raises(DuckInputError) as e:
-        check_shareable_cfg(["enabled"], prefix="x.share")
-    assert str(e.value) == f"x.share=['enabled'] must be a mapping of options {list(SHAREABLE_OPTIONS)}"
-    with pytest.raises(DuckInputError) as e:
-        check_shareable_cfg({"enabled": True, "eps": 1.0})
-    assert str(e.value) == ("report.shareable is missing option(s) ['delta', 'k', 'r', 'n_components', 'h', "
-                            "'max_retain']")  # seed may be left out
+        ShareableSettings.parse(["enabled"], "x.share")
+    assert str(e.value) == "x.share=['enabled'] must be a mapping of options"
+    assert ShareableSettings.parse({"enabled": True, "eps": 2.0}) == {**off, "enabled": True, "eps": 2.0}
     no_seed = {k: v for k, v in SHARE.items() if k != "seed"}
-    assert check_shareable_cfg(no_seed) == no_seed
+    assert ShareableSettings.parse(no_seed) == {**no_seed, "seed": None}
     with pytest.raises(DuckInputError) as e:
-        check_shareable_cfg({**SHARE, "eps": 0.0})  # eps > 0, not >= 0
+        ShareableSettings.parse({**SHARE, "eps": 0.0})  # eps > 0, not >= 0
     assert str(e.value) == "report.shareable.eps must be a finite number > 0.0, got 0.0"
-    assert check_shareable_cfg({**SHARE, "h": 4, "n_components": 4})["h"] == 4  # h = n_components allowed
+    assert ShareableSettings.parse({**SHARE, "h": 4, "n_components": 4})["h"] == 4  # h = n_components allowed
     with pytest.raises(DuckInputError) as e:
-        check_shareable_cfg({**SHARE, "h": 5, "n_components": 4})
+        ShareableSettings.parse({**SHARE, "h": 5, "n_components": 4})
     assert str(e.value) == ("report.shareable.h=5 exceeds report.shareable.n_components=4 (the candidate "
                             "subspaces); lower h")
-    assert check_shareable_cfg({**SHARE, "seed": 3})["seed"] == 3
-    seeded = check_shareable_cfg({**SHARE, "seed": np.int64(3)})  # the checked seed replaces the given one
+    assert ShareableSettings.parse({**SHARE, "seed": 3})["seed"] == 3
+    seeded = ShareableSettings.parse({**SHARE, "seed": np.int64(3)})  # the checked seed replaces the given one
     assert set(seeded) == set(SHARE) and type(seeded["seed"]) is int and seeded["seed"] == 3
-    assert check_shareable_cfg({**SHARE, "k": np.int64(5)})["k"] == 5 and type(check_shareable_cfg(
+    assert ShareableSettings.parse({**SHARE, "k": np.int64(5)})["k"] == 5 and type(ShareableSettings.parse(
         {**SHARE, "k": np.int64(5)})["k"]) is int
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import lazy_loader
 
 _LAZY = {
-    "options": ["check_analysis_cfg"],
+    "options": ["AnalysisSettings"],
     "density": ["cluster_densities", "components_for_variance", "group_labels", "log_ball_volume", "model_densities"],
     "shap_maps": ["region_mean", "shap_values"],
     "tsne": ["stratified_subsample", "tsne_panels"],

@@ -3,52 +3,50 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from duck.analysis.tsne import check_tsne_seed
 from duck.errors import DuckInputError
-from duck.utils import check_bool, check_number, check_positive_int
-
-#: the options of ``report.analysis`` and of its sub-blocks
-ANALYSIS_OPTIONS = {"enabled": None, "density": ("variance", "coverage", "n_components"),
-                    "tsne": ("enabled", "max_points", "perplexity", "seed")}
+from duck.schema import Check, Either, Flag, Group, Integer, Real, Settings, option, settings
 
 
-def _block(cfg: Any, prefix: str, known: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    if cfg is None:
-        cfg = {}
-    if not isinstance(cfg, Mapping):
-        raise DuckInputError(f"{prefix}={cfg!r} must be a mapping of options {list(known)}")
-    unknown = sorted(set(cfg) - set(known))
-    if unknown:
-        raise DuckInputError(f"unknown {prefix} option(s) {unknown}; known: {list(known)}")
-    missing = [key for key in known if key not in cfg]
-    if missing:
-        raise DuckInputError(f"{prefix} is missing option(s) {missing}")
-    return dict(cfg)
+@settings
+class DensitySettings(Settings):
+    """``report.analysis.density``: the cluster density of Eq. 9 (seeds/003 §IV-I)."""
+
+    prefix: ClassVar[str] = "report.analysis.density"
+
+    variance: float = option(0.95, Real(0.0, True, 1.0), "PCA dims: fewest components explaining this share of the "
+                                                         "original model's variance")
+    coverage: float = option(0.95, Real(0.0, True, 1.0), "r_c: radius around the centroid holding this share of the "
+                                                         "cluster")
+    n_components: int | None = option(None, Either((None,), Integer(1), "an integer >= 1, or null for the variance rule"),
+                                      "an integer overrides the variance rule")
 
 
-def check_analysis_cfg(cfg: Any, prefix: str = "report.analysis") -> dict[str, Any]:
-    """The ``report.analysis`` settings with numbers converted; a ``DuckInputError`` naming ``prefix.key`` and
-    the value otherwise: ``enabled`` a bool; ``density.variance`` and ``density.coverage`` in ``(0, 1]``;
-    ``density.n_components`` null or an integer >= 1; ``tsne.enabled`` a bool; ``tsne.max_points`` an integer
-    >= 2; ``tsne.perplexity > 0``; ``tsne.seed`` an integer in ``[0, 2^32 - 1]`` (scikit-learn's bound).
-    Absent ``report.analysis``: disabled. Bounds that depend on the data are checked by :func:`check_analysis_data`."""
-    if cfg is None:
-        return {"enabled": False}
-    out = _block(cfg, prefix, list(ANALYSIS_OPTIONS))
-    out["enabled"] = check_bool(out["enabled"], f"{prefix}.enabled")
-    density = out["density"] = _block(out["density"], f"{prefix}.density", ANALYSIS_OPTIONS["density"])
-    for key in ("variance", "coverage"):
-        density[key] = check_number(density[key], f"{prefix}.density.{key}", 0.0, True, 1.0)
-    if density["n_components"] is not None:
-        density["n_components"] = check_positive_int(density["n_components"], f"{prefix}.density.n_components")
-    tsne = out["tsne"] = _block(out["tsne"], f"{prefix}.tsne", ANALYSIS_OPTIONS["tsne"])
-    tsne["enabled"] = check_bool(tsne["enabled"], f"{prefix}.tsne.enabled")
-    tsne["max_points"] = check_positive_int(tsne["max_points"], f"{prefix}.tsne.max_points", 2)
-    tsne["perplexity"] = check_number(tsne["perplexity"], f"{prefix}.tsne.perplexity", 0.0, True)
-    tsne["seed"] = check_tsne_seed(tsne["seed"], f"{prefix}.tsne.seed")
-    return out
+@settings
+class TSNESettings(Settings):
+    """``report.analysis.tsne``: one t-SNE map per audited model."""
+
+    prefix: ClassVar[str] = "report.analysis.tsne"
+
+    enabled: bool = option(True, Flag(), "draw the t-SNE maps")
+    max_points: int = option(1000, Integer(2), "seeded stratified subsample")
+    perplexity: float = option(30.0, Real(0.0, True), "t-SNE's perplexity (below the number of points)")
+    seed: int = option(0, Check(check_tsne_seed, "an integer in [0, 4294967295] (scikit-learn's random_state)"),
+                       "seed of the subsample and the map")
+
+
+@settings
+class AnalysisSettings(Settings):
+    """``report.analysis``: the report's feature-space section (docs/analysis.md). Bounds that depend on the data
+    are checked by :func:`check_analysis_data`."""
+
+    prefix: ClassVar[str] = "report.analysis"
+
+    enabled: bool = option(False, Flag(), "the feature-space section (not differentially private)")
+    density: DensitySettings = option(DensitySettings(), Group(DensitySettings), "cluster densities")
+    tsne: TSNESettings = option(TSNESettings(), Group(TSNESettings), "t-SNE maps")
 
 
 def check_analysis_data(options: Mapping[str, Any], group_sizes: Mapping[str, int], dim: int,

@@ -11,10 +11,8 @@ from typing import Any
 from duck.cli._overrides import unknown_group_choice, unknown_key_message
 from duck.errors import DuckInputError
 from duck.pipeline.config import (
-    check_job_numbers,
     check_required,
     conf_dir,
-    configure_threads,
     hydra_config_path,
     hydra_output_dir,
 )
@@ -297,9 +295,9 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
                 if cfg.get("margins") is None:  # duck-audit margins=FILE needs no checkpoint nor forget set
                     check_required(cfg)
                 resolve_input_paths(cfg)
-                configure_threads(cfg.get("threads", "auto"))
-                check_job_numbers(cfg)
-                return task(cfg)  # a search's trial returns its objective (the Optuna sweeper reads it)
+                # the job's settings are parsed once, where it is resolved (Job.from_cfg); a search's trial
+                # returns its objective (the Optuna sweeper reads it)
+                return task(cfg)
             except (SIGTERMException, DuckTerminated) as e:  # Lightning's SIGTERM exit would say 0: a success
                 fail(str(e) if isinstance(e, DuckTerminated) else TERMINATED, DuckTerminated.exit_status)
             except DuckInputError as e:

@@ -90,10 +90,11 @@ def check_job_config(cfg: Any) -> None:
     """The data-free checks of one job's composed config (module docstring)."""
     from omegaconf import OmegaConf
 
-    from duck.pipeline.config import check_job_numbers, check_required
+    from duck.pipeline.config import JobSettings, Trust, check_required
 
     check_required(cfg)
-    check_job_numbers(cfg)
+    JobSettings.parse(cfg)  # the sweep's pre-flight: each job parses its own settings again when it runs
+    Trust.parse(cfg)
     check_logger(cfg)
     if "method" in cfg and "scenario" in cfg and cfg.method is not None:
         from duck.pipeline.job import method_settings

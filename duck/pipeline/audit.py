@@ -16,7 +16,7 @@ from duck.metrics import aus_inputs, scenario_aus
 from duck.pipeline.job import Job, feature_samples
 
 __all__ = ["REFERENCE_NAMES", "audit_and_report", "audit_lines", "verdict_lines"]
-from duck.privacy.shareable import check_shareable_cfg
+from duck.privacy.shareable import ShareableSettings
 from duck.report import write_report
 from duck.utils import warn_line
 
@@ -149,7 +149,7 @@ def feature_space_section(options: dict[str, Any], models: dict[str, Any], data:
     return feature_space, tsne_panels_png(panels.coords, panels.labels, panels.is_forget, data.class_names or None)
 
 
-def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: Any, scenario: Any,
+def shareable_section(cfg_share: ShareableSettings, models: dict[str, Any], data: Any, scenario: Any,
                       device: Any) -> tuple[str, dict[str, Any]]:
     """DP outlier statistics of the forget samples in each model's embedding space (issue 8 item 5):
     ``(markdown section, {model: released dict})``. The budget ``(eps, delta)`` is split over the models."""
@@ -159,7 +159,6 @@ def shareable_section(cfg_share: dict[str, Any], models: dict[str, Any], data: A
     from duck.privacy.mechanisms import make_generator
     from duck.privacy.shareable import shareable_outlier_statistics
 
-    cfg_share = check_shareable_cfg(cfg_share)
     # one generator for all the models' releases: sequential composition needs independent noise per release
     # (re-seeding per model gave every model the same draw, so differences between their counts were exact)
     gen = make_generator(cfg_share.get("seed"))

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
 from duck.errors import DuckInputError
-from duck.utils import JOB_SEED_MAX, check_bool, check_positive_int
+from duck.schema import Either, Flag, Integer, Real, Settings, option, settings
+from duck.utils import JOB_SEED_MAX
 
 #: the Python package that holds the config tree (the repository's top-level ``conf/``, shipped as package
 #: data: pyproject.toml maps ``duck.conf`` to ``conf/``), for Hydra's ``pkg://`` search path
 CONF_PACKAGE = "duck.conf"
+
+
+#: ``threads``: torch intra-op threads (:func:`configure_threads`)
+THREADS = Either(("auto", None), Integer(1))
 
 
 def conf_dir() -> Path:
@@ -43,6 +48,39 @@ def container(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
+@settings
+class JobSettings(Settings):
+    """The top-level settings every job config shares (``conf/{train,unlearn,audit,run}.yaml``); the other
+    top-level keys are groups of their own (``data``, ``attack``...) or the original's :class:`Trust`."""
+
+    open_keys: ClassVar[bool] = True
+
+    seed: int = option(0, Integer(0, JOB_SEED_MAX, " (Lightning seeds numpy, which takes 32-bit seeds)"),
+                       "the job's seed (training, unlearning, sampling)")
+    eval_batch_size: int = option(1024, Integer(1), "batch size of every evaluation pass")
+    retrain: bool = option(False, Flag(), "also train the oracle retrained without the forget set")
+    audit: bool = option(False, Flag(), "audit the unlearned model (attack.*) and write its report")
+    reuse_cached: bool = option(True, Flag(), "reuse trained originals, oracles and banks from the cache")
+    progress: Any = option("auto", Either(("auto",), Flag()), "progress bars (auto: only on a terminal)")
+    input_check: bool = option(True, Flag(), "refuse data prepared differently from the original's training")
+    threads: Any = option("auto", THREADS, "torch intra-op threads (auto: 1 on machines with at most 4 cores)")
+
+
+@settings
+class Trust(Settings):
+    """When an original model is too broken to unlearn or audit (issue 24 item 5): its test accuracy must be
+    at least ``min_acc_factor / num_classes`` (1.5x chance by default) and, with ``expect_acc`` (the accuracy
+    the user measured in their own pipeline), within ``expect_acc_tol`` of it."""
+
+    open_keys: ClassVar[bool] = True
+
+    min_acc_factor: float = option(1.5, Real(0.0, False), "the original's test accuracy must be at least this "
+                                                          "times chance (0: no check)")
+    expect_acc: float | None = option(None, Either((None,), Real(0.0, False, 1.0)),
+                                      "the test accuracy you measured for the original in your own pipeline")
+    expect_acc_tol: float = option(0.02, Real(0.0, False, 1.0), "how far the measured accuracy may be from it")
+
+
 def configure_threads(threads: Any) -> None:
     """``threads: auto`` (the default in every job config and in :func:`duck.unlearn`) uses one torch
     intra-op thread on machines with at most 4 cores: small models gain little from a second thread, and on a
@@ -50,32 +88,14 @@ def configure_threads(threads: Any) -> None:
     with 2 threads next to other jobs, 21 s with 1). An integer sets the count; ``None`` keeps torch's default."""
     import torch
 
+    threads = THREADS(threads, "threads")
     if threads is None:
         return
     if threads == "auto":
         if (os.cpu_count() or 1) <= 4:
             torch.set_num_threads(1)
         return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise DuckInputError(f"threads={threads!r} must be auto, null or an integer >= 1")
     torch.set_num_threads(threads)
-
-
-def check_job_numbers(cfg: Any) -> None:
-    """The top-level settings job configs share: ``seed`` in ``[0, 2^32 - 1]``, ``eval_batch_size >= 1`` (neither
-    null), and the flags ``retrain``, ``audit``, ``reuse_cached`` as true/false (a string like ``no`` is
-    refused, not read as true), ``progress`` as true, false or auto."""
-    for key, minimum in (("seed", 0), ("eval_batch_size", 1)):
-        if key in cfg:
-            check_positive_int(cfg.get(key), key, minimum)
-    if "seed" in cfg and cfg.get("seed") > JOB_SEED_MAX:
-        raise DuckInputError(f"seed={cfg.get('seed')} must be at most {JOB_SEED_MAX} (Lightning seeds numpy, "
-                             "which takes 32-bit seeds)")
-    for key in ("retrain", "audit", "reuse_cached"):
-        if key in cfg:
-            check_bool(cfg.get(key), key)
-    if "progress" in cfg and cfg.get("progress") != "auto":
-        check_bool(cfg.get("progress"), "progress")
 
 
 def check_required(cfg: Any) -> None:

@@ -14,27 +14,28 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from attacks.audit import AuditSettings, check_audit_data
-from duck.analysis.options import check_analysis_cfg, check_analysis_data
+from duck.analysis.options import AnalysisSettings, check_analysis_data
 from duck.data.augment import check_augment
 from duck.data.base import DatasetSplits, subset_splits
 from duck.data.registry import build_datasets
 from duck.data.scenarios import Scenario, build_scenario
 from duck.errors import DuckInputError
 from duck.models import Classifier, create_model
-from duck.pipeline.config import conf_dir, container, resolve_progress
-from duck.privacy.shareable import check_shareable_cfg
+from duck.pipeline.config import JobSettings, Trust, conf_dir, configure_threads, container, resolve_progress
+from duck.privacy.shareable import ShareableSettings
+from duck.schema import SEED, Either, Integer, Settings, option, settings
 from duck.store import check_cache_dir
 from duck.training import Recipe, check_data_parallel, check_trainer_settings, data_parallel_size
 from duck.unlearn import get_unlearner_class
 from duck.unlearn.config import MethodParams, check_known_keys, resolve_method_cfg
-from duck.utils import check_bool, check_number, warn_line
+from duck.utils import warn_line
 
 #: job commands and what each needs
 COMMANDS = ("train", "unlearn", "audit", "run")
@@ -53,33 +54,13 @@ HINTS = {
 
 
 @dataclass
-class Trust:
-    """When an original model is too broken to unlearn or audit (issue 24 item 5): its test accuracy must be
-    at least ``min_acc_factor / num_classes`` (1.5x chance by default) and, with ``expect_acc`` (the accuracy
-    the user measured in their own pipeline), within ``expect_acc_tol`` of it."""
-
-    min_acc_factor: float = 1.5
-    expect_acc: float | None = None
-    expect_acc_tol: float = 0.02
-
-    @classmethod
-    def from_cfg(cls, cfg: Any) -> Trust:
-        factor = check_number(cfg.get("min_acc_factor", 1.5), "min_acc_factor", 0.0, False)
-        expect = cfg.get("expect_acc", None)
-        if expect is not None:
-            expect = check_number(expect, "expect_acc", 0.0, False, 1.0)
-        tol = check_number(cfg.get("expect_acc_tol", 0.02), "expect_acc_tol", 0.0, False, 1.0)
-        return cls(factor, expect, tol)
-
-
-@dataclass
 class AuditOptions:
     """The audit and report settings: LiRA + SVM MIA (``attack.*``), the DP shareable statistics
     (``report.shareable.*``) and the feature-space analysis (``report.analysis.*``)."""
 
     attack: AuditSettings
-    shareable: dict[str, Any]
-    analysis: dict[str, Any]
+    shareable: ShareableSettings
+    analysis: AnalysisSettings
 
 
 @dataclass(frozen=True)
@@ -143,8 +124,10 @@ class Job:
         ``data`` / ``scenario`` reuse objects built already (benchmarks build the data once for many jobs)."""
         if command not in COMMANDS:
             raise ValueError(f"unknown command {command!r}")
+        settings = JobSettings.parse(cfg)
+        configure_threads(settings.threads)
         attack_settings = None
-        if command == "audit" or cfg.get("audit"):  # options checked before the data are loaded
+        if command == "audit" or settings.audit:  # options checked before the data are loaded
             attack_settings, share, analysis = check_report_options(cfg)
         if data is None:
             data = build_data(cfg)
@@ -153,7 +136,7 @@ class Job:
         if scenario is None and command != "train":
             raise DuckInputError(f"duck-{command} needs a scenario"
                                  + (" (it defines the members)" if command == "audit" else "") + f": {SCENARIO_KINDS}")
-        if command == "train" and cfg.get("retrain") and scenario is None:
+        if command == "train" and settings.retrain and scenario is None:
             raise DuckInputError("retrain=true needs a scenario (e.g. scenario=class_removal) to define the retain set")
         check_validation_separation(cfg.get("tuned_on"), data.name, scenario)
         model_name, model_kw = model_settings(cfg)
@@ -166,11 +149,9 @@ class Job:
                   model_factory=lambda: create_model(model_name, data.num_classes, data.in_chans, data.img_size,
                                                      **model_kw),
                   device=device_of(cfg), trainer_cfg=container(cfg.trainer) or {},
-                  trust=Trust.from_cfg(cfg), input_check=check_bool(cfg.get("input_check", True), "input_check"),
-                  seed=int(cfg.get("seed", 0)),
-                  eval_batch_size=int(cfg.get("eval_batch_size", 1024)),
-                  progress=resolve_progress(cfg.get("progress", "auto")),
-                  reuse_cached=bool(cfg.get("reuse_cached", True)), config=container(cfg),
+                  trust=Trust.parse(cfg), input_check=settings.input_check, seed=settings.seed,
+                  eval_batch_size=settings.eval_batch_size, progress=resolve_progress(settings.progress),
+                  reuse_cached=settings.reuse_cached, config=container(cfg),
                   inputs={k: cfg.get(k) for k in ("ckpt", "original_ckpt", "retrained_ckpt", "role") if k in cfg},
                   data_cfg=data_identity(cfg), model_cfg=container(cfg.model), recipe_cfg=recipe_cfg,
                   method=method, hparams=hparams,
@@ -222,8 +203,8 @@ def build_data(cfg: DictConfig) -> DatasetSplits:
     data = build_datasets(kw.pop("name"), **kw)
     check_augment(data.augment)
     if subset is not None:
-        n_train, n_test, seed = check_subset(subset)
-        data = subset_splits(data, n_train, n_test, seed)
+        sub = SubsetSettings.parse(subset)
+        data = subset_splits(data, sub.n_train, sub.n_test, sub.seed)
     return data
 
 
@@ -237,21 +218,17 @@ def data_identity(cfg: DictConfig) -> dict[str, Any]:
     return d
 
 
-def check_subset(subset: Any) -> tuple[int | None, int | None, int]:
-    """``data.subset``: ``n_train`` / ``n_test`` (null = all, else an integer >= 2) and ``seed`` (>= 0)."""
-    if not isinstance(subset, dict) or set(subset) - {"n_train", "n_test", "seed"}:
-        raise DuckInputError(f"data.subset={subset!r} must be a mapping of n_train, n_test and seed, e.g. "
-                             "data.subset.n_train=5000")
-    sizes = []
-    for key in ("n_train", "n_test"):
-        value = subset.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
-            raise DuckInputError(f"data.subset.{key}={value!r} must be an integer >= 2, or null for the whole split")
-        sizes.append(value)
-    seed = subset.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise DuckInputError(f"data.subset.seed={seed!r} must be an integer >= 0")
-    return sizes[0], sizes[1], seed
+@settings
+class SubsetSettings(Settings):
+    """``data.subset``: a fixed random subset of an in-memory data set (:func:`duck.data.base.subset_splits`)."""
+
+    prefix: ClassVar[str] = "data.subset"
+
+    n_train: int | None = option(None, Either((None,), Integer(2), "an integer >= 2, or null for the whole split"),
+                                 "training examples kept (null: all)")
+    n_test: int | None = option(None, Either((None,), Integer(2), "an integer >= 2, or null for the whole split"),
+                                "test examples kept (null: all)")
+    seed: int = option(0, SEED, "seed of the random subset")
 
 
 def build_scenario_cfg(cfg: DictConfig, data: DatasetSplits) -> Scenario | None:
@@ -325,13 +302,13 @@ def resolve_accelerator(acc: str) -> torch.device:
     return torch.device("cpu")
 
 
-def check_report_options(cfg: DictConfig) -> tuple[AuditSettings, dict[str, Any], dict[str, Any]]:
+def check_report_options(cfg: DictConfig) -> tuple[AuditSettings, ShareableSettings, AnalysisSettings]:
     """The data-free audit options (``attack.*``, ``report.shareable.*``, ``report.analysis.*``, the cache
     directory): ``(attack settings, shareable settings, analysis settings)``."""
     settings = AuditSettings.from_cfg(container(cfg.attack))
     report_cfg = container(cfg.report) if cfg.get("report") is not None else {}
-    share = check_shareable_cfg(report_cfg.get("shareable"))
-    analysis = check_analysis_cfg(report_cfg.get("analysis"))
+    share = ShareableSettings.parse(report_cfg.get("shareable"))
+    analysis = AnalysisSettings.parse(report_cfg.get("analysis"))
     check_cache_dir(cfg.cache_dir)
     return settings, share, analysis
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attacks.audit import check_forgetting
+from attacks.audit import ForgettingSettings
 from attacks.equivalence import accuracies_of, forgetting_verdict, read_margins
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json, atomic_write_text
@@ -31,8 +31,8 @@ def audit_margins(cfg: Any, out: Path) -> dict[str, Any]:
         raise DuckInputError(f"ckpt={cfg.ckpt} and margins={cfg.margins} given: margins= audits margin arrays without "
                              "any model; drop one")
     attack = cfg.get("attack") or {}
-    opts = check_forgetting(OmegaConf.to_container(attack.get("forgetting"), resolve=True)
-                            if attack.get("forgetting") is not None else None)
+    opts = ForgettingSettings.parse(OmegaConf.to_container(attack.get("forgetting"), resolve=True)
+                                    if attack.get("forgetting") is not None else None)
     arrays = read_margins(cfg.margins)
     record = forgetting_verdict(arrays["unlearned"], arrays["retrained"], arrays["retrain_control"],
                                 arrays["none_control"], margin=opts["margin"], level=opts["ci_level"],

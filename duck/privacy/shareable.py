@@ -36,7 +36,7 @@ returned dict holds only released values, public parameters and noise scales -- 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -51,45 +51,32 @@ from duck.privacy.mechanisms import (
 )
 from duck.privacy.neighbours import as_records, count_within, squared_radius, subspace_coordinates
 from duck.privacy.outliers import all_subspaces
-from duck.utils import check_bool, check_number, check_positive_int, check_radius, check_seed
-
-#: the options of ``report.shareable`` (conf/report/default.yaml)
-SHAREABLE_OPTIONS = ("enabled", "eps", "delta", "k", "r", "n_components", "h", "max_retain", "seed")
+from duck.schema import SEED, Check, Either, Flag, Integer, Real, Settings, option, settings
+from duck.utils import check_number, check_positive_int, check_radius
 
 
-def check_shareable_cfg(cfg: Any, prefix: str = "report.shareable") -> dict[str, Any]:
-    """The ``report.shareable`` settings, validated before any work (errors name ``prefix.key`` and the
-    value): ``enabled`` a bool; ``eps > 0``; ``0 < delta < 1``; ``k``, ``n_components``, ``h``,
-    ``max_retain`` integers >= 1; ``r > 0``; ``seed`` null or an integer >= 0. Bounds that depend on the
-    data (``n_components`` against the embedding dimension, ``k`` against the retain samples) are checked
-    by :func:`shareable_outlier_statistics`. Returns the dict with numbers converted."""
-    from collections.abc import Mapping
+@settings
+class ShareableSettings(Settings):
+    """``report.shareable``: the DP outlier statistics of the report (conf/report/default.yaml; seeds/004). Bounds
+    that depend on the data (``n_components`` against the embedding dimension, ``k`` against the retain samples)
+    are checked by :func:`shareable_outlier_statistics` and, before any work, by the job."""
 
-    if cfg is None:
-        cfg = {}
-    if not isinstance(cfg, Mapping):
-        raise DuckInputError(f"{prefix}={cfg!r} must be a mapping of options {list(SHAREABLE_OPTIONS)}")
-    out = dict(cfg)
-    unknown = sorted(set(out) - set(SHAREABLE_OPTIONS))
-    if unknown:
-        raise DuckInputError(f"unknown {prefix} option(s) {unknown}; known: {list(SHAREABLE_OPTIONS)}")
-    enabled = out["enabled"] = check_bool(out.get("enabled", False), f"{prefix}.enabled")
-    if not enabled:
-        return out
-    missing = [key for key in SHAREABLE_OPTIONS if key not in out and key != "seed"]
-    if missing:
-        raise DuckInputError(f"{prefix} is missing option(s) {missing}")
-    out["eps"] = check_number(out["eps"], f"{prefix}.eps", 0.0, True)
-    out["delta"] = check_delta(out["delta"], f"{prefix}.delta")
-    out["r"] = check_radius(out["r"], f"{prefix}.r")
-    for key in ("k", "n_components", "h", "max_retain"):
-        out[key] = check_positive_int(out[key], f"{prefix}.{key}")
-    if out["h"] > out["n_components"]:
-        raise DuckInputError(f"{prefix}.h={out['h']} exceeds {prefix}.n_components={out['n_components']} "
-                             "(the candidate subspaces); lower h")
-    if out.get("seed") is not None:
-        out["seed"] = check_seed(out["seed"], f"{prefix}.seed")
-    return out
+    prefix: ClassVar[str] = "report.shareable"
+
+    enabled: bool = option(False, Flag(), "release the DP outlier statistics in the report")
+    eps: float = option(1.0, Real(0.0, True), "total ε over all audited models (split equally)")
+    delta: float = option(1e-5, Check(check_delta, "a number in (0, 1), at least 1e-300"), "total δ (split equally)")
+    k: int = option(5, Integer(1), "outlier: fewer than k retain samples within r")
+    r: float = option(0.5, Check(check_radius, "a number in (0, 1e150]"), "radius in retain standard deviations")
+    n_components: int = option(4, Integer(1), "PCA components of the retain embeddings")
+    h: int = option(2, Integer(1), "top-h subspaces released (at most n_components)")
+    max_retain: int = option(5000, Integer(1), "retain samples of the reference population (seeded subset)")
+    seed: int | None = option(None, Either((None,), SEED), "null: fresh noise each run (an integer for tests only)")
+
+    def __post_init__(self) -> None:
+        if self.h > self.n_components:
+            raise DuckInputError(f"{self.prefix}.h={self.h} exceeds {self.prefix}.n_components={self.n_components} "
+                                 "(the candidate subspaces); lower h")
 
 
 def check_squares_finite(emb: torch.Tensor, name: str) -> None:
