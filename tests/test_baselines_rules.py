@@ -937,7 +937,7 @@ def test_ssd_run_dampens_with_importances_on_d_in_the_authors_order_and_on_the_f
     assert set(result.info) == {"dampened", "dampened_fraction", "phases"}
     with pytest.raises(DuckInputError) as e:  # the config check refuses it first; the method checks again
         create_unlearner("ssd", copy.deepcopy(synthetic_model), data, {**hp, "full_order": "random"}, seed=0)
-    assert str(e.value) == "method.full_order='random' must be one of authors, dataset"
+    assert str(e.value) == "method.full_order='random'; choose one of ['authors', 'dataset']"
     u = create_unlearner("ssd", copy.deepcopy(synthetic_model), data, hp, seed=0)
     u.hp["full_order"] = "random"
     with pytest.raises(DuckInputError) as e:

@@ -229,7 +229,7 @@ def test_duck_unlearn_cli_every_scenario(run_cli, synthetic_ckpt, tmp_path, scen
     (("method.low_cosine=no",), "method.low_cosine='no' must be true or false"),
     (("method.batch_ratio=0.5",), "method.batch_ratio=0.5 must be an integer >= 1"),
     (("method.batch_ratio=2.7",), "method.batch_ratio=2.7 must be an integer >= 1"),
-    (("method.low_pairing=both",), "method.low_pairing='both' must be one of ratio, first_forget"),
+    (("method.low_pairing=both",), "method.low_pairing='both'; choose one of ['ratio', 'first_forget']"),
     (("+method.lambda_fgtt=3",), "method 'duck' has no hyperparameter(s) ['lambda_fgtt']"),
     (("method=scrub", "+method.lambda_fgt=1"), "method 'scrub' has no hyperparameter(s) ['lambda_fgt']"),
 ])

@@ -455,7 +455,7 @@ def test_run_wiring_centroid_cap_low_scale_pairing_record_and_weight_decay(synth
     assert result.info["forget_acc_after_high"] == u.history[-1]["forget_acc"]
     with pytest.raises(DuckInputError) as e:  # the config check refuses it first ...
         make_duck(synthetic, synthetic_model, sc, low_pairing="zigzag")
-    assert str(e.value) == "method.low_pairing='zigzag' must be one of ratio, first_forget"
+    assert str(e.value) == "method.low_pairing='zigzag'; choose one of ['ratio', 'first_forget']"
     bad = make_duck(synthetic, synthetic_model, sc, tolerance=-1.0, max_epochs=1)
     bad.hp["low_pairing"] = "zigzag"  # ... and the run itself, if a changed mapping reaches it
     with pytest.raises(DuckInputError) as e:

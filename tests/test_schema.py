@@ -203,6 +203,32 @@ def table() -> str:
     return schema.markdown_table(*GROUPS)
 
 
+def hyperparameter_table() -> str:
+    """The shared method hyperparameters' rules as a table, for docs/configuration.md."""
+    from duck.unlearn.config import HYPERPARAMETER_RULES
+
+    return "\n".join(["| hyperparameter | allowed |", "|---|---|",
+                      *[f"| `method.{k}` | {r.describe()} |" for k, r in sorted(HYPERPARAMETER_RULES.items())]])
+
+
+def test_docs_hyperparameter_table_is_the_rules():
+    block = re.search(r"<!-- hyperparameter table: begin -->\n(.*?)\n<!-- hyperparameter table: end -->",
+                      DOCS.read_text(), re.S)
+    assert block and block.group(1) == hyperparameter_table()
+
+
+def test_shared_hyperparameters_go_through_their_rules():
+    from duck.unlearn.config import check_hyperparameters
+
+    check_hyperparameters({"lr": 0.1, "epochs": 1, "low_epochs": 0, "milestones": [], "tolerance": -1.0, "lam": None})
+    for hp, match in (({"lr": 0}, r"^method\.lr must be a finite number > 0"), ({"low_epochs": -1}, r"^method\.low_epochs=-1"),
+                      ({"momentum": 1.0}, r"^method\.momentum must be .*< 1"), ({"stop_check": "step"}, r"choose one"),
+                      ({"milestones": [0]}, r"^method\.milestones=\[0\] must be a list"),
+                      ({"joint_forward": "no"}, r"true or false")):
+        with pytest.raises(DuckInputError, match=match):
+            check_hyperparameters(hp)
+
+
 def test_settings_are_written_to_json_as_their_options(tmp_path):
     import json
 

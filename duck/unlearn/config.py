@@ -10,28 +10,53 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from duck.errors import DuckInputError
-from duck.utils import check_bool, check_number, check_positive_int
+from duck.schema import Flag, Integer, OneOf, Real, Rule
+from duck.utils import check_number
 
-#: the ranges of the numeric hyperparameters the methods share by name (a method's own keys not listed here
-#: are checked where it reads them); None stays allowed: "unset" or "taken from a preset"
-_POSITIVE = ("lr", "erm_lr", "low_lr", "temperature", "kd_T", "bound", "step", "lr_gamma")
-_NON_NEGATIVE = ("weight_decay", "lambda_fgt", "lambda_ret", "low_lambda_ret", "lambda_reg", "lam", "alpha", "gamma",
-                 "low_lambda_scale_cr", "low_lambda_scale_hr")
-_FINITE = ("tolerance", "prohibit_threshold")  # a negative tolerance: a target never reached (max_epochs epochs)
-_UNIT = {"retain_fraction": (0.0, False, 1.0, False), "mask_density": (0.0, True, 1.0, False),
-         "momentum": (0.0, False, 1.0, True), "beta": (0.0, False, 1.0, False),
-         "mask_ratio": (0.0, True, 1.0, False), "label_smoothing": (0.0, False, 1.0, True)}  # (lo, lo open, hi, hi open)
-_COUNTS = {"epochs": 1, "max_epochs": 1, "erm_epochs": 1, "batch_size": 1, "forget_batch_size": 1,
-           "attack_steps": 1, "max_per_class": 1, "low_epochs": 0, "msteps": 0, "min_epochs": 0,
-           "batch_ratio": 1, "low_batch_ratio": 1,
-           "low_retain_batch_size": 1}  # minimum (batch ratios count retain batches per forget batch)
-# true / false only: a string such as "no" is refused
-_FLAGS = ("recompute_targets", "joint_forward", "low_joint_forward", "low_cosine", "stop_at_target")
-_CHOICES = {"stop_check": ("epoch", "batch"), "low_pairing": ("ratio", "first_forget"),
-            "full_order": ("authors", "dataset")}
+
+@dataclass(frozen=True)
+class Milestones:
+    """``milestones``: a list of integer epochs >= 1 for a step schedule, or [] for a constant rate."""
+
+    def __call__(self, value: Any, key: str) -> list[int]:
+        if not isinstance(value, (list, tuple)) or any(isinstance(m, bool) or not isinstance(m, int) or m < 1
+                                                       for m in value):
+            raise DuckInputError(f"{key}={value!r} must be a list of integer epochs >= 1 (e.g. [8, 15]), or [] for "
+                                 "a constant learning rate")
+        return list(value)
+
+    def describe(self) -> str:
+        return "a list of integer epochs >= 1, or []"
+
+
+def _rules(keys: tuple[str, ...], rule: Rule) -> dict[str, Rule]:
+    return dict.fromkeys(keys, rule)
+
+
+#: the rules of the hyperparameters the methods share by name (duck.schema's rules; a method's own keys not
+#: listed here are checked where it reads them); None stays allowed: "unset" or "taken from a preset"
+HYPERPARAMETER_RULES: dict[str, Rule] = {
+    **_rules(("lr", "erm_lr", "low_lr", "temperature", "kd_T", "bound", "step", "lr_gamma"), Real(0.0, True)),
+    **_rules(("weight_decay", "lambda_fgt", "lambda_ret", "low_lambda_ret", "lambda_reg", "lam", "alpha", "gamma",
+              "low_lambda_scale_cr", "low_lambda_scale_hr"), Real(0.0, False)),
+    # a negative tolerance: a target never reached (max_epochs epochs)
+    **_rules(("tolerance", "prohibit_threshold"), Real(-math.inf, True)),
+    "retain_fraction": Real(0.0, False, 1.0), "mask_density": Real(0.0, True, 1.0),
+    "momentum": Real(0.0, False, 1.0, hi_open=True), "beta": Real(0.0, False, 1.0),
+    "mask_ratio": Real(0.0, True, 1.0), "label_smoothing": Real(0.0, False, 1.0, hi_open=True),
+    # counts (batch ratios count retain batches per forget batch)
+    **_rules(("epochs", "max_epochs", "erm_epochs", "batch_size", "forget_batch_size", "attack_steps",
+              "max_per_class", "batch_ratio", "low_batch_ratio", "low_retain_batch_size"), Integer(1)),
+    **_rules(("low_epochs", "msteps", "min_epochs"), Integer(0)),
+    # true / false only: a string such as "no" is refused
+    **_rules(("recompute_targets", "joint_forward", "low_joint_forward", "low_cosine", "stop_at_target"), Flag()),
+    "stop_check": OneOf(("epoch", "batch")), "low_pairing": OneOf(("ratio", "first_forget")),
+    "full_order": OneOf(("authors", "dataset")), "milestones": Milestones(),
+}
 
 
 def scenario_family(kind: str) -> str:
@@ -76,30 +101,8 @@ def check_hyperparameters(hp: Mapping[str, Any]) -> None:
     """Raise DuckInputError, before any training, for a shared numeric hyperparameter out of its range (a
     negative epoch count would make Lightning train forever, a NaN learning rate fails deep inside torch)."""
     for key, value in hp.items():
-        if value is None:
-            continue
-        name = f"method.{key}"
-        if key in _COUNTS:
-            check_positive_int(value, name, _COUNTS[key])
-        elif key in _POSITIVE:
-            check_number(value, name, 0.0, True)
-        elif key in _NON_NEGATIVE:
-            check_number(value, name, 0.0, False)
-        elif key in _FINITE:
-            check_number(value, name, -math.inf, True)
-        elif key in _UNIT:
-            lo, lo_open, hi, hi_open = _UNIT[key]
-            check_number(value, name, lo, lo_open, hi, hi_open)
-        elif key in _FLAGS:
-            check_bool(value, name)
-        elif key == "milestones" and (
-            not isinstance(value, (list, tuple))
-            or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in value)
-        ):
-            raise DuckInputError(f"{name}={value!r} must be a list of integer epochs >= 1 (e.g. [8, 15]), or [] for "
-                                 "a constant learning rate")
-        elif key in _CHOICES and value not in _CHOICES[key]:
-            raise DuckInputError(f"{name}={value!r} must be one of {', '.join(_CHOICES[key])}")
+        if value is not None and key in HYPERPARAMETER_RULES:
+            HYPERPARAMETER_RULES[key](value, f"method.{key}")
     if hp.get("min_epochs") is not None:  # NegGrad+, SalUn: the stopping rule's delay, refused where it cannot act
         if not hp.get("stop_at_target"):
             raise DuckInputError(f"method.min_epochs={hp['min_epochs']} only acts with method.stop_at_target=true (it "
