@@ -41,7 +41,7 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "mutation"
 WORK = HERE / "work"
-LINKED = ["duck", "attacks", "baselines", "benchmarks", "conf", "tests"]  # what the tests import or read
+LINKED = ["duck", "attacks", "baselines", "benchmarks", "conf", "docs", "tests"]  # what the tests import or read
 PACKAGES = ["duck", "attacks", "baselines", "benchmarks"]  # mutmut's source_paths: copied into mutants/
 
 # mutmut's exit codes (mutmut.stats.status_by_exit_code), grouped the way the summary counts them
@@ -93,7 +93,7 @@ def project_pyproject_for(file: str, tests: list[str]) -> str:
     """The project's pyproject.toml with its [tool.mutmut] table narrowed to `file` and `tests`."""
     text = (ROOT / "pyproject.toml").read_text()
     conf = dict(tomllib.loads(text).get("tool", {}).get("mutmut", {}))
-    conf.update(source_paths=PACKAGES, only_mutate=[file], also_copy=["conf"],
+    conf.update(source_paths=PACKAGES, only_mutate=[file], also_copy=["conf", "docs"],
                 pytest_add_cli_args_test_selection=list(tests))
     # drop the project's own [tool.mutmut] table (up to the next table header) and write the narrowed one
     lines, out, skipping = text.splitlines(), [], False

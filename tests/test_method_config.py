@@ -4,11 +4,15 @@ value left unset is refused by name, and the stopping rule's delay is refused wh
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from duck.errors import DuckInputError
 from duck.unlearn.config import (
     HYPERPARAMETER_RULES,
+    MethodParams,
     check_hyperparameters,
     check_known_keys,
     check_positive,
@@ -98,3 +102,34 @@ def test_each_shared_rule_has_its_domain(key, good, bad):
     with pytest.raises(DuckInputError, match=rf"^method\.{key}\b"):
         check_hyperparameters({key: bad})
     assert key in HYPERPARAMETER_RULES
+
+
+def hyperparameter_table() -> str:
+    """The shared method hyperparameters' rules as a table, for docs/configuration.md."""
+    return "\n".join(["| hyperparameter | allowed |", "|---|---|",
+                      *[f"| `method.{k}` | {r.describe()} |" for k, r in sorted(HYPERPARAMETER_RULES.items())]])
+
+
+def test_docs_hyperparameter_table_is_the_rules():
+    block = re.search(r"<!-- hyperparameter table: begin -->\n(.*?)\n<!-- hyperparameter table: end -->",
+                      (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(), re.S)
+    assert block and block.group(1) == hyperparameter_table()
+
+
+
+def test_messages_in_full():
+    with pytest.raises(DuckInputError) as e:
+        check_hyperparameters({"min_epochs": 2, "stop_at_target": False})
+    assert str(e.value) == ("method.min_epochs=2 only acts with method.stop_at_target=true (it delays the stopping "
+                            "rule); set that or drop min_epochs")
+    with pytest.raises(DuckInputError) as e:
+        check_hyperparameters({"min_epochs": 3, "stop_at_target": True, "epochs": 2})
+    assert str(e.value) == ("method.min_epochs=3 is above method.epochs=2 (the cap of the stopping rule); raise "
+                            "epochs or lower min_epochs")
+    with pytest.raises(DuckInputError) as e:
+        check_hyperparameters({"milestones": [0]})
+    assert str(e.value) == ("method.milestones=[0] must be a list of integer epochs >= 1 (e.g. [8, 15]), or [] for a "
+                            "constant learning rate")
+    with pytest.raises(TypeError) as te:
+        MethodParams({"lr": 1.0})["lr"] = 2.0
+    assert str(te.value) == "MethodParams are read-only: resolve the method config again to change them"

@@ -20,12 +20,13 @@ from duck.analysis.options import AnalysisSettings, DensitySettings, TSNESetting
 from duck.errors import DuckInputError
 from duck.pipeline.config import JobSettings, Trust, compose, conf_dir
 from duck.pipeline.job import SubsetSettings
+from duck.pipeline.tracking import LoggerSettings, logger_settings
 from duck.privacy.shareable import ShareableSettings
 from duck.schema import REQUIRED, Either, Flag, Integer, OneOf, Real
 from duck.training import Recipe, RecipeSettings
 
 GROUPS = (JobSettings, Trust, SubsetSettings, RecipeSettings, AuditSettings, CISettings, SVMSettings, ForgettingSettings,
-          ShareableSettings, AnalysisSettings, DensitySettings, TSNESettings)
+          ShareableSettings, AnalysisSettings, DensitySettings, TSNESettings, LoggerSettings)
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 
@@ -57,6 +58,17 @@ def test_every_data_config_subset_parses(path):
     if "subset" in node:
         assert dict(SubsetSettings.parse(OmegaConf.to_container(node.subset))) == {"n_train": None, "n_test": None,
                                                                                    "seed": 0}
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (conf_dir() / "logger").glob("*.yaml")))
+def test_every_logger_config_parses_into_its_type(name, monkeypatch):
+    from duck.pipeline import tracking
+
+    monkeypatch.setattr(tracking, "module_available", lambda module: True)  # the extras need not be installed here
+    monkeypatch.setattr(tracking, "_PARSED_LOGGERS", {})
+    raw = OmegaConf.to_container(compose("run", [f"logger={name}"]).logger, resolve=True)
+    parsed = logger_settings(raw)
+    assert {k: parsed[k] for k in raw} == raw and logger_settings(raw) is parsed  # parsed once, then reused
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (conf_dir() / "recipe").glob("*.yaml")))
@@ -109,8 +121,11 @@ def test_defaults_are_their_own_rules_fixed_points():
 
 # ---------------------------------------------------------------------------------------- one parse per job
 def test_a_job_parses_each_settings_group_once(run_cli, tmp_path, monkeypatch):
+    from duck.pipeline import tracking
+
     counts = schema.PARSES.__class__()
     monkeypatch.setattr(schema, "PARSES", counts)
+    monkeypatch.setattr(tracking, "_PARSED_LOGGERS", {})  # as in a fresh process
     code, _, err, _ = run_cli("run", *SYNTH_ARGS, "recipe.epochs=1", "method=finetune", "audit=true",
                               "attack.n_shadow=4", "attack.svm_mia.enabled=false", "report.shareable.enabled=false",
                               "report.analysis.enabled=false", "+data.subset.n_train=200",
@@ -201,20 +216,6 @@ def test_docs_table_is_the_declarations():
 def table() -> str:
     """The generated table, for docs/configuration.md."""
     return schema.markdown_table(*GROUPS)
-
-
-def hyperparameter_table() -> str:
-    """The shared method hyperparameters' rules as a table, for docs/configuration.md."""
-    from duck.unlearn.config import HYPERPARAMETER_RULES
-
-    return "\n".join(["| hyperparameter | allowed |", "|---|---|",
-                      *[f"| `method.{k}` | {r.describe()} |" for k, r in sorted(HYPERPARAMETER_RULES.items())]])
-
-
-def test_docs_hyperparameter_table_is_the_rules():
-    block = re.search(r"<!-- hyperparameter table: begin -->\n(.*?)\n<!-- hyperparameter table: end -->",
-                      DOCS.read_text(), re.S)
-    assert block and block.group(1) == hyperparameter_table()
 
 
 def test_shared_hyperparameters_go_through_their_rules():

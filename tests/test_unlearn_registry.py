@@ -49,16 +49,20 @@ def test_plugins_load_once_and_unknown_names_list_the_known_ones(fresh_registry,
             class P(Unlearner):
                 pass
 
+            class Q(Unlearner):
+                pass
+
             fresh_registry.register_unlearner("plugin")(P)
+            fresh_registry.register_unlearner("another")(Q)
 
     groups = []
     monkeypatch.setattr(registry, "entry_points", lambda group: (groups.append(group), [EP()])[1])
-    assert fresh_registry.list_unlearners() == ["plugin"]
+    assert fresh_registry.list_unlearners() == ["another", "plugin"]
     assert fresh_registry.get_unlearner_class("plugin").method_name == "plugin"
     assert loads == [1] and groups == ["duck_unlearn.methods"]  # once, from the documented group
     with pytest.raises(DuckInputError) as e:
         fresh_registry.get_unlearner_class("pluginn")
-    assert str(e.value) == "unknown unlearning method 'pluginn'; choose one of: plugin"
+    assert str(e.value) == "unknown unlearning method 'pluginn'; choose one of: another, plugin"
 
 
 def test_create_passes_its_arguments(fresh_registry):
@@ -92,3 +96,4 @@ def test_none_keeps_the_original_weights(kind, synthetic, synthetic_model):
     after = result.model.state_dict()
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k].cpu()) for k in before)
     assert result.epochs == 0.0 and result.reached_target is False
+    assert set(result.info) == {"phases"}  # epochs and reached_target were read off its record: nothing else in it

@@ -27,10 +27,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from duck.errors import DuckInputError, DuckTerminated
-from duck.utils import check_bool, warn_line
+from duck.schema import Either, Flag, OneOf, Settings, option, settings
+from duck.utils import warn_line
 
 #: the loggers, each with the module it needs (installed by the package extra of the same name)
 BACKENDS: dict[str, str | None] = {"none": None, "csv": None, "tensorboard": "tensorboard", "mlflow": "mlflow",
@@ -45,15 +46,34 @@ ARTIFACTS = ("report.html", "summary.json", "summary.md", "metrics.json", "audit
 
 
 @dataclass(frozen=True)
-class LoggerSettings:
-    """The ``logger`` config (conf/logger/*.yaml), checked."""
+class Text:
+    """A non-empty string."""
 
-    name: str = "none"
-    tracking_uri: str | None = None  # mlflow: the store (null: ./mlruns in the launch directory)
-    experiment: str | None = None  # mlflow's experiment, wandb's group (null: the sweep, or duck-COMMAND)
-    project: str = "duck-unlearn"  # wandb
-    entity: str | None = None  # wandb
-    offline: bool = True  # wandb
+    def __call__(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise DuckInputError(f"{key}={value!r} must be a non-empty string")
+        return value
+
+    def describe(self) -> str:
+        return "a non-empty string"
+
+
+@settings
+class LoggerSettings(Settings):
+    """The ``logger`` config (conf/logger/*.yaml), parsed by :func:`logger_settings` (each backend takes only its
+    own settings, :data:`SETTINGS`)."""
+
+    prefix: ClassVar[str] = "logger"
+
+    name: str = option("none", OneOf(tuple(BACKENDS)), "the experiment logger")
+    tracking_uri: str | None = option(None, Either((None,), Text(), "a non-empty string or null"),
+                                      "mlflow: the store (null: ./mlruns in the launch directory)")
+    experiment: str | None = option(None, Either((None,), Text(), "a non-empty string or null"),
+                                    "mlflow's experiment, wandb's group (null: the sweep, or duck-COMMAND)")
+    project: str = option("duck-unlearn", Text(), "wandb: the project")
+    entity: str | None = option(None, Either((None,), Text(), "a non-empty string or null"),
+                                "wandb: the team or user (null: your login's default)")
+    offline: bool = option(True, Flag(), "wandb: log offline (wandb sync uploads)")
 
 
 def module_available(module: str) -> bool:
@@ -65,34 +85,37 @@ def module_available(module: str) -> bool:
 
 
 def logger_settings(node: Any) -> LoggerSettings:
-    """The ``logger`` config node checked (before any work, without importing torch): a known logger, its own
-    settings only, strings where strings are due, ``offline`` true/false, and its backend installed (else one
-    line with the install command). ``None`` (a job built without a config) logs nothing."""
+    """The ``logger`` config node parsed (before any work, without importing torch): a known logger, its own
+    settings only, and its backend installed (else one line with the install command). ``None`` (a job built
+    without a config) logs nothing."""
     if node is None:
         return LoggerSettings()
     from omegaconf import DictConfig, OmegaConf
 
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-    name = values.pop("name", None)
+    key = json.dumps(values, sort_keys=True, default=str)
+    if key in _PARSED_LOGGERS:  # the command line parsed it before torch was imported; the job reuses that
+        return _PARSED_LOGGERS[key]
+    name = values.get("name")
     if name not in BACKENDS:
         raise DuckInputError(f"logger.name={name!r}: choose logger={'|'.join(BACKENDS)}")
     allowed = SETTINGS.get(name, ())
-    unknown = sorted(set(values) - set(allowed))
+    unknown = sorted(set(values) - {"name", *allowed})
     if unknown:
         raise DuckInputError(f"logger={name} has no setting(s) {unknown}"
                              + (f"; its settings: {', '.join(allowed)}" if allowed else ""))
-    for key in ("tracking_uri", "experiment", "project", "entity"):
-        value = values.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise DuckInputError(f"logger.{key}={value!r} must be a non-empty string"
-                                 + (" or null" if key != "project" else ""))
-    if "offline" in values:
-        check_bool(values["offline"], "logger.offline")
+    settings_ = LoggerSettings.parse(values)
     module = BACKENDS[name]
     if module is not None and not module_available(module):
         raise DuckInputError(f"logger={name} needs the {module} package, which is not installed: pip install "
                              f"'duck-unlearn[{name}]' (or logger=csv, which needs nothing)")
-    return LoggerSettings(name=name, **values)
+    _PARSED_LOGGERS[key] = settings_
+    return settings_
+
+
+#: logger configs parsed in this process, by their values (a job's logger is parsed once, when the command line
+#: first reads it)
+_PARSED_LOGGERS: dict[str, LoggerSettings] = {}
 
 
 @dataclass(frozen=True)

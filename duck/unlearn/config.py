@@ -33,27 +33,23 @@ class Milestones:
         return "a list of integer epochs >= 1, or []"
 
 
-def _rules(keys: tuple[str, ...], rule: Rule) -> dict[str, Rule]:
-    return dict.fromkeys(keys, rule)
-
-
 #: the rules of the hyperparameters the methods share by name (duck.schema's rules; a method's own keys not
 #: listed here are checked where it reads them); None stays allowed: "unset" or "taken from a preset"
 HYPERPARAMETER_RULES: dict[str, Rule] = {
-    **_rules(("lr", "erm_lr", "low_lr", "temperature", "kd_T", "bound", "step", "lr_gamma"), Real(0.0, True)),
-    **_rules(("weight_decay", "lambda_fgt", "lambda_ret", "low_lambda_ret", "lambda_reg", "lam", "alpha", "gamma",
-              "low_lambda_scale_cr", "low_lambda_scale_hr"), Real(0.0, False)),
+    **dict.fromkeys(("lr", "erm_lr", "low_lr", "temperature", "kd_T", "bound", "step", "lr_gamma"), Real(0.0, True)),
+    **dict.fromkeys(("weight_decay", "lambda_fgt", "lambda_ret", "low_lambda_ret", "lambda_reg", "lam", "alpha",
+                     "gamma", "low_lambda_scale_cr", "low_lambda_scale_hr"), Real(0.0, False)),
     # a negative tolerance: a target never reached (max_epochs epochs)
-    **_rules(("tolerance", "prohibit_threshold"), Real(-math.inf, True)),
+    **dict.fromkeys(("tolerance", "prohibit_threshold"), Real(-math.inf, True)),
     "retain_fraction": Real(0.0, False, 1.0), "mask_density": Real(0.0, True, 1.0),
     "momentum": Real(0.0, False, 1.0, hi_open=True), "beta": Real(0.0, False, 1.0),
     "mask_ratio": Real(0.0, True, 1.0), "label_smoothing": Real(0.0, False, 1.0, hi_open=True),
     # counts (batch ratios count retain batches per forget batch)
-    **_rules(("epochs", "max_epochs", "erm_epochs", "batch_size", "forget_batch_size", "attack_steps",
-              "max_per_class", "batch_ratio", "low_batch_ratio", "low_retain_batch_size"), Integer(1)),
-    **_rules(("low_epochs", "msteps", "min_epochs"), Integer(0)),
+    **dict.fromkeys(("epochs", "max_epochs", "erm_epochs", "batch_size", "forget_batch_size", "attack_steps",
+                     "max_per_class", "batch_ratio", "low_batch_ratio", "low_retain_batch_size"), Integer(1)),
+    **dict.fromkeys(("low_epochs", "msteps", "min_epochs"), Integer(0)),
     # true / false only: a string such as "no" is refused
-    **_rules(("recompute_targets", "joint_forward", "low_joint_forward", "low_cosine", "stop_at_target"), Flag()),
+    **dict.fromkeys(("recompute_targets", "joint_forward", "low_joint_forward", "low_cosine", "stop_at_target"), Flag()),
     "stop_check": OneOf(("epoch", "batch")), "low_pairing": OneOf(("ratio", "first_forget")),
     "full_order": OneOf(("authors", "dataset")), "milestones": Milestones(),
 }
