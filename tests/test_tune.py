@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from duck.errors import DuckInputError
 from duck.pipeline.config import compose, conf_dir
 from duck.pipeline.job import Job
-from duck.pipeline.tune import MISSED_TARGET_PENALTY, tune_objective
+from duck.pipeline.tune import MISSED_TARGET_PENALTY, TuneSettings, tune_objective
 
 pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
 
@@ -103,6 +104,11 @@ def test_every_tune_config_composes_with_its_method_and_a_search_space():
         assert all(k.startswith("method.") for k in cfg.hydra.sweeper.params)
         assert list(cfg.scenario.forget_classes) == [0] and cfg.attack.forgetting.enabled
         assert cfg.tune.retained_margin == 0.05, name  # the searches' default constraint (docs/tuning.md)
+        tune = OmegaConf.to_container(cfg.tune, resolve=True)
+        assert TuneSettings.parse(tune) == tune, name  # the shipped block is a preset of the typed settings
+
+
+FINAL = TuneSettings.parse({"objective": "final_score"})
 
 
 def test_objective_penalises_a_missed_forget_target():
@@ -114,30 +120,28 @@ def test_objective_penalises_a_missed_forget_target():
     assert missed["objective"] == pytest.approx(0.99 - MISSED_TARGET_PENALTY) and not missed["reached_target"]
     assert missed["objective"] < ok["objective"]
     scored = tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}},
-                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.4}}}}, "final_score")
+                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.4}}}}, FINAL)
     assert scored["kind"] == "final_score" and scored["objective"] == pytest.approx(0.4 + 1e-3 * 0.97)
     tied = tune_objective(job, {"aus": 0.90, "acc": {"train_forget": 0.0}},
-                          {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}}, "final_score")
+                          {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}}, FINAL)
     better = tune_objective(job, {"aus": 0.99, "acc": {"train_forget": 0.0}},
-                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}}, "final_score")
+                            {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.0}}}}, FINAL)
     assert 0 < tied["objective"] < better["objective"] < scored["objective"]  # equal final scores: AUS decides
     assert tied["aus"] == 0.90 and better["aus"] == 0.99  # recorded for the trials table
     with pytest.raises(DuckInputError, match="needs the forgetting audit"):
-        tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "final_score")
+        tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, FINAL)
     # the default with the forgetting audit: 1 - the imprint the verdict finds kept (over-forgetting counts too)
     imprint = tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}},
                              {**extra, "audits": {"unlearned": {"forgetting": {"final_score": 0.4, "shift": 0.3}}}})
     assert imprint["kind"] == "imprint" and imprint["objective"] == pytest.approx(0.7 + 1e-3 * 0.97)
-    with pytest.raises(DuckInputError, match="tune.objective='best'"):
-        tune_objective(job, {"aus": 0.97, "acc": {"train_forget": 0.0}}, extra, "best")
+    with pytest.raises(DuckInputError, match=r"^tune\.objective='best'; choose one of \['auto', "):
+        TuneSettings.parse({"objective": "best"})
 
 
 def test_the_retained_accuracy_constraint_penalises_a_collapsed_trial():
     """tune.retained_margin: a trial whose retained test accuracy fell more than the margin below the original's
     scores 1 less (as a missed forget target); off unless given (conf/tune/common.yaml gives 0.05); a bad margin
     is refused."""
-    from duck.pipeline.tune import check_tune_settings
-
     job = Job.from_cfg(compose("run", [*FAST, "scenario=class_removal", "scenario.forget_classes=[1]"]), "run")
     extra = {"original": {"acc": {"test": 0.9, "test_retain": 0.95}},
              "audits": {"unlearned": {"forgetting": {"final_score": 0.3, "shift": 0.7}}}}
@@ -145,16 +149,16 @@ def test_the_retained_accuracy_constraint_penalises_a_collapsed_trial():
     fine = {"aus": 0.99, "acc": {"train_forget": 0.0, "test_retain": 0.93, "test_forget": 0.0}}
     off = tune_objective(job, collapsed, extra)
     assert off["retained"] is None and off["objective"] == pytest.approx(0.3 + 1e-3 * 0.85)
-    on = tune_objective(job, collapsed, extra, retained_margin=0.05)
+    on = tune_objective(job, collapsed, extra, TuneSettings.parse({"retained_margin": 0.05}))
     assert on["retained"] == {"A_t": 0.85, "original": 0.95, "margin": 0.05, "kept": False}
     assert on["objective"] == pytest.approx(0.3 + 1e-3 * 0.85 - MISSED_TARGET_PENALTY)
-    kept = tune_objective(job, fine, extra, retained_margin=0.05)
+    kept = tune_objective(job, fine, extra, TuneSettings.parse({"retained_margin": 0.05}))
     assert kept["retained"]["kept"] and kept["objective"] == pytest.approx(0.3 + 1e-3 * 0.99)
     for bad in (-0.1, 2, "x", True):
-        with pytest.raises(DuckInputError, match="tune.retained_margin"):
-            check_tune_settings("auto", bad)
+        with pytest.raises(DuckInputError, match=r"^tune\.retained_margin=.* must be a fraction in \[0, 1\]"):
+            TuneSettings.parse({"retained_margin": bad})
     with pytest.raises(DuckInputError, match="tune.objective"):
-        check_tune_settings("best", None)
+        TuneSettings.parse({"objective": "best"})
 
 
 #: the validation class each data set's shipped presets were searched on (docs/tuning.md): digits 0; Fashion-MNIST

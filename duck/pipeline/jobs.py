@@ -27,6 +27,7 @@ from duck.pipeline.audit import (
     verdict_lines,
 )
 from duck.pipeline.cache import train_or_reuse
+from duck.pipeline.config import container
 from duck.pipeline.job import Job, method_settings
 from duck.pipeline.models import load_model, unlearned_path, write_unlearned
 from duck.pipeline.stages import (
@@ -255,18 +256,17 @@ def run_command(command: str, cfg: Any, out: Path) -> float | None:
                 audit_margins(cfg, out)
             return None
         job = Job.from_cfg(cfg, command)
-        tune = cfg.get("tune") if command == "run" else None
-        if tune is not None:  # a trial of duck-run -m +tune=METHOD: its objective's settings, before any work
-            from duck.pipeline.tune import check_tune_settings
+        tune = None
+        if command == "run" and cfg.get("tune") is not None:  # a trial of duck-run -m +tune=METHOD, before any work
+            from duck.pipeline.tune import TuneSettings
 
-            check_tune_settings(str(tune.get("objective", "auto")), tune.get("retained_margin"))
+            tune = TuneSettings.parse(container(cfg.tune))
         metrics, extra = JOBS[command](job, out, tracker)
         if tune is None:
             return None
         from duck.pipeline.tune import tune_objective, write_tune_result
 
-        return write_tune_result(out, tune_objective(job, metrics, extra, str(tune.get("objective", "auto")),
-                                                     tune.get("retained_margin")))
+        return write_tune_result(out, tune_objective(job, metrics, extra, tune))
 
 
 #: the jobs of the command line by name

@@ -24,12 +24,13 @@ it is kept apart from the reported ones).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json
 from duck.metrics import forget_target, forget_target_met
 from duck.pipeline.job import Job
+from duck.schema import Either, OneOf, Real, Settings, option, settings
 
 OBJECTIVES = ("auto", "imprint", "final_score", "aus")
 #: subtracted from a trial whose forget set missed its target
@@ -39,23 +40,30 @@ MISSED_TARGET_PENALTY = 1.0
 TIE_BREAK = 1e-3
 
 
-def check_tune_settings(objective: str, retained_margin: Any) -> None:
-    """``tune.objective`` and ``tune.retained_margin``, checked before a trial does any work."""
-    if objective not in OBJECTIVES:
-        raise DuckInputError(f"tune.objective={objective!r}: choose one of {', '.join(OBJECTIVES)}")
-    if retained_margin is not None and (isinstance(retained_margin, bool) or not isinstance(retained_margin, (int, float))
-                                        or not 0.0 <= float(retained_margin) <= 1.0):
-        raise DuckInputError(f"tune.retained_margin={retained_margin!r} must be a fraction in [0, 1] (0.05: at most "
-                             "5 points of retained accuracy lost) or null")
+@settings
+class TuneSettings(Settings):
+    """``tune.*`` (conf/tune/common.yaml): a search trial's objective and its retained-accuracy constraint, parsed
+    before the trial does any work."""
+
+    prefix: ClassVar[str] = "tune"
+
+    objective: str = option("auto", OneOf(OBJECTIVES), "what a trial scores (auto: imprint with the forgetting audit, "
+                                                       "else AUS)")
+    retained_margin: float | None = option(
+        None, Either((None,), Real(0.0, False, 1.0), "a fraction in [0, 1] (0.05: at most 5 points of retained "
+                                                     "accuracy lost) or null"),
+        "a trial whose retained test accuracy falls more than this below the original's scores 1 less")
 
 
-def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any], objective: str = "auto",
-                   retained_margin: float | None = None) -> dict[str, Any]:
+def tune_objective(job: Job, metrics: dict[str, Any], extra: dict[str, Any],
+                   settings_: TuneSettings | None = None) -> dict[str, Any]:
     """The trial's objective and what it is made of, from ``duck-run``'s results (``metrics``: the unlearned
-    model's record; ``extra``: the original's record and, with the audit, the audits)."""
+    model's record; ``extra``: the original's record and, with the audit, the audits; ``settings_``: the parsed
+    ``tune`` options, the defaults where None)."""
     from duck.metrics import aus_inputs
 
-    check_tune_settings(objective, retained_margin)
+    opts = settings_ or TuneSettings()
+    objective, retained_margin = opts.objective, opts.retained_margin
     sc = job.scenario
     tolerance = float(job.hparams.get("tolerance", 0.01) if job.hparams else 0.01)
     target = forget_target(sc, extra["original"]["acc"], tolerance)
