@@ -201,8 +201,13 @@ def test_settings_are_frozen_read_only_mappings():
         f.replace(margin=0)
     with pytest.raises(DuckInputError, match="unknown attack.forgetting option 'nope'"):
         f.replace(nope=1)
-    assert dataclasses.asdict(AuditSettings.from_cfg({"forgetting": {"margin": 0.1}}))["forgetting"] == dict(f) | {
-        "n_unlearned": 8}
+    audit = AuditSettings.from_cfg({"forgetting": {"margin": 0.1}})
+    assert dataclasses.asdict(audit)["forgetting"] == dict(f) | {"n_unlearned": 8}
+    import copy
+    import pickle
+
+    for again in (pickle.loads(pickle.dumps(audit)), copy.deepcopy(audit)):  # joblib / submitit sweeps pickle jobs
+        assert again == audit and type(again.forgetting) is ForgettingSettings and again.forgetting.margin == 0.1
 
 
 # ------------------------------------------------------------------------------------------------- the docs
