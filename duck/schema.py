@@ -15,9 +15,9 @@ the field's type or raises one :class:`~duck.errors.DuckInputError` naming the f
 allowed). After that the instance is trusted: the stages read its attributes (or, as a read-only mapping, its
 keys) and never check them again. The command line, :func:`duck.unlearn` / :func:`duck.audit` keywords and
 ``duck-bench`` all go through the same ``parse``, so a value means and is refused the same everywhere.
-:meth:`Settings.describe` lists the declarations (docs/configuration.md prints them, and a test keeps the two
-equal). :data:`PARSES` counts the parses per class, so that a test can tell when a group is validated twice
-in one job.
+:meth:`Settings.describe` lists the declarations (docs/configuration.md prints them with
+:func:`duck.report.tables.markdown_table`, and a test keeps the two equal). :data:`PARSES` counts the parses
+per class, so that a test can tell when a group is validated twice in one job.
 """
 
 from __future__ import annotations
@@ -295,11 +295,3 @@ class Group:
 
     def describe(self) -> str:
         return f"the `{self.cls.prefix}.*` options"
-
-
-def markdown_table(*groups: type[Settings]) -> str:
-    """The options of ``groups`` as one Markdown table (docs/configuration.md)."""
-    rows = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
-    for group in groups:
-        rows += [f"| `{k}` | `{d}` | {a} | {m} |" for k, d, a, m in group.describe()]
-    return "\n".join(rows)

@@ -106,8 +106,10 @@ def test_each_shared_rule_has_its_domain(key, good, bad):
 
 def hyperparameter_table() -> str:
     """The shared method hyperparameters' rules as a table, for docs/configuration.md."""
-    return "\n".join(["| hyperparameter | allowed |", "|---|---|",
-                      *[f"| `method.{k}` | {r.describe()} |" for k, r in sorted(HYPERPARAMETER_RULES.items())]])
+    from duck.report.tables import markdown_table
+
+    return markdown_table(["hyperparameter", "allowed"],
+                          [(f"`method.{k}`", r.describe()) for k, r in sorted(HYPERPARAMETER_RULES.items())])
 
 
 def test_docs_hyperparameter_table_is_the_rules():
