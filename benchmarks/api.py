@@ -18,16 +18,28 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
-from benchmarks.common import boolean, integer, markdown_table, mean_std, validate
+from benchmarks.common import BenchSettings, markdown_table, mean_std
+from duck.schema import Flag, Integer, Text, option, settings
 
-RULES = {"data": lambda v, n: v, "model": lambda v, n: v, "method": lambda v, n: v, "forget_class": integer(0),
-         "repetitions": integer(1), "recipe_epochs": integer(1), "progress": boolean()}
+
+@settings
+class ApiBench(BenchSettings):
+    """conf/bench/api.yaml."""
+
+    suite: ClassVar[str] = "api"
+
+    data: str = option("digits", Text(), "the data config (conf/data)")
+    model: str = option("smallcnn", Text(), "the model config (conf/model)")
+    method: str = option("duck", Text(), "the method (conf/method)")
+    forget_class: int = option(3, Integer(0), "the forgotten class")
+    repetitions: int = option(3, Integer(1), "calls of each entry point, alternating")
+    recipe_epochs: int = option(10, Integer(1), "the original's training epochs")
+    progress: bool = option(False, Flag(), "progress bars")
 
 
 class _XY(torch.utils.data.Dataset):
@@ -44,13 +56,13 @@ class _XY(torch.utils.data.Dataset):
         return x, int(y)
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
+def run(cfg: Any) -> dict[str, Any]:
     import duck
     from duck.pipeline.config import compose, configure_threads, hydra_output_dir
     from duck.pipeline.job import Job
     from duck.pipeline.stages import fit_model
 
-    validate(cfg, RULES)
+    cfg = ApiBench.parse(cfg)
     out = hydra_output_dir()
     configure_threads("auto")
     common = [f"data={cfg.data}", f"model={cfg.model}", f"method={cfg.method}", "trainer=cpu",

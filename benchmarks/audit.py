@@ -22,35 +22,28 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from attacks.audit import audit_models
 from attacks.batched import calibrate, train_batched
 from attacks.retrain_bank import retrain_seed
 from attacks.shadow import keep_matrix, shadow_seed
-from benchmarks.audit_forgetting import check_forgetting_setup, forgetting_reuse, forgetting_table
-from benchmarks.common import (
-    boolean,
-    device_rule,
-    dir_path,
-    integer,
-    markdown_table,
-    number,
-    optional,
-    timed,
-    validate,
-)
+from benchmarks.audit_forgetting import ForgettingReuse, forgetting_reuse, forgetting_table
+from benchmarks.common import THREADS, BenchSettings, markdown_table, timed
 from duck.data.base import DatasetSplits, subset_splits
 from duck.data.registry import build_datasets
 from duck.data.scenarios import Scenario, build_scenario
 from duck.errors import DuckInputError
 from duck.metrics import scenario_aus, split_accuracies
 from duck.models import create_model
+from duck.schema import SEED, Check, Device, Directory, Either, Flag, Group, Integer, ListOf, Real, Settings, option, settings
 from duck.store import STORE_FOLDER
 from duck.training import Recipe, train_classifier
 from duck.utils import resolve_device
@@ -114,17 +107,16 @@ def _check(name: str, lira: dict[str, Any]) -> str:
     return f"reported: {verdict(lira)}"
 
 
-def correctness(cfg: DictConfig, cache: Path, out: Path,
+def correctness(cfg: AuditBench, cache: Path, out: Path,
                 device: torch.device) -> tuple[list[dict], list[dict]]:
     """Audit original / DUCK / oracle per setup and scenario; returns (rows, reuse rows)."""
     from duck.report import write_report
 
     rows, reuse = [], []
-    attack = OmegaConf.to_container(cfg.correctness.attack, resolve=True)
+    attack = dict(cfg.correctness.attack)
     trainer_cfg = _trainer_cfg(device)
     seed = int(cfg.seed)
     for setup in cfg.correctness.setups:
-        setup = OmegaConf.to_container(setup, resolve=True)
         data_kw = dict(setup["data"])
         data = build_datasets(data_kw.pop("name"), **data_kw)
         data = subset_splits(data, setup.get("n_train"), setup.get("n_test"), seed)
@@ -183,12 +175,11 @@ def correctness(cfg: DictConfig, cache: Path, out: Path,
     return rows, reuse
 
 
-def throughput(cfg: DictConfig, device: torch.device) -> list[dict]:
+def throughput(cfg: AuditBench, device: torch.device) -> list[dict]:
     """Sequential (the recipe, ``train_classifier``) vs batched training of the same shadows."""
     rows = []
     trainer_cfg = _trainer_cfg(device)
     for setup in cfg.throughput.setups:
-        setup = OmegaConf.to_container(setup, resolve=True)
         data_kw = dict(setup["data"])
         data = build_datasets(data_kw.pop("name"), **data_kw)
         data = subset_splits(data, setup.get("n_train"), None, int(cfg.seed))
@@ -269,24 +260,15 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f} %"
 
 
-def _quick(cfg: DictConfig) -> DictConfig:
-    """``bench.quick=true``: one small digits setup, 4 shadows, 2 models for throughput (a smoke run)."""
-    cfg = copy.deepcopy(cfg)
-    cfg.correctness.setups = [cfg.quick_setup]
-    cfg.correctness.attack.n_shadow = 4
-    cfg.throughput.setups = [cfg.quick_throughput]
-    return cfg
+def _quick(cfg: AuditBench) -> AuditBench:
+    """``bench.quick=true``: one small digits setup, 4 shadows, 2 models for throughput (a smoke run); the quick
+    parts were checked with the others, so they are swapped in as they are."""
+    replace = dataclasses.replace
+    return replace(cfg, correctness=replace(cfg.correctness, setups=(cfg.quick_setup,),
+                                            attack=MappingProxyType({**cfg.correctness.attack, "n_shadow": 4})),
+                   throughput=replace(cfg.throughput, setups=(cfg.quick_throughput,)),
+                   forgetting=replace(cfg.quick_forgetting, enabled=cfg.forgetting.enabled))
 
-
-RULES = {
-    "quick": boolean(),
-    "device": device_rule(),
-    "cache_dir": optional(dir_path()),
-    "progress": boolean(),
-    "correctness.enabled": boolean(),
-    "throughput.enabled": boolean(),
-    "forgetting.enabled": boolean(),
-}
 
 #: (in_chans, img_size, num_classes) of every registered data set, to build each setup's model once before
 #: any work; a setup's data.in_chans / data.img_size / data.num_classes override them (synthetic, imagefolder)
@@ -300,15 +282,15 @@ def _check_setup(setup: Any, name: str, throughput_setup: bool) -> None:
     """One ``correctness`` / ``throughput`` setup: sizes, recipe (loaded), model (built), scenario kinds."""
     from duck.data.scenarios import SCENARIOS
 
-    s = OmegaConf.to_container(setup, resolve=True) if not isinstance(setup, dict) else setup
+    s = setup
     if not isinstance(s, dict) or not isinstance(s.get("data"), dict) or not isinstance(s.get("model"), dict):
         raise DuckInputError(f"{name} must be a mapping with data: {{name: ...}} and model: {{name: ...}}")
     for key in ("n_train", "n_test"):
-        optional(integer(1))(s.get(key), f"{name}.{key}")
+        Either((None,), Integer(1))(s.get(key), f"{name}.{key}")
     if throughput_setup:
-        integer(1)(s.get("n_models"), f"{name}.n_models")
-        optional(integer(1))(s.get("chunk_size"), f"{name}.chunk_size")
-        optional(boolean())(s.get("matmul_convs"), f"{name}.matmul_convs")
+        Integer(1)(s.get("n_models"), f"{name}.n_models")
+        Either((None,), Integer(1))(s.get("chunk_size"), f"{name}.chunk_size")
+        Either((None,), Flag())(s.get("matmul_convs"), f"{name}.matmul_convs")
         bank = s.get("bank") or "shadow"
         if bank not in ("shadow", "retrain"):
             raise DuckInputError(f"{name}.bank={bank!r}: choose shadow (LiRA's bank) or retrain (the forgetting "
@@ -329,12 +311,12 @@ def _check_setup(setup: Any, name: str, throughput_setup: bool) -> None:
         raise DuckInputError(f"{name}.data.name={data_kw.get('name')!r} is not a data set; choose one of "
                              f"{', '.join(sorted(_DATA_SHAPES))}")
     in_chans, img_size, num_classes = (
-        integer(1)(data_kw.get(key, default), f"{name}.data.{key}")
+        Integer(1)(data_kw.get(key, default), f"{name}.data.{key}")
         for key, default in zip(("in_chans", "img_size", "num_classes"), _DATA_SHAPES[data_kw["name"]], strict=True)
     )
     for key, value in s["model"].items():  # sizes such as width: a zero builds an empty, silent model
         if key != "name" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            number(0.0, True)(value, f"{name}.model.{key}")
+            Real(0.0, True)(value, f"{name}.model.{key}")
     kw = dict(s["model"])
     try:
         create_model(kw.pop("name", None), num_classes, in_chans, img_size, **kw)
@@ -346,35 +328,92 @@ def _check_setup(setup: Any, name: str, throughput_setup: bool) -> None:
             raise DuckInputError(f"{name}.scenarios[{i}]={spec!r}: kind must be one of {', '.join(SCENARIOS)}")
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Every key of conf/bench/audit.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
+def _attack(value: Any, key: str) -> Mapping[str, Any]:
+    """``bench.correctness.attack``: conf/attack/lira.yaml's options (the rest take their defaults), checked as the
+    audit checks them."""
     from attacks.audit import AuditSettings
 
-    validate(cfg, RULES)
-    quick = bool(cfg.get("quick"))
-    attack = OmegaConf.to_container(cfg.correctness.attack, resolve=True)  # as given: quick's 4 shadows come later
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise DuckInputError(f"{key}={value!r} must be a mapping of attack options, e.g. {key}.n_shadow=16")
     try:
-        AuditSettings.from_cfg(attack)
+        AuditSettings.from_cfg(dict(value))
     except DuckInputError as e:
-        raise DuckInputError(f"bench.correctness: {e}") from None
-    if cfg.correctness.enabled:
-        setups = [(cfg.quick_setup, "bench.quick_setup")] if quick else [
-            (x, f"bench.correctness.setups[{i}]") for i, x in enumerate(cfg.correctness.setups)]
-        for setup, name in setups:
-            _check_setup(setup, name, False)
-    if cfg.forgetting.enabled:
-        check_forgetting_setup(cfg.quick_forgetting if quick else cfg.forgetting,
-                               "bench.quick_forgetting" if quick else "bench.forgetting")
-    if cfg.throughput.enabled:
-        setups = [(cfg.quick_throughput, "bench.quick_throughput")] if quick else [
-            (x, f"bench.throughput.setups[{i}]") for i, x in enumerate(cfg.throughput.setups)]
-        for setup, name in setups:
-            _check_setup(setup, name, True)
+        raise DuckInputError(f"{key}: {e}") from None
+    return MappingProxyType(dict(value))
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    check_config(cfg)
-    if cfg.get("quick"):
+def _setup(value: Any, key: str) -> dict[str, Any]:
+    _check_setup(value, key, False)
+    return value
+
+
+def _throughput_setup(value: Any, key: str) -> dict[str, Any]:
+    _check_setup(value, key, True)
+    return value
+
+
+SETUP = Check(_setup, "a mapping with data: {name: ...}, model: {name: ...}, recipe, n_train, n_test, scenarios")
+THROUGHPUT_SETUP = Check(_throughput_setup, "a mapping with data, model, recipe, n_models, chunk_size, bank, "
+                                            "forget_classes, matmul_convs")
+
+
+@settings
+class CorrectnessPart(Settings):
+    """``bench.correctness``: LiRA's separation of the original from the oracle, per setup and scenario."""
+
+    prefix: ClassVar[str] = "bench.correctness"
+
+    enabled: bool = option(True, Flag(), "run this part")
+    attack: Mapping[str, Any] = option(None, Check(_attack, "conf/attack/lira.yaml's options"),
+                                       "the attack's options (null: its defaults)")
+    setups: tuple[dict[str, Any], ...] = option((), ListOf(SETUP, nonempty=False), "the setups (the YAML's)")
+
+
+@settings
+class ThroughputPart(Settings):
+    """``bench.throughput``: batched against sequential bank training."""
+
+    prefix: ClassVar[str] = "bench.throughput"
+
+    enabled: bool = option(True, Flag(), "run this part")
+    setups: tuple[dict[str, Any], ...] = option((), ListOf(THROUGHPUT_SETUP, nonempty=False),
+                                                "the setups (the YAML's)")
+
+
+@settings
+class AuditBench(BenchSettings):
+    """conf/bench/audit.yaml (its setups are the defaults of the run; the classes' own are empty)."""
+
+    suite: ClassVar[str] = "audit"
+
+    quick: bool = option(False, Flag(), "only quick_setup / quick_throughput / quick_forgetting, 4 shadows")
+    seed: int = option(0, SEED, "the seed")
+    device: str = option("auto", Device(), "where the models train")
+    threads: int | None = option(1, THREADS, "torch intra-op threads (null: torch's default)")
+    cache_dir: str | None = option(None, Either((None,), Directory()),
+                                   "null: a fresh cache in the run directory (the first audit trains the bank)")
+    progress: bool = option(False, Flag(), "progress bars")
+    correctness: CorrectnessPart = option(CorrectnessPart(), Group(CorrectnessPart), "LiRA's correctness")
+    throughput: ThroughputPart = option(ThroughputPart(), Group(ThroughputPart), "bank training throughput")
+    forgetting: ForgettingReuse = option(ForgettingReuse(), Group(ForgettingReuse), "the forgetting audit's reuse")
+    quick_setup: dict[str, Any] | None = option(None, Either((None,), SETUP), "quick=true's correctness setup")
+    quick_throughput: dict[str, Any] | None = option(None, Either((None,), THROUGHPUT_SETUP),
+                                                     "quick=true's throughput setup")
+    quick_forgetting: ForgettingReuse = option(ForgettingReuse(n_unlearned=3, n_retrained=3),
+                                               Group(ForgettingReuse), "quick=true's forgetting part")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.quick and (self.quick_setup is None or self.quick_throughput is None):
+            raise DuckInputError("bench.quick=true needs bench.quick_setup and bench.quick_throughput "
+                                 "(conf/bench/audit.yaml's)")
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    cfg = AuditBench.parse(cfg)
+    if cfg.quick:
         cfg = _quick(cfg)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
@@ -402,9 +441,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         result["throughput"] = rows
         tables.append(throughput_table(rows, device))
     if cfg.forgetting.enabled:
-        spec = check_forgetting_setup(cfg.quick_forgetting if cfg.get("quick") else cfg.forgetting,
-                                      "bench.quick_forgetting" if cfg.get("quick") else "bench.forgetting")
-        result["forgetting"] = forgetting_reuse(spec, cache, out)
+        result["forgetting"] = forgetting_reuse(cfg.forgetting, cache, out)
         tables.append(forgetting_table(result["forgetting"]))
     result["suite_s"] = time.perf_counter() - t0
     result["table"] = "\n\n".join(tables)

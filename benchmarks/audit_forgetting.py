@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from omegaconf import OmegaConf
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from benchmarks.common import markdown_table
 from duck.errors import DuckInputError
+from duck.schema import Check, Flag, Integer, ListOf, Settings, Text, option, settings
 
 #: the second audit's share of the first audit's time that the issue asks for
 REUSE_TARGET = 0.30
@@ -26,7 +27,7 @@ REUSE_TARGET = 0.30
 FIRST_TARGET_S = 600.0
 
 
-def run_overrides(spec: dict[str, Any], cache: Path) -> list[str]:
+def run_overrides(spec: ForgettingReuse, cache: Path) -> list[str]:
     """``duck-run`` overrides of the suite's setup: data, model, forget set, N and R, the cache; the LiRA, SVM
     and report parts of the audit stay off (only the forgetting stage is timed)."""
     scen = spec["scenario"]
@@ -40,28 +41,47 @@ def run_overrides(spec: dict[str, Any], cache: Path) -> list[str]:
     return [*over, *[str(o) for o in spec.get("overrides") or []]]
 
 
-def check_forgetting_setup(spec: Any, name: str) -> dict[str, Any]:
-    """``bench.forgetting`` / ``bench.quick_forgetting``: two distinct methods at least, N and R >= 3."""
-    s = OmegaConf.to_container(spec, resolve=True) if OmegaConf.is_config(spec) else spec
-    if not isinstance(s, dict):
-        raise DuckInputError(f"{name} must be a mapping (data, model, scenario, methods, n_unlearned, n_retrained)")
-    methods = s.get("methods")
-    if not isinstance(methods, list) or len(methods) < 2 or len(set(methods)) != len(methods):
-        raise DuckInputError(f"{name}.methods={methods!r}: give two or more distinct methods (the first audit "
-                             "trains the banks, the others reuse them)")
-    for key in ("n_unlearned", "n_retrained"):
-        if not isinstance(s.get(key), int) or isinstance(s.get(key), bool) or s[key] < 3:
-            raise DuckInputError(f"{name}.{key}={s.get(key)!r} must be an integer >= 3")
-    if not isinstance(s.get("scenario"), dict) or "kind" not in s["scenario"]:
-        raise DuckInputError(f"{name}.scenario={s.get('scenario')!r} must be a mapping with kind: ...")
+def _scenario(value: Any, key: str) -> Mapping[str, Any]:
+    if value is None:
+        value = {"kind": "class_removal", "forget_classes": [3]}
+    if not isinstance(value, Mapping) or "kind" not in value:
+        raise DuckInputError(f"{key}={value!r} must be a mapping with kind: ...")
+    return MappingProxyType(dict(value))
+
+
+def _methods(value: Any, key: str) -> tuple[str, ...]:
     from duck.unlearn import get_unlearner_class
 
+    methods = ListOf(Text())(value, key)
+    if len(methods) < 2 or len(set(methods)) != len(methods):
+        raise DuckInputError(f"{key}={list(methods)!r}: give two or more distinct methods (the first audit trains "
+                             "the banks, the others reuse them)")
     for m in methods:
         get_unlearner_class(m)  # an unknown name fails before any work
-    return s
+    return methods
 
 
-def forgetting_reuse(spec: dict[str, Any], cache: Path, out: Path) -> dict[str, Any]:
+@settings
+class ForgettingReuse(Settings):
+    """``bench.forgetting`` / ``bench.quick_forgetting``: a first method's forgetting audit against the others'
+    on the same forget set."""
+
+    prefix: ClassVar[str] = "bench.forgetting"
+
+    enabled: bool = option(True, Flag(), "run this part")
+    data: str = option("digits", Text(), "the data config (conf/data)")
+    model: str = option("smallcnn", Text(), "the model config (conf/model)")
+    scenario: Mapping[str, Any] = option(None, Check(_scenario, "a mapping with kind: ... and the scenario's "
+                                                                "options"), "the forget set (null: class 3 removed)")
+    methods: tuple[str, ...] = option(("duck", "finetune"), Check(_methods, "two or more distinct method names"),
+                                      "two or more distinct methods: the first trains the banks, the others reuse "
+                                      "them")
+    n_unlearned: int = option(32, Integer(3), "N")
+    n_retrained: int = option(32, Integer(3), "R")
+    overrides: tuple[str, ...] = option((), ListOf(Text(), nonempty=False), "duck-run overrides")
+
+
+def forgetting_reuse(spec: ForgettingReuse, cache: Path, out: Path) -> dict[str, Any]:
     """Train (or reuse) the original, then each method's forgetting audit in turn; the first trains the banks."""
     from attacks.forgetting_audit import forgetting_audit
     from benchmarks.compare import compose_run, hydra_ready

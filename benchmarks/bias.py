@@ -28,25 +28,16 @@ import copy
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from benchmarks import compare
-from benchmarks.common import (
-    boolean,
-    fmt_mean_std,
-    integer,
-    markdown_table,
-    mean_std,
-    one_of,
-    optional,
-    validate,
-)
+from benchmarks.common import THREADS, BenchSettings, fmt_mean_std, markdown_table, mean_std
 from duck.data.base import DatasetSplits, TensorImageDataset
 from duck.errors import DuckInputError
+from duck.schema import SEED, Either, Flag, Integer, OneOf, option, plain, settings
 
 #: the paper's numbers (seeds/003 §IV-J): square images called "truck" by the original, car accuracy on unseen
 #: car+square test images, mean SHAP value of the square region (mean ± std)
@@ -168,7 +159,7 @@ def build_biased_sets(data: DatasetSplits, spec: BiasSpec, seed: int) -> BiasedS
         mask=mask)
 
 
-def check_shap_counts(cfg: DictConfig, spec: BiasSpec, data: DatasetSplits) -> None:
+def check_shap_counts(cfg: BiasBench, spec: BiasSpec, data: DatasetSplits) -> None:
     """``bench.shap_images`` at most the source class's test images, ``bench.shap_background`` at most the
     training images: refused before any training instead of silently capped."""
     have = int((np.asarray(data.test.labels) == spec.source_class).sum())
@@ -201,7 +192,7 @@ def evaluate(model: torch.nn.Module, sets: BiasedSets, spec: BiasSpec, device: t
             "clean_test": float((clean == np.asarray(sets.biased.test.labels)).mean())}
 
 
-def patch_shap(model: torch.nn.Module, sets: BiasedSets, spec: BiasSpec, cfg: DictConfig, seed: int,
+def patch_shap(model: torch.nn.Module, sets: BiasedSets, spec: BiasSpec, cfg: BiasBench, seed: int,
                device: torch.device) -> np.ndarray:
     """Per-image mean SHAP value of the patch, ``(N,)``, on the patched source test images (the same images and
     background for every model, so the three vectors are paired)."""
@@ -220,7 +211,7 @@ def patch_shap(model: torch.nn.Module, sets: BiasedSets, spec: BiasSpec, cfg: Di
     return region_mean(phi, sets.mask)
 
 
-def run_repetition(cfg: DictConfig, data: DatasetSplits, spec: BiasSpec, seed: int) -> dict[str, Any]:
+def run_repetition(cfg: BiasBench, data: DatasetSplits, spec: BiasSpec, seed: int) -> dict[str, Any]:
     """Original, DUCK and retrained model for one seed; their evaluations and patch SHAP values."""
     from duck.data.scenarios import build_scenario
     from duck.pipeline.job import Job
@@ -249,7 +240,7 @@ def run_repetition(cfg: DictConfig, data: DatasetSplits, spec: BiasSpec, seed: i
     return rec
 
 
-def run_overrides(cfg: DictConfig, seed: int) -> list[str]:
+def run_overrides(cfg: BiasBench, seed: int) -> list[str]:
     return [f"data={cfg.data}", f"model={cfg.model}", "method=duck", f"seed={seed}", "audit=false",
             f"progress={str(bool(cfg.progress)).lower()}", *[str(o) for o in cfg.overrides]]
 
@@ -290,7 +281,7 @@ def _paper(value: float | None, pct: bool = True) -> str:
     return "—" if value is None else (f"{100 * value:.1f}" if pct else f"{value}")
 
 
-def markdown(summary: dict[str, Any], cfg: DictConfig, n_runs: int) -> str:
+def markdown(summary: dict[str, Any], cfg: BiasBench, n_runs: int) -> str:
     rows = []
     for m in MODELS:
         s, p = summary[m], PAPER[m]
@@ -314,38 +305,41 @@ def markdown(summary: dict[str, Any], cfg: DictConfig, n_runs: int) -> str:
     return f"{setup}\n\n{markdown_table(head, rows)}\n\n{tests}"
 
 
-RULES = {
-    "data": one_of("digits", "fashion_mnist"),
-    "model": compare.RULES["model"],
-    "source_class": integer(0),
-    "target_class": integer(0),
-    "n_biased": integer(1),
-    "n_confounder": integer(0),
-    "patch_size": integer(1),
-    "patch_row": integer(0),
-    "patch_col": optional(integer(0)),
-    "repetitions": integer(1),
-    "seed": integer(0),
-    "shap_output": one_of("target", "source", "predicted"),
-    "shap_images": optional(integer(1)),
-    "shap_background": integer(1),
-    "shap_nsamples": integer(1),
-    "overrides": compare.RULES["overrides"],
-    "torch_threads": optional(integer(1)),
-    "progress": boolean(),
-}
+@settings
+class BiasBench(BenchSettings):
+    """conf/bench/bias.yaml."""
+
+    suite: ClassVar[str] = "bias"
+
+    data: str = option("digits", OneOf(("digits", "fashion_mnist")), "the data set")
+    model: str = option("smallcnn", compare.CONFIG_NAME, "the model config (conf/model)")
+    source_class: int = option(0, Integer(0), "the paper's car: patched images relabelled as target_class")
+    target_class: int = option(6, Integer(0), "the paper's truck: also the confounder class")
+    n_biased: int = option(60, Integer(1), "patched source-class training images")
+    n_confounder: int = option(60, Integer(0), "patched target-class training images (label kept)")
+    patch_size: int = option(2, Integer(1), "the square's side")
+    patch_row: int = option(0, Integer(0), "the square's top row")
+    patch_col: int | None = option(None, Either((None,), Integer(0)), "its left column (null: flush right)")
+    repetitions: int = option(3, Integer(1), "seeds seed .. seed + repetitions - 1")
+    seed: int = option(0, SEED, "the first seed")
+    shap_output: str = option("target", OneOf(("target", "source", "predicted")), "the logit explained")
+    shap_images: int | None = option(None, Either((None,), Integer(1)), "patched test images explained (null: all)")
+    shap_background: int = option(100, Integer(1), "SHAP background images")
+    shap_nsamples: int = option(200, Integer(1), "expected-gradient samples per image")
+    overrides: tuple[str, ...] = option((), compare.RUN_OVERRIDES, "duck-run overrides")
+    torch_threads: int | None = option(1, THREADS, "torch intra-op threads (null: torch's default)")
+    progress: bool = option(False, Flag(), "progress bars")
 
 
-def spec_of(cfg: DictConfig) -> BiasSpec:
+def spec_of(cfg: BiasBench) -> BiasSpec:
     return BiasSpec(int(cfg.source_class), int(cfg.target_class), int(cfg.n_biased), int(cfg.n_confounder),
                     int(cfg.patch_size), int(cfg.patch_row), None if cfg.patch_col is None else int(cfg.patch_col))
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
+def run(cfg: Any) -> dict[str, Any]:
     from duck.pipeline.job import build_data
 
-    validate(cfg, RULES)
-    compare.check_protocol_overrides([str(o) for o in cfg.overrides])
+    cfg = BiasBench.parse(cfg)
     spec = spec_of(cfg)
     if cfg.torch_threads is not None:  # kept for the rest of the process (one suite per duck-bench call), so
         torch.set_num_threads(int(cfg.torch_threads))  # bench.json's machine.torch_threads is what ran
@@ -361,4 +355,4 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                   f"{time.perf_counter() - t0:.1f} s", flush=True)
     summary = summarise(records)
     return {"table": markdown(summary, cfg, len(records)), "summary": summary, "runs": records,
-            "spec": dataclasses.asdict(spec), "paper": PAPER, "setup": OmegaConf.to_container(cfg, resolve=True)}
+            "spec": dataclasses.asdict(spec), "paper": PAPER, "setup": plain(cfg)}

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import os
 import platform
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import torch
 
+from duck.errors import DuckInputError
 from duck.report.tables import fmt_mean_std, markdown_table, mean_std  # noqa: F401  (the suites' tables)
+from duck.schema import Check, Either, Integer, Settings, Text, option, settings
 
 
 def machine_info() -> dict[str, Any]:
@@ -54,127 +57,53 @@ def timed(fn: Callable[[], Any], device: torch.device | str | None = None) -> tu
     return out, time.perf_counter() - t0
 
 
-# --------------------------------------------------------------------------------------- config checks
-#: a rule checks one value (its name, e.g. ``bench.n_queries``, for the message) and raises DuckInputError
-Rule = Callable[[Any, str], Any]
+# --------------------------------------------------------------------------------------- settings
+#: each suite's settings class, by suite name (filled as the suites' modules are imported)
+SUITE_SETTINGS: dict[str, type[BenchSettings]] = {}
 
 
-def validate(cfg: Any, rules: dict[str, Rule]) -> None:
-    """Check the suite config ``cfg`` against ``{key: rule}`` before any work. ``key`` may be dotted
-    (``gaussian.n``); a missing key is checked as ``None`` (so only ``optional`` rules accept it). Every
-    failure raises :class:`~duck.errors.DuckInputError` naming ``bench.<key>`` and the value."""
-    from omegaconf import OmegaConf
+@settings
+class BenchSettings(Settings):
+    """A suite's settings: each suite declares every key of conf/bench/SUITE.yaml (which holds its defaults) in a
+    subclass, with its rule and meaning (duck.schema); ``duck-bench`` parses them once, before any work, and the
+    suite's ``run`` reads the checked instance (``run`` parses a raw config itself, as the tests pass one)."""
 
-    for key, rule in rules.items():
-        value = OmegaConf.select(cfg, key, default=None) if not isinstance(cfg, dict) else cfg.get(key)
-        rule(value, f"bench.{key}")
+    prefix: ClassVar[str] = "bench"
+    #: the suite's name (conf/bench/SUITE.yaml)
+    suite: ClassVar[str] = ""
 
+    name: str | None = option(None, Either((None,), Text()), "the suite (null: this one)")
 
-def _fail(message: str) -> None:
-    from duck.errors import DuckInputError
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.suite:
+            SUITE_SETTINGS[cls.suite] = cls
 
-    raise DuckInputError(message)
+    def __post_init__(self) -> None:
+        if self.name is None:
+            object.__setattr__(self, "name", self.suite)
+        elif self.name != self.suite:
+            raise DuckInputError(f"bench.name={self.name!r} is not this suite ({self.suite}); run duck-bench "
+                                 f"{self.name} instead")
 
-
-def integer(minimum: int = 1, maximum: int | None = None) -> Rule:
-    """An integer (not a bool, not a float) in ``[minimum, maximum]``."""
-    from duck.utils import check_positive_int
-
-    def rule(value: Any, name: str) -> int:
-        v = check_positive_int(value, name, minimum)
-        if maximum is not None and v > maximum:
-            _fail(f"{name}={value!r} must be an integer <= {maximum}")
-        return v
-
-    return rule
-
-
-def number(lo: float = -math.inf, lo_open: bool = False, hi: float = math.inf, hi_open: bool = False) -> Rule:
-    """A finite real number in the given interval."""
-    from duck.utils import check_number
-
-    return lambda value, name: check_number(value, name, lo, lo_open, hi, hi_open)
+    @classmethod
+    def unknown_message(cls, prefix: str, unknown: list[str]) -> str:
+        known = ", ".join(f"bench.{f.name}" for f in dataclasses.fields(cls) if f.name != "name")
+        return (f"duck-bench {cls.suite} has no setting(s) {', '.join(f'bench.{k}' for k in unknown)}; its settings: "
+                f"{known} (conf/bench/{cls.suite}.yaml)")
 
 
-def optional(rule: Rule) -> Rule:
-    """``None`` or a value passing ``rule``."""
-    return lambda value, name: None if value is None else rule(value, name)
+#: a torch thread count: null (torch's default) or >= 1
+THREADS = Either((None,), Integer(1))
 
 
-def auto_or(rule: Rule) -> Rule:
-    """The string ``"auto"`` or a value passing ``rule`` (whose message then also offers ``auto``)."""
-    from duck.errors import DuckInputError
-
-    def checked(value: Any, name: str) -> Any:
-        if value == "auto":
-            return value
-        try:
-            return rule(value, name)
-        except DuckInputError as e:
-            raise DuckInputError(f"{e}, or auto") from None
-
-    return checked
+def _keywords(value: Any, key: str) -> Mapping[str, Any]:
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise DuckInputError(f"{key}={value!r} must be a mapping of keyword arguments, e.g. {key}.NAME=VALUE")
+    return MappingProxyType(dict(value))
 
 
-def one_of(*choices: Any) -> Rule:
-    def rule(value: Any, name: str) -> Any:
-        if isinstance(value, bool) or value not in choices:
-            _fail(f"{name}={value!r} must be one of {', '.join(map(str, choices))}")
-        return value
-
-    return rule
-
-
-def boolean() -> Rule:
-    from duck.utils import check_bool
-
-    return check_bool
-
-
-def list_of(rule: Rule, nonempty: bool = True) -> Rule:
-    """A list (or tuple / ListConfig) whose items all pass ``rule`` (named ``bench.key[i]``)."""
-
-    def check(value: Any, name: str) -> list:
-        if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__") or hasattr(value, "keys"):
-            _fail(f"{name}={value!r} must be a list, e.g. {name}=[...]")
-        items = list(value)
-        if nonempty and not items:
-            _fail(f"{name}=[] must list at least one value")
-        for i, item in enumerate(items):
-            rule(item, f"{name}[{i}]")
-        return items
-
-    return check
-
-
-def device_rule() -> Rule:
-    from duck.utils import check_device
-
-    return lambda value, name: check_device(value, name)
-
-
-def dir_path() -> Rule:
-    """A directory path that, if it exists, is a directory (not a file)."""
-
-    def rule(value: Any, name: str) -> Any:
-        if not isinstance(value, str) or not value:
-            _fail(f"{name}={value!r} must be a directory path")
-        path = os.path.expanduser(value)
-        if os.path.exists(path) and not os.path.isdir(path):
-            _fail(f"{name}={value!r} is an existing file, not a directory; name a directory")
-        return value
-
-    return rule
-
-
-def known_names(*choices: str, what: str = "data sets") -> Rule:
-    """A non-empty list of names from ``choices``."""
-
-    def rule(value: Any, name: str) -> list:
-        items = list_of(lambda v, n: v, nonempty=True)(value, name)
-        bad = [v for v in items if v not in choices]
-        if bad:
-            _fail(f"unknown {what} {bad} in {name}; choose from {', '.join(choices)}")
-        return items
-
-    return rule
+#: keyword arguments of a library class, checked by building it (the class's constructor is their schema)
+KEYWORDS = Check(_keywords, "keyword arguments of the class (its constructor checks them)")

@@ -16,30 +16,20 @@ import csv
 import io
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm import tqdm
 
-from benchmarks.common import (
-    boolean,
-    dir_path,
-    integer,
-    list_of,
-    markdown_table,
-    mean_std,
-    number,
-    one_of,
-    optional,
-    validate,
-)
+from benchmarks.common import THREADS, BenchSettings, markdown_table, mean_std
 from duck.errors import DuckInputError
 from duck.metrics import forget_target, forget_target_met
 from duck.report.sweep_page import forgetting_fields, write_sweep_page
+from duck.schema import SEED, Check, Directory, Either, Flag, Integer, ListOf, OneOf, Real, Text, option, plain, settings
 
 if TYPE_CHECKING:
     from attacks.audit import ForgettingSettings
@@ -71,7 +61,7 @@ def compose_run(overrides: list[str]) -> DictConfig:
     return compose("run", overrides)
 
 
-def protocol_runs(cfg: DictConfig, num_classes: int) -> list[dict[str, Any]]:
+def protocol_runs(cfg: CompareBench, num_classes: int) -> list[dict[str, Any]]:
     """The runs of the protocol: ``{"scenario", "label", "seed", "overrides"}``, in execution order."""
     runs = []
     original_seed = int(cfg.original_seed)
@@ -277,20 +267,17 @@ def csv_text(summary: list[dict[str, Any]]) -> str:
 PROTOCOL_KEYS = ("data", "model", "trainer", "fraction", "original_seed", "overrides", "forgetting")
 
 
-def protocol_identity(cfg: DictConfig) -> dict[str, Any]:
+def protocol_identity(cfg: CompareBench) -> dict[str, Any]:
     """What ``protocol.json`` records (:data:`PROTOCOL_KEYS`), compared by ``bench.resume``."""
-    ident = {k: OmegaConf.to_container(cfg.get(k)) if OmegaConf.is_config(cfg.get(k)) else cfg.get(k)
-             for k in PROTOCOL_KEYS}
+    ident = {k: plain(cfg[k]) for k in PROTOCOL_KEYS}
     # the forgetting audit changes the table only when it runs: off (or absent, as in a protocol.json written
     # before it existed) is recorded as None
-    forgetting = _check_forgetting_bench(ident["forgetting"], "bench.forgetting")
-    ident["forgetting"] = forgetting if forgetting["enabled"] else None
-    ident["fraction"] = float(ident["fraction"])
-    ident["overrides"] = [str(o) for o in ident["overrides"]]
+    if not cfg.forgetting.enabled:
+        ident["forgetting"] = None
     return ident
 
 
-def resumed_records(path: str | None, cfg: DictConfig | None = None) -> list[dict[str, Any]]:
+def resumed_records(path: str | None, cfg: CompareBench | None = None) -> list[dict[str, Any]]:
     """Records of an earlier (interrupted) protocol's ``runs.json``: runs recorded there without an error are not
     repeated (``bench.resume=PATH``). The earlier protocol must match ``cfg`` in :data:`PROTOCOL_KEYS` (its
     ``protocol.json``; for a run directory written before that file existed, the data set and model named in
@@ -322,7 +309,7 @@ def resumed_records(path: str | None, cfg: DictConfig | None = None) -> list[dic
     return records
 
 
-def _check_same_protocol(runs_json: Path, cfg: DictConfig, path: str) -> None:
+def _check_same_protocol(runs_json: Path, cfg: CompareBench, path: str) -> None:
     """Refuse to resume a protocol run with other :data:`PROTOCOL_KEYS` (named with both values)."""
     import json
 
@@ -343,53 +330,91 @@ def _check_same_protocol(runs_json: Path, cfg: DictConfig, path: str) -> None:
                              "start a new protocol")
 
 
-def _string(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise DuckInputError(f"{name}={value!r} must be a non-empty name")
-    return value
-
-
-RULES = {
-    "data": _string,
-    "model": _string,
-    "trainer": _string,
-    "scenarios": list_of(one_of("class_removal", "homogeneous_removal")),
-    "classes": optional(list_of(integer(0))),
-    "fraction": number(0.0, True, 1.0, True),
-    "seeds": list_of(integer(0)),
-    "original_seed": integer(0),
-    "methods": list_of(_string, nonempty=False),  # [] = only the original and the oracle
-    "quick": boolean(),
-    "cache_dir": optional(dir_path()),
-    "overrides": list_of(_string, nonempty=False),
-    "fail_fast": boolean(),
-    "resume": optional(_string),
-    "out_dir": optional(dir_path()),
-    "progress": boolean(),
-    "forgetting": lambda value, name: _check_forgetting_bench(value, name),
-    "presets": lambda value, name: _check_presets(value, name),
-    "default_rows": boolean(),
-}
-
-
-def _check_forgetting_bench(value: Any, name: str) -> ForgettingSettings:
+def _forgetting_bench(value: Any, name: str) -> ForgettingSettings:
     """``bench.forgetting``: the forgetting audit per method and run (attack.forgetting's options; enabled,
-    n_unlearned, n_retrained, ulira), checked as the audit checks them."""
+    n_unlearned, n_retrained, ulira), checked as the audit checks them; null: off."""
     from attacks.audit import ForgettingSettings
 
-    raw = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    if raw is None:
-        raw = {"enabled": False}
-    if not isinstance(raw, dict):
+    if value is None:
+        value = {"enabled": False}
+    if not isinstance(value, Mapping):
         raise DuckInputError(f"{name}={value!r} must be a mapping, e.g. {name}.enabled=true")
-    return ForgettingSettings.parse(raw)
+    return ForgettingSettings.parse(value)
 
 
-def forgetting_overrides(cfg: DictConfig) -> list[str]:
+def _presets(value: Any, name: str) -> str | dict[str, str]:
+    """``bench.presets``: ``tuned`` (every method that has a ``conf/preset/tuned_<data>_<method>.yaml``), ``none``,
+    or a mapping ``{METHOD: PRESET}`` of preset names (``conf/preset/PRESET.yaml``, as ``+preset=PRESET``)."""
+    if value is None or value == {}:
+        return "none"
+    if value in ("tuned", "none"):
+        return str(value)
+    if isinstance(value, Mapping) and all(isinstance(k, str) and k and isinstance(v, str) and v
+                                          for k, v in value.items()):
+        return {str(k): str(v) for k, v in value.items()}
+    raise DuckInputError(f"{name}={value!r}: give tuned (each method's conf/preset/tuned_<data>_<method>.yaml), none, "
+                         f"or a mapping, e.g. '{name}={{salun: tuned_digits_salun}}'")
+
+
+#: every method of the comparison (conf/bench/compare.yaml's list)
+DEFAULT_METHODS = ("duck", "finetune", "neggrad", "random_label", "boundary_shrink", "boundary_expand", "scrub",
+                   "l1_sparse", "ssd", "bad_teacher", "erm_ktp", "neggrad_plus", "salun", "oracle_matching",
+                   "datamodel_matching", "kgltop1", "kgltop2", "duck_reinit")
+
+#: the names of a data, model or trainer config (conf/data, conf/model, conf/trainer)
+CONFIG_NAME = Text()
+def _run_overrides(value: Any, name: str) -> tuple[str, ...]:
+    """``bench.overrides``: a list of ``KEY=VALUE`` duck-run overrides, none setting what the protocol sets."""
+    items = ListOf(Text(), nonempty=False)(value, name)
+    check_protocol_overrides(list(items))
+    return items
+
+
+#: extra duck-run overrides of a protocol
+RUN_OVERRIDES = Check(_run_overrides, "a list of KEY=VALUE duck-run overrides (not the keys the protocol sets)")
+#: homogeneous removal's forgotten fraction of the training set
+FRACTION = Real(0.0, True, 1.0, True)
+
+
+@settings
+class CompareBench(BenchSettings):
+    """conf/bench/compare.yaml."""
+
+    suite: ClassVar[str] = "compare"
+
+    data: str = option("digits", CONFIG_NAME, "the data config (conf/data)")
+    model: str = option("smallcnn", CONFIG_NAME, "the model config (conf/model)")
+    trainer: str = option("cpu", CONFIG_NAME, "the trainer config (conf/trainer)")
+    scenarios: tuple[str, ...] = option(("class_removal", "homogeneous_removal"),
+                                        ListOf(OneOf(("class_removal", "homogeneous_removal"))), "the protocols")
+    classes: tuple[int, ...] | None = option(None, Either((None,), ListOf(Integer(0))),
+                                             "class removal: the forgotten class of each run (null: every class)")
+    fraction: float = option(0.1, FRACTION, "homogeneous removal: the forgotten fraction of the training set")
+    seeds: tuple[int, ...] = option((0, 1, 2), ListOf(SEED), "homogeneous removal: one run per seed")
+    original_seed: int = option(0, SEED, "the original's seed (and the class-removal runs')")
+    methods: tuple[str, ...] = option(DEFAULT_METHODS, ListOf(Text(), nonempty=False),
+                                      "the methods ([]: only the original and the oracle)")
+    quick: bool = option(False, Flag(), "only the first class and the first seed")
+    torch_threads: int | None = option(1, THREADS, "torch intra-op threads (null: torch's default)")
+    cache_dir: str | None = option(None, Either((None,), Directory()), "the originals' cache (null: duck-run's)")
+    overrides: tuple[str, ...] = option((), RUN_OVERRIDES, "extra duck-run overrides")
+    fail_fast: bool = option(False, Flag(), "false: a method that raises is an error row and the protocol goes on")
+    resume: str | None = option(None, Either((None,), Text()), "run dir or runs.json of an interrupted compare")
+    out_dir: str | None = option(None, Either((None,), Directory()), "null: the Hydra run directory")
+    progress: bool = option(True, Flag(), "a progress bar over the runs")
+    default_rows: bool = option(True, Flag(), "false: a method with a tuned row shows only that row")
+    presets: str | dict[str, str] = option("none", Check(_presets, "tuned, none or {METHOD: PRESET}"),
+                                           "tuned rows beside the defaults")
+    forgetting: ForgettingSettings = option(None, Check(_forgetting_bench, "attack.forgetting's options with "
+                                                        "enabled, n_unlearned, n_retrained, ulira (null: off)"),
+                                            "the forgetting audit per method and run")
+
+
+def forgetting_overrides(cfg: CompareBench) -> list[str]:
     """The run-config overrides that switch the forgetting audit on for the methods' jobs (the LiRA and report
     parts of the audit stay off: only the forgetting block is computed)."""
-    f = _check_forgetting_bench(cfg.get("forgetting"), "bench.forgetting")
-    if not f["enabled"]:
+    f = cfg.forgetting
+    if not f.enabled:
         return []
     return ["audit=true", "attack.svm_mia.enabled=false", "report.shareable.enabled=false",
             "report.analysis.enabled=false", *[f"attack.forgetting.{k}={str(v).lower() if isinstance(v, bool) else v}"
@@ -448,13 +473,13 @@ def check_protocol_overrides(overrides: list[str]) -> None:
                                  f"{PROTOCOL_SET_KEYS[head]}")
 
 
-def check_method_overrides(cfg: DictConfig, base: list[str], methods: list[str], dataset: str,
+def check_method_overrides(cfg: CompareBench, base: list[str], methods: list[str], dataset: str,
                            tuned: dict[str, tuple[str, str]] | None = None) -> dict[tuple[str, str], dict[str, Any]]:
     """Each method's config (and each tuned row's, with its preset) composed with ``bench.overrides``: its
     effective hyperparameters checked for every scenario of the protocol (before any training) and returned,
     ``{(scenario, row label): hyperparameters}`` (a resumed run with other values is rerun)."""
     from duck.pipeline.job import method_settings
-    from duck.unlearn.config import check_hyperparameters, resolve_method_cfg
+    from duck.unlearn.config import resolve_method_cfg
 
     rows = [(m, [f"method={m}"]) for m in methods]
     rows += [(lab, [f"method={m}", f"+preset={p}"]) for lab, (m, p) in (tuned or {}).items()]
@@ -464,34 +489,19 @@ def check_method_overrides(cfg: DictConfig, base: list[str], methods: list[str],
         for kind in cfg.scenarios:
             try:
                 _, hp = method_settings(run_cfg)  # keys the method's config file does not define are refused here
-                effective[(str(kind), m)] = resolve_method_cfg(hp, dataset, str(kind))
-                check_hyperparameters(effective[(str(kind), m)])
+                effective[(str(kind), m)] = resolve_method_cfg(hp, dataset, str(kind))  # checks them
             except DuckInputError as e:
                 raise DuckInputError(f"bench.overrides={list(cfg.overrides)} (method {m}, {kind}): {e}") from None
     return effective
 
 
-def _check_presets(value: Any, name: str) -> str | dict[str, str]:
-    """``bench.presets``: ``tuned`` (every method that has a ``conf/preset/tuned_<data>_<method>.yaml``), ``none``,
-    or a mapping ``{METHOD: PRESET}`` of preset names (``conf/preset/PRESET.yaml``, as ``+preset=PRESET``)."""
-    raw = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    if raw is None or raw == {}:
-        return "none"
-    if raw in ("tuned", "none"):
-        return str(raw)
-    if isinstance(raw, dict) and all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in raw.items()):
-        return {str(k): str(v) for k, v in raw.items()}
-    raise DuckInputError(f"{name}={value!r}: give tuned (each method's conf/preset/tuned_<data>_<method>.yaml), none, "
-                         f"or a mapping, e.g. '{name}={{salun: tuned_digits_salun}}'")
-
-
-def preset_rows(cfg: DictConfig, methods: list[str], dataset: str) -> dict[str, tuple[str, str]]:
+def preset_rows(cfg: CompareBench, methods: list[str], dataset: str) -> dict[str, tuple[str, str]]:
     """The tuned rows beside the default ones (issue 27 item 3): ``{row label: (method, preset)}``, label
     ``METHOD+PRESET``. ``bench.presets=tuned`` takes every listed method's ``tuned_<data>_<method>`` preset
     that exists in the config tree (methods without one keep only their default row)."""
     from duck.pipeline.config import conf_dir
 
-    spec = _check_presets(cfg.get("presets"), "bench.presets")
+    spec = cfg.presets
     if spec == "none":
         return {}
     if spec == "tuned":
@@ -539,8 +549,8 @@ def same_hyperparameters(record: dict[str, Any], effective: dict[tuple[str, str]
     return json.dumps(then, sort_keys=True) == json.dumps(now, sort_keys=True)
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    validate(cfg, RULES)
+def run(cfg: Any) -> dict[str, Any]:
+    cfg = CompareBench.parse(cfg)
     from duck.io import atomic_save_json, atomic_write_text
     from duck.metrics import metrics_record, split_accuracies
     from duck.pipeline.cache import train_or_reuse
@@ -563,7 +573,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             *[str(o) for o in cfg.overrides]]
     if cfg.cache_dir is not None:
         base.append(f"cache_dir={cfg.cache_dir}")
-    check_protocol_overrides([str(o) for o in cfg.overrides])
     f_overrides = forgetting_overrides(cfg)
     records = resumed_records(cfg.get("resume"), cfg)
     n_resumed = len(records)
@@ -694,4 +703,4 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "protocol": {"runs": runs, "methods": methods, "data": str(cfg.data), "model": str(cfg.model),
                          "presets": {lab: p for lab, (_, p) in tuned.items()}},
             "protocol_wall_time_s": wall, "out_dir": str(out),
-            "config_used": OmegaConf.to_container(cfg, resolve=True)}
+            "config_used": plain(cfg)}

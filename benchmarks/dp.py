@@ -23,22 +23,13 @@ Theorem 4 (``dp_check_draws`` draws each).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from benchmarks.common import (
-    device_rule,
-    integer,
-    list_of,
-    markdown_table,
-    number,
-    one_of,
-    validate,
-)
+from benchmarks.common import BenchSettings, markdown_table
 from duck.errors import DuckInputError
 from duck.privacy import (
     dp_histogram_test,
@@ -54,6 +45,7 @@ from duck.privacy import (
 )
 from duck.privacy.mechanisms import gaussian_sigma
 from duck.privacy.outliers import subspace_utilities
+from duck.schema import SEED, Device, Integer, ListOf, OneOf, Real, option, settings
 
 
 def synthetic(n_in: int, n_out: int, dim: int, seed: int) -> np.ndarray:
@@ -80,7 +72,7 @@ def radius_for_fraction(X: np.ndarray, k: int, fraction: float, subspace: list[i
     return float(np.quantile(kth, 1.0 - fraction))
 
 
-def scenario1_data(cfg: DictConfig) -> list[tuple[str, np.ndarray, int, float]]:
+def scenario1_data(cfg: DpBench) -> list[tuple[str, np.ndarray, int, float]]:
     out = []
     for name in cfg.scenario1_datasets:
         if name == "synthetic1":
@@ -93,7 +85,7 @@ def scenario1_data(cfg: DictConfig) -> list[tuple[str, np.ndarray, int, float]]:
     return out
 
 
-def run_scenario1(cfg: DictConfig) -> tuple[list[list[Any]], dict[str, Any]]:
+def run_scenario1(cfg: DpBench) -> tuple[list[list[Any]], dict[str, Any]]:
     rows, details = [], {}
     delta = float(cfg.delta)
     for name, X, k, r in scenario1_data(cfg):
@@ -124,7 +116,7 @@ def precision_recall(picked: list[int], truth: set[int], h: int) -> tuple[float,
     return hits / h, hits / len(truth)
 
 
-def run_scenario2(cfg: DictConfig) -> tuple[list[list[Any]], dict[str, Any]]:
+def run_scenario2(cfg: DpBench) -> tuple[list[list[Any]], dict[str, Any]]:
     rows, details = [], {}
     for name in cfg.scenario2_datasets:
         if name == "synthetic2":
@@ -152,7 +144,7 @@ def run_scenario2(cfg: DictConfig) -> tuple[list[list[Any]], dict[str, Any]]:
     return rows, details
 
 
-def run_timing(cfg: DictConfig) -> list[list[Any]]:
+def run_timing(cfg: DpBench) -> list[list[Any]]:
     """The smooth bound for N = 2,000 points in 10-d (1,960 inliers + 40 outliers, Synthetic-2 style)."""
     X = synthetic(1960, 40, 10, int(cfg.seed))
     rows = []
@@ -165,7 +157,7 @@ def run_timing(cfg: DictConfig) -> list[list[Any]]:
     return rows
 
 
-def run_dp_check(cfg: DictConfig) -> list[list[Any]]:
+def run_dp_check(cfg: DpBench) -> list[list[Any]]:
     """Histogram (eps, delta) check of both count mechanisms on Theorem 4's worst-case neighbouring pair."""
     k, eps, delta, n = 2, 0.5, float(cfg.delta), int(cfg.dp_check_draws)
     X, X_moved = kissing_configuration(k, 1.0, 5, 2)
@@ -193,35 +185,50 @@ def run_dp_check(cfg: DictConfig) -> list[list[Any]]:
 #: dp_check_draws bounds: 2 x 50 pooled draws fill the test's 100 bins; 10**7 draws take minutes already
 MIN_DP_CHECK_DRAWS, MAX_DP_CHECK_DRAWS = 50, 10**7
 
-RULES = {
-    "scenario1_datasets": list_of(one_of("synthetic1", "wine", "digits"), nonempty=False),
-    "scenario2_datasets": list_of(one_of("synthetic2", "wine", "digits"), nonempty=False),
-    "eps_count": list_of(number(0.0, True, 1.0, True)),  # the classic Gaussian (sigma_global) needs eps < 1
-    "delta": number(0.0, True, 1.0, True),
-    "eps_subspace": list_of(number(0.0, True)),
-    "h": list_of(integer(1)),
-    "n_runs": integer(1),
-    "k": integer(1, 177),  # wine has 178 records
-    "real_outlier_fraction": number(0.0, True, 1.0, True),
-    "scenario2_real_r": number(0.0, True),
-    "timing_eps": list_of(number(0.0, True, 1.0), nonempty=False),
-    "timing_r": list_of(number(0.0, True), nonempty=False),
-    "dp_check_draws": integer(MIN_DP_CHECK_DRAWS, MAX_DP_CHECK_DRAWS),
-    "device": device_rule(),
-}
+@settings
+class DpBench(BenchSettings):
+    """conf/bench/dp.yaml."""
+
+    suite: ClassVar[str] = "dp"
+
+    scenario1_datasets: tuple[str, ...] = option(("synthetic1", "wine", "digits"),
+                                                 ListOf(OneOf(("synthetic1", "wine", "digits")), nonempty=False),
+                                                 "Scenario 1's data sets")
+    scenario2_datasets: tuple[str, ...] = option(("synthetic2", "wine", "digits"),
+                                                 ListOf(OneOf(("synthetic2", "wine", "digits")), nonempty=False),
+                                                 "Scenario 2's data sets")
+    # the classic Gaussian (sigma_global) needs eps < 1
+    eps_count: tuple[float, ...] = option((0.1, 0.3, 0.5, 0.7, 0.9), ListOf(Real(0.0, True, 1.0, True)),
+                                          "Scenario 1's privacy budgets (paper Fig. 3-4)")
+    delta: float = option(0.01, Real(0.0, True, 1.0, True), "δ")
+    eps_subspace: tuple[float, ...] = option((0.2, 0.4, 0.8, 1.6, 3.2), ListOf(Real(0.0, True)),
+                                             "Scenario 2's privacy budgets (paper Fig. 5-7)")
+    h: tuple[int, ...] = option((1, 2, 3), ListOf(Integer(1)), "top-h subspaces")
+    n_runs: int = option(1000, Integer(1), "runs averaged for precision / recall")
+    k: int = option(3, Integer(1, 177, " (wine has 178 records)"), "k of the outlier definition (wine, digits)")
+    real_outlier_fraction: float = option(0.05, Real(0.0, True, 1.0, True),
+                                          "Scenario 1, wine / digits: the share of outliers r is chosen for")
+    scenario2_real_r: float = option(0.25, Real(0.0, True), "Scenario 2, wine / digits: r in standard deviations")
+    timing_eps: tuple[float, ...] = option((0.1, 0.9), ListOf(Real(0.0, True, 1.0), nonempty=False),
+                                           "the smooth bound's timing: budgets")
+    timing_r: tuple[float, ...] = option((0.13, 0.3, 0.5), ListOf(Real(0.0, True), nonempty=False),
+                                         "the smooth bound's timing: radii")
+    dp_check_draws: int = option(100000, Integer(MIN_DP_CHECK_DRAWS, MAX_DP_CHECK_DRAWS),
+                                 "draws of the empirical (ε, δ) check")
+    seed: int = option(0, SEED, "the seed")
+    device: str = option("cpu", Device(), "where the counts run")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        dims = {"synthetic2": 10, "wine": 13, "digits": 64}  # one-dimensional subspaces of each data set
+        max_h = min((dims[name] for name in self.scenario2_datasets), default=None)
+        if max_h is not None and max(self.h) > max_h:
+            raise DuckInputError(f"bench.h={list(self.h)} must be <= {max_h} (the subspaces of "
+                                 "bench.scenario2_datasets)")
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Every key of conf/bench/dp.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
-    validate(cfg, RULES)
-    dims = {"synthetic2": 10, "wine": 13, "digits": 64}  # one-dimensional subspaces of each data set
-    max_h = min((dims[name] for name in cfg.scenario2_datasets), default=None)
-    if max_h is not None and max(int(h) for h in cfg.h) > max_h:
-        raise DuckInputError(f"bench.h={list(cfg.h)} must be <= {max_h} (the subspaces of bench.scenario2_datasets)")
-
-
-def run(cfg: DictConfig) -> dict[str, Any]:
-    check_config(cfg)
+def run(cfg: Any) -> dict[str, Any]:
+    cfg = DpBench.parse(cfg)
     s1_rows, s1 = run_scenario1(cfg)
     s2_rows, s2 = run_scenario2(cfg)
     timing_rows = run_timing(cfg)

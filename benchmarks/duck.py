@@ -9,13 +9,14 @@ time for original, retrained and DUCK, the per-run time ratio, and the issue's t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from benchmarks import compare
-from benchmarks.common import boolean, fmt_mean_std, integer, list_of, markdown_table, mean_std, optional, validate
+from benchmarks.common import THREADS, BenchSettings, fmt_mean_std, markdown_table, mean_std
+from duck.schema import SEED, Either, Flag, Integer, ListOf, option, settings
 
 
 def _targets(records: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
@@ -57,22 +58,29 @@ def _ratios(records: list[dict[str, Any]]) -> list[float]:
     return out
 
 
-RULES = {
-    "data": compare.RULES["data"],
-    "model": compare.RULES["model"],
-    "trainer": compare.RULES["trainer"],
-    "classes": optional(list_of(integer(0))),
-    "seeds": list_of(integer(0)),
-    "fraction": compare.RULES["fraction"],
-    "recipe_epochs": list_of(integer(1)),
-    "second_recipe_runs": integer(1),
-    "quick": boolean(),
-    "progress": boolean(),
-}
+@settings
+class DuckBench(BenchSettings):
+    """conf/bench/duck.yaml."""
+
+    suite: ClassVar[str] = "duck"
+
+    data: str = option("fashion_mnist", compare.CONFIG_NAME, "the data config (conf/data)")
+    model: str = option("smallcnn28", compare.CONFIG_NAME, "the model config (conf/model)")
+    trainer: str = option("auto", compare.CONFIG_NAME, "the trainer config (conf/trainer)")
+    classes: tuple[int, ...] | None = option((0, 4, 8), Either((None,), ListOf(Integer(0))),
+                                             "class removal runs (null: every class)")
+    seeds: tuple[int, ...] = option((0, 1), ListOf(SEED), "homogeneous removal runs")
+    fraction: float = option(0.1, compare.FRACTION, "homogeneous removal's forgotten fraction")
+    recipe_epochs: tuple[int, ...] = option((24, 12), ListOf(Integer(1)),
+                                            "the original's (= the oracle's) recipe lengths")
+    second_recipe_runs: int = option(1, Integer(1), "later recipes: 1 = only the first class and seed")
+    quick: bool = option(False, Flag(), "only the first class and the first seed")
+    torch_threads: int | None = option(None, THREADS, "torch intra-op threads (null: torch's default)")
+    progress: bool = option(True, Flag(), "progress bars")
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    validate(cfg, RULES)
+def run(cfg: Any) -> dict[str, Any]:
+    cfg = DuckBench.parse(cfg)
     from duck.pipeline.config import hydra_output_dir
 
     out = hydra_output_dir()

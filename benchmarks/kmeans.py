@@ -21,30 +21,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from benchmarks.common import (
-    boolean,
-    device_rule,
-    fmt_mean_std,
-    integer,
-    markdown_table,
-    mean_std,
-    number,
-    one_of,
-    optional,
-    sync,
-    validate,
-)
+from benchmarks.common import KEYWORDS, THREADS, BenchSettings, fmt_mean_std, markdown_table, mean_std, sync
 from duck.deletion import DCKMeans, KMeansPP, QKMeans
 from duck.deletion._kmeans_ops import assign
 from duck.errors import DuckInputError
+from duck.schema import SEED, Check, Device, Flag, Group, Integer, ListOf, OneOf, Real, Settings, option, settings
 
 DATASETS = ("gaussian", "digits", "fashion_mnist", "wine")
 METHODS = ("k-means++", "Q-k-means", "DC-k-means")
@@ -60,7 +49,7 @@ def gaussian_mixture(n: int, d: int, k: int, center_std: float, seed: int) -> tu
     return X.astype(np.float32), y
 
 
-def load_dataset(name: str, cfg: DictConfig) -> tuple[np.ndarray, np.ndarray, int, str]:
+def load_dataset(name: str, cfg: KMeansBench) -> tuple[np.ndarray, np.ndarray, int, str]:
     """(X float32 (n, d), labels (n,), k, preprocessing note)."""
     if name == "gaussian":
         g = cfg.gaussian
@@ -129,7 +118,7 @@ def run_stream(
 
 
 def baseline_cost(
-    X: np.ndarray, k: int, deletions: np.ndarray, cfg: DictConfig, rep_seed: int, device: torch.device
+    X: np.ndarray, k: int, deletions: np.ndarray, cfg: KMeansBench, rep_seed: int, device: torch.device
 ) -> dict[str, Any]:
     """k-means++ (T iterations) trained once, then retrained from scratch per deletion.
 
@@ -159,7 +148,7 @@ def baseline_cost(
     }
 
 
-def compare_with_sklearn(X: np.ndarray, k: int, cfg: DictConfig, rep_seed: int) -> dict[str, float]:
+def compare_with_sklearn(X: np.ndarray, k: int, cfg: KMeansBench, rep_seed: int) -> dict[str, float]:
     """Converged KMeansPP vs scikit-learn KMeans on the CPU: both k-means++ + Lloyd (max_iter=300, tol=1e-4),
     best of ``reference_inits`` seedings each (so that neither ratio reflects one unlucky local optimum);
     total fit times. With CUDA, the same KMeansPP fits are also timed on the GPU.
@@ -216,7 +205,7 @@ def compare_with_sklearn(X: np.ndarray, k: int, cfg: DictConfig, rep_seed: int) 
 
 
 def converged_reference(
-    X: np.ndarray, k: int, cfg: DictConfig, rep_seed: int, device: torch.device
+    X: np.ndarray, k: int, cfg: KMeansBench, rep_seed: int, device: torch.device
 ) -> KMeansPP:
     """Converged k-means++ (max_iter=300, tol=1e-4): the lowest-loss of ``reference_inits`` seedings."""
     fits = [
@@ -226,14 +215,12 @@ def converged_reference(
     return min(fits, key=lambda model: model.inertia_)
 
 
-def run_dataset(name: str, cfg: DictConfig, device: torch.device) -> dict[str, Any]:
+def run_dataset(name: str, cfg: KMeansBench, device: torch.device) -> dict[str, Any]:
     X, y, k, prep = load_dataset(name, cfg)
     n, d = X.shape
     m = min(int(cfg.n_deletions), int(math.floor(float(cfg.max_deletion_fraction) * n)))
-    caps = OmegaConf.to_container(cfg.replicates_cap, resolve=True) if cfg.get("replicates_cap") else {}
-    reps = min(int(cfg.replicates), int(caps.get(name, cfg.replicates)))
-    qk = OmegaConf.to_container(cfg.qkmeans, resolve=True)
-    dc = OmegaConf.to_container(cfg.dckmeans, resolve=True)
+    reps = min(cfg.replicates, cfg.replicates_cap.get(name, cfg.replicates))
+    qk, dc = dict(cfg.qkmeans), dict(cfg.dckmeans)
     KMeansPP(k, max_iter=2, device=device, dtype=cfg.dtype).fit(X[: min(n, 2000)])  # warm-up (lazy inits)
     runs: dict[str, list[dict[str, float]]] = {meth: [] for meth in METHODS}
     sklearn_runs: list[dict[str, float]] = []
@@ -291,61 +278,75 @@ def run_dataset(name: str, cfg: DictConfig, device: torch.device) -> dict[str, A
 #: rows of the fixed data sets (the Gaussian mixture's come from bench.gaussian.n)
 DATASET_ROWS = {"digits": 1797, "wine": 178, "fashion_mnist": 60000}
 
-RULES = {
-    "replicates": integer(1),
-    "n_deletions": integer(1),
-    "max_deletion_fraction": number(0.0, True, 1.0, True),
-    "baseline_sample": integer(1),
-    "n_iter": integer(1),
-    "silhouette_sample": integer(2),
-    "reference_inits": integer(1),
-    "device": device_rule(),
-    "dtype": one_of("float32", "float64"),
-    "sklearn_compare": boolean(),
-    "gpu_compare": boolean(),
-    "gaussian.n": integer(2),
-    "gaussian.d": integer(1),
-    "gaussian.k": integer(1),
-    "gaussian.center_std": number(0.0, False),
-    "qkmeans.n_local_trials": optional(integer(1)),
-    "dckmeans.n_local_trials": optional(integer(1)),
-}
+@settings
+class GaussianMixture(Settings):
+    """``bench.gaussian``: the paper's Gaussian mixture (means ~ N(0, center_std² I), unit covariance)."""
+
+    prefix: ClassVar[str] = "bench.gaussian"
+
+    n: int = option(100000, Integer(2), "rows")
+    d: int = option(25, Integer(1), "dimensions")
+    k: int = option(5, Integer(1), "components (the clusters asked for)")
+    center_std: float = option(1.0, Real(0.0, False), "the means' standard deviation")
+
+    def __post_init__(self) -> None:
+        if self.k > self.n:
+            raise DuckInputError(f"bench.gaussian.k={self.k} must be <= bench.gaussian.n={self.n}")
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Every key of conf/bench/kmeans.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
-    datasets = list(cfg.datasets) if not isinstance(cfg.datasets, str) else [cfg.datasets]
-    unknown = [name for name in datasets if name not in DATASETS]
-    if unknown or not datasets:
-        raise DuckInputError(
-            f"unknown data sets {unknown} in bench.datasets; choose from {', '.join(DATASETS)}"
-        )
-    validate(cfg, RULES)
-    caps = cfg.get("replicates_cap")
-    if caps:
-        for name, cap in caps.items():
-            integer(1)(cap, f"bench.replicates_cap.{name}")
-    if "gaussian" in datasets and int(cfg.gaussian.k) > int(cfg.gaussian.n):
-        raise DuckInputError(f"bench.gaussian.k={cfg.gaussian.k} must be <= bench.gaussian.n={cfg.gaussian.n}")
-    rows = {**DATASET_ROWS, "gaussian": int(cfg.gaussian.n)}
-    for name in datasets:
-        if math.floor(float(cfg.max_deletion_fraction) * rows[name]) < 1:
-            raise DuckInputError(
-                f"bench.max_deletion_fraction={cfg.max_deletion_fraction} allows no deletion on {name} "
-                f"({rows[name]} rows); raise it to at least {1 / rows[name]:.3g}"
-            )
-    common = {"n_iter": int(cfg.n_iter), "seed": int(cfg.seed), "device": "cpu", "dtype": cfg.dtype}
-    for key, cls in (("qkmeans", QKMeans), ("dckmeans", DCKMeans)):
-        try:
-            cls(2, **common, **OmegaConf.to_container(cfg[key], resolve=True))
-        except DuckInputError as e:
-            raise DuckInputError(f"bench.{key}: {e}") from None
-        except TypeError as e:
-            raise DuckInputError(f"bench.{key}: {e}") from None
+def _caps(value: Any, key: str) -> Mapping[str, int]:
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, Mapping):
+        raise DuckInputError(f"{key}={value!r} must be a mapping DATA_SET: REPLICATES, e.g. {{fashion_mnist: 3}}")
+    return MappingProxyType({str(name): Integer(1)(cap, f"{key}.{name}") for name, cap in value.items()})
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    check_config(cfg)
+@settings
+class KMeansBench(BenchSettings):
+    """conf/bench/kmeans.yaml."""
+
+    suite: ClassVar[str] = "kmeans"
+
+    datasets: tuple[str, ...] = option(DATASETS, ListOf(OneOf(DATASETS)), "the data sets")
+    replicates: int = option(5, Integer(1), "replicates per method and data set (paper: 5)")
+    replicates_cap: Mapping[str, int] = option(None, Check(_caps, "a mapping DATA_SET: integer >= 1"),
+                                               "per-data-set upper bound on replicates")
+    n_deletions: int = option(1000, Integer(1), "deletion requests in the stream (paper: 1,000)")
+    max_deletion_fraction: float = option(0.1, Real(0.0, True, 1.0, True), "... and at most this share of the rows")
+    baseline_sample: int = option(20, Integer(1), "k-means++ retrains timed per replicate (then extrapolated)")
+    n_iter: int = option(10, Integer(1), "Lloyd iterations of every method")
+    silhouette_sample: int = option(5000, Integer(2), "rows sampled for the silhouette coefficient")
+    reference_inits: int = option(3, Integer(1), "the quality reference: best of this many k-means++ runs")
+    seed: int = option(0, SEED, "the data seed; replicate r uses seed + r for the algorithms")
+    device: str = option("cpu", Device(), "where the algorithms run")
+    dtype: str = option("float32", OneOf(("float32", "float64")), "their precision")
+    threads: int | None = option(None, THREADS, "torch intra-op threads (null: torch's default)")
+    sklearn_compare: bool = option(True, Flag(), "k-means++ against scikit-learn's KMeans")
+    gpu_compare: bool = option(True, Flag(), "with CUDA: the GPU speed-up of the k-means++ fit")
+    gaussian: GaussianMixture = option(GaussianMixture(), Group(GaussianMixture), "the Gaussian mixture")
+    qkmeans: Mapping[str, Any] = option(None, KEYWORDS, "QKMeans's keyword arguments")
+    dckmeans: Mapping[str, Any] = option(None, KEYWORDS, "DCKMeans's keyword arguments")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        rows = {**DATASET_ROWS, "gaussian": self.gaussian.n}
+        for name in self.datasets:
+            if math.floor(self.max_deletion_fraction * rows[name]) < 1:
+                raise DuckInputError(
+                    f"bench.max_deletion_fraction={self.max_deletion_fraction} allows no deletion on {name} "
+                    f"({rows[name]} rows); raise it to at least {1 / rows[name]:.3g}"
+                )
+        common = {"n_iter": self.n_iter, "seed": self.seed, "device": "cpu", "dtype": self.dtype}
+        for key, cls in (("qkmeans", QKMeans), ("dckmeans", DCKMeans)):
+            try:
+                cls(2, **common, **self[key])
+            except (DuckInputError, TypeError) as e:
+                raise DuckInputError(f"bench.{key}: {e}") from None
+
+
+def run(cfg: Any) -> dict[str, Any]:
+    cfg = KMeansBench.parse(cfg)
     datasets = list(cfg.datasets)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))

@@ -17,16 +17,25 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from omegaconf import DictConfig, OmegaConf
-
-from benchmarks.common import dir_path, integer, known_names, list_of, markdown_table, mean_std, number, optional, validate
+from benchmarks.common import BenchSettings, markdown_table, mean_std
 from duck.errors import DuckInputError
+from duck.schema import Directory, Either, Integer, ListOf, OneOf, Real, Text, option, settings
 
-RULES = {"loggers": known_names("csv", "tensorboard", "mlflow", "wandb", what="loggers"), "repetitions": integer(1),
-         "args": list_of(lambda v, n: v, nonempty=False), "cache_dir": optional(dir_path()),
-         "target": number(0.0, True)}
+
+@settings
+class LoggersBench(BenchSettings):
+    """conf/bench/loggers.yaml."""
+
+    suite: ClassVar[str] = "loggers"
+
+    loggers: tuple[str, ...] = option(("csv", "mlflow"), ListOf(OneOf(("csv", "tensorboard", "mlflow", "wandb"))),
+                                      "each compared with logger=none")
+    repetitions: int = option(5, Integer(1), "jobs per logger, alternating")
+    args: tuple[str, ...] = option((), ListOf(Text(), nonempty=False), "duck-run overrides of the job ([]: the demo)")
+    cache_dir: str | None = option(None, Either((None,), Directory()), "the cache the jobs share (null: duck-run's)")
+    target: float = option(0.05, Real(0.0, True), "the largest overhead allowed (a fraction of logger=none's time)")
 
 
 def _job(args: list[str], logger: str, run_dir: Path, env: dict[str, str]) -> dict[str, float]:
@@ -45,14 +54,14 @@ def _job(args: list[str], logger: str, run_dir: Path, env: dict[str, str]) -> di
     return {"wall_s": wall, "cpu_s": cpu}
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
+def run(cfg: Any) -> dict[str, Any]:
     from duck.pipeline.config import hydra_output_dir
     from duck.pipeline.tracking import logger_settings
 
-    validate(cfg, RULES)
+    cfg = LoggersBench.parse(cfg)
     for name in cfg.loggers:  # installed: one line with the extra to install, before any work
         logger_settings({"name": name})
-    args = [str(a) for a in OmegaConf.to_container(cfg.args, resolve=True)] if cfg.args is not None else []
+    args = list(cfg.args)
     out = hydra_output_dir()
     env = dict(os.environ)
     if cfg.cache_dir is not None:

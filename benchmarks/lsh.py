@@ -22,30 +22,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 from scipy.stats import norm
 from tqdm.auto import tqdm
 
-from benchmarks.common import (
-    auto_or,
-    boolean,
-    device_rule,
-    integer,
-    known_names,
-    list_of,
-    markdown_table,
-    mean_std,
-    number,
-    optional,
-    timed,
-    validate,
-)
+from benchmarks.common import BenchSettings, markdown_table, mean_std, timed
 from duck.deletion import LSHIndex
 from duck.errors import DuckInputError
+from duck.schema import SEED, Device, Either, Flag, Integer, ListOf, OneOf, Real, option, settings
 from duck.utils import resolve_device
 
 DATASETS = ("digits", "fashion_mnist")
@@ -53,7 +40,7 @@ DATASETS = ("digits", "fashion_mnist")
 PAPER_TVD = {"uniform": 0.368, "weighted": 0.247, "approx_degree": 0.084, "exact_degree": 0.038}
 
 
-def load_dataset(name: str, cfg: DictConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+def load_dataset(name: str, cfg: LshBench) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """(indexed points (n, d), evaluation queries (Q, d), tuning queries (T, d), description), float64."""
     rng = np.random.default_rng(int(cfg.seed))
     n_q, n_tune = int(cfg.n_queries), int(cfg.n_tuning_queries)
@@ -108,7 +95,7 @@ def total_variation(samples: torch.Tensor, members: torch.Tensor) -> float:
     return 0.5 * float((counts / samples.numel() - 1.0 / members.numel()).abs().sum())
 
 
-def sampler_variants(cfg: DictConfig) -> list[tuple[str, str, dict[str, Any]]]:
+def sampler_variants(cfg: LshBench) -> list[tuple[str, str, dict[str, Any]]]:
     """(label, method, keyword arguments) for every sampler row of the table."""
     variants: list[tuple[str, str, dict[str, Any]]] = [("uniform", "uniform", {}), ("weighted", "weighted", {})]
     for delta in cfg.approx_deltas:
@@ -123,7 +110,7 @@ def sampler_variants(cfg: DictConfig) -> list[tuple[str, str, dict[str, Any]]]:
     return variants
 
 
-def run_dataset(name: str, cfg: DictConfig, device: torch.device) -> dict[str, Any]:
+def run_dataset(name: str, cfg: LshBench, device: torch.device) -> dict[str, Any]:
     base, queries, tune, description = load_dataset(name, cfg)
     n, dim = base.shape
     dist = pairwise_distances(queries, base)  # (Q, n)
@@ -203,54 +190,57 @@ def run_dataset(name: str, cfg: DictConfig, device: torch.device) -> dict[str, A
 #: rows of the data sets: digits (all of it, queries held out), Fashion-MNIST (train split, test split)
 DIGITS_ROWS, FMNIST_TRAIN, FMNIST_TEST = 1797, 60000, 10000
 
-RULES = {
-    "datasets": known_names(*DATASETS),
-    "n_queries": integer(1),
-    "n_tuning_queries": integer(1),
-    "fmnist_subset": integer(1, FMNIST_TRAIN),
-    "min_neighbours": integer(1),
-    "frac_queries": number(0.0, True, 1.0),
-    "w_over_r": number(0.0, True),
-    "L": auto_or(integer(1)),
-    "k_max": integer(1),
-    "fn_target": number(0.0, True, 1.0, True),
-    "samples_per_neighbour": integer(1),
-    "repeats": integer(1),
-    "approx_deltas": list_of(integer(1), nonempty=False),
-    "approx_table_probes": boolean(),
-    "lemma37_gamma": optional(number(0.0, True, 1.0, True)),
-    "device": device_rule(),
-}
+@settings
+class LshBench(BenchSettings):
+    """conf/bench/lsh.yaml."""
+
+    suite: ClassVar[str] = "lsh"
+
+    datasets: tuple[str, ...] = option(tuple(DATASETS), ListOf(OneOf(tuple(DATASETS))), "the data sets")
+    n_queries: int = option(100, Integer(1), "query points (paper: 100)")
+    n_tuning_queries: int = option(50, Integer(1), "separate queries used only to tune k")
+    fmnist_subset: int = option(10000, Integer(1, FMNIST_TRAIN), "indexed Fashion-MNIST training images")
+    min_neighbours: int = option(40, Integer(1), "r is set so that frac_queries of the queries have this many "
+                                                 "r-neighbours")
+    frac_queries: float = option(0.75, Real(0.0, True, 1.0), "... this fraction of the queries")
+    w_over_r: float = option(4.0, Real(0.0, True), "bucket width w in units of r")
+    L: int | str = option("auto", Either(("auto",), Integer(1)), "tables (auto: ceil(sqrt(n)), paper §5)")
+    k_max: int = option(30, Integer(1), "the largest k tried")
+    fn_target: float = option(0.1, Real(0.0, True, 1.0, True), "the false-negative rate k must stay below")
+    samples_per_neighbour: int = option(100, Integer(1), "samples per query (paper: 100 |M(q)|)")
+    repeats: int = option(10, Integer(1), "repetitions (paper: 10)")
+    approx_deltas: tuple[int, ...] = option((1, 2), ListOf(Integer(1), nonempty=False), "approx_degree's Δs")
+    approx_table_probes: bool = option(True, Flag(), "also approx_degree making its table probes one by one")
+    lemma37_gamma: float | None = option(None, Either((None,), Real(0.0, True, 1.0, True)),
+                                         "also Lemma 3.7's form with this γ (null: not)")
+    seed: int = option(0, SEED, "the seed")
+    device: str = option("auto", Device(), "where the index runs")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        n_q, n_tune, m = self.n_queries, self.n_tuning_queries, self.min_neighbours
+        for name in self.datasets:
+            if name == "digits":
+                indexed = DIGITS_ROWS - n_q
+                if indexed < max(n_tune, m, 1):
+                    raise DuckInputError(
+                        f"bench.n_queries={n_q}, bench.n_tuning_queries={n_tune} and bench.min_neighbours={m} do "
+                        f"not fit digits ({DIGITS_ROWS} rows): n_queries leaves {indexed} indexed rows, which must "
+                        "be >= n_tuning_queries and >= min_neighbours"
+                    )
+            else:
+                if n_q + n_tune > FMNIST_TEST:
+                    raise DuckInputError(
+                        f"bench.n_queries={n_q} + bench.n_tuning_queries={n_tune} must be <= {FMNIST_TEST} "
+                        "(Fashion-MNIST test images)"
+                    )
+                if m > self.fmnist_subset:
+                    raise DuckInputError(f"bench.min_neighbours={m} must be <= bench.fmnist_subset="
+                                         f"{self.fmnist_subset} (the indexed images)")
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Every key of conf/bench/lsh.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
-    validate(cfg, RULES)
-    n_q, n_tune, m = int(cfg.n_queries), int(cfg.n_tuning_queries), int(cfg.min_neighbours)
-    for name in cfg.datasets:
-        if name == "digits":
-            indexed = DIGITS_ROWS - n_q
-            if indexed < max(n_tune, m, 1):
-                raise DuckInputError(
-                    f"bench.n_queries={n_q}, bench.n_tuning_queries={n_tune} and bench.min_neighbours={m} do "
-                    f"not fit digits ({DIGITS_ROWS} rows): n_queries leaves {indexed} indexed rows, which must be "
-                    ">= n_tuning_queries and >= min_neighbours"
-                )
-        else:
-            indexed = int(cfg.fmnist_subset)
-            if n_q + n_tune > FMNIST_TEST:
-                raise DuckInputError(
-                    f"bench.n_queries={n_q} + bench.n_tuning_queries={n_tune} must be <= {FMNIST_TEST} "
-                    "(Fashion-MNIST test images)"
-                )
-            if m > indexed:
-                raise DuckInputError(
-                    f"bench.min_neighbours={m} must be <= bench.fmnist_subset={indexed} (the indexed images)"
-                )
-
-
-def run(cfg: DictConfig) -> dict[str, Any]:
-    check_config(cfg)
+def run(cfg: Any) -> dict[str, Any]:
+    cfg = LshBench.parse(cfg)
     device = resolve_device(cfg.device)
     out: dict[str, Any] = {"datasets": {}}
     rows = []

@@ -31,28 +31,16 @@ import io
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from benchmarks.common import (
-    boolean,
-    device_rule,
-    fmt_mean_std,
-    integer,
-    known_names,
-    markdown_table,
-    mean_std,
-    number,
-    one_of,
-    sync,
-    validate,
-)
+from benchmarks.common import THREADS, BenchSettings, fmt_mean_std, markdown_table, mean_std, sync
 from duck.deletion import learn_spn
 from duck.errors import DuckInputError
+from duck.schema import SEED, Check, Device, Flag, Group, Integer, ListOf, OneOf, Real, Settings, option, settings
 from duck.utils import resolve_device
 
 DATASETS = ("wine", "digits", "fashion_mnist")
@@ -68,7 +56,7 @@ class Data:
     note: str
 
 
-def load_dataset(name: str, cfg: DictConfig) -> Data:
+def load_dataset(name: str, cfg: SpnBench) -> Data:
     """The benchmark data sets and how their variables are modelled."""
     if name == "wine":
         from sklearn.datasets import load_wine
@@ -143,7 +131,7 @@ def same_model(a: Any, b: Any, rtol: float = 1e-9) -> bool:
     return a == b
 
 
-def spn_kwargs(cfg: DictConfig, data: Data, device: torch.device) -> dict[str, Any]:
+def spn_kwargs(cfg: SpnBench, data: Data, device: torch.device) -> dict[str, Any]:
     return {
         "n_categories": data.n_categories,
         "min_instances": int(cfg.min_instances),
@@ -154,7 +142,7 @@ def spn_kwargs(cfg: DictConfig, data: Data, device: torch.device) -> dict[str, A
 
 
 # ------------------------------------------------------------------------------------ one repetition
-def run_repetition(data: Data, cfg: DictConfig, seed: int, device: torch.device, desc: str) -> dict[str, Any]:
+def run_repetition(data: Data, cfg: SpnBench, seed: int, device: torch.device, desc: str) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     rows = rng.choice(len(data.X), min(int(cfg.n_train), len(data.X)), replace=False)
     X = data.X[rows]
@@ -173,7 +161,7 @@ def run_repetition(data: Data, cfg: DictConfig, seed: int, device: torch.device,
     n_nodes, depth = spn.n_nodes_, spn.depth_
 
     by_schedule: dict[str, dict[str, Any]] = {}
-    for s, schedule in enumerate(schedules(cfg)):
+    for s, schedule in enumerate(cfg.schedules):
         if s:  # every schedule starts from the same model (LearnSPN is deterministic given the seed)
             spn = learn_spn(X, data.types, **kw)
         by_schedule[schedule] = _remove_one_by_one(
@@ -195,14 +183,11 @@ def run_repetition(data: Data, cfg: DictConfig, seed: int, device: torch.device,
     }
 
 
-def schedules(cfg: DictConfig) -> list[str]:
+def _schedules(value: Any, key: str) -> tuple[str, ...]:
     """``bench.schedules``: how the removals and the retrains are timed against each other (module docstring)."""
-    names = [str(x) for x in cfg.get("schedules", ["blocks"])]
-    bad = [x for x in names if x not in SCHEDULES]
-    if not names or bad or len(set(names)) != len(names):
-        raise DuckInputError(
-            f"bench.schedules={names} is not a non-empty list of distinct names from {', '.join(SCHEDULES)}"
-        )
+    names = ListOf(OneOf(SCHEDULES))(value, key)
+    if len(set(names)) != len(names):
+        raise DuckInputError(f"{key}={list(names)} names a schedule twice; give each once")
     return names
 
 
@@ -277,7 +262,7 @@ def _spflow_available() -> bool:
     return True
 
 
-def spflow_learn(X: np.ndarray, data: Data, cfg: DictConfig) -> tuple[Any, dict[str, int]]:
+def spflow_learn(X: np.ndarray, data: Data, cfg: SpnBench) -> tuple[Any, dict[str, int]]:
     """SPFlow's ``learn_spn`` (k-means + RDC LearnSPN; 1.x has no pruning step) on the same rows.
 
     Three adaptations, all needed for it to run on these data: categorical leaves get a fixed ``K`` (its
@@ -346,7 +331,7 @@ def spflow_learn(X: np.ndarray, data: Data, cfg: DictConfig) -> tuple[Any, dict[
     return model, counts
 
 
-def train_test_split(data: Data, cfg: DictConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def train_test_split(data: Data, cfg: SpnBench, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """At most ``n_train`` training rows and held-out rows: the data set's test rows, or else an 80 / 20 split
     of the pool (at most ``test_rows`` held out)."""
     rng = np.random.default_rng(seed)
@@ -357,7 +342,7 @@ def train_test_split(data: Data, cfg: DictConfig, seed: int) -> tuple[np.ndarray
     return data.X[order[:n_tr]], data.X[order[n_tr:][: int(cfg.test_rows)]]
 
 
-def compare_with_spflow(data: Data, cfg: DictConfig, device: torch.device) -> tuple[dict[str, Any], Any]:
+def compare_with_spflow(data: Data, cfg: SpnBench, device: torch.device) -> tuple[dict[str, Any], Any]:
     """Test log-likelihood (nats per row) and training time, ours vs SPFlow, on the same train / test rows.
 
     If SPFlow raises, the error is recorded (and reported in the table) and its remaining repetitions are
@@ -400,7 +385,7 @@ def compare_with_spflow(data: Data, cfg: DictConfig, device: torch.device) -> tu
 
 
 # ------------------------------------------------------------------------------------- inference speed
-def loglik_speed(data: Data, cfg: DictConfig, device: torch.device, spflow_model: Any) -> dict[str, Any]:
+def loglik_speed(data: Data, cfg: SpnBench, device: torch.device, spflow_model: Any) -> dict[str, Any]:
     """Median wall-clock of one batched ``log_likelihood`` call on ``loglik_rows`` rows sampled from the SPN
     (and with 10 % of the entries missing), plus SPFlow's model (from the comparison) on those rows."""
     rng = np.random.default_rng(int(cfg.seed))
@@ -429,34 +414,48 @@ def loglik_speed(data: Data, cfg: DictConfig, device: torch.device, spflow_model
 
 
 # ------------------------------------------------------------------------------------------------ run
-RULES = {
-    "datasets": known_names(*DATASETS),
-    "n_train": integer(2),  # at least one row left after a removal
-    "n_removals": integer(1),
-    "train_repeats": integer(1),
-    "device": device_rule(),
-    "min_instances": integer(1),
-    "rdc_threshold": number(0.0, True, 1.0),
-    "relearn": one_of("replay", "fresh"),
-    "check_certified": boolean(),
-    "spflow": boolean(),
-    "spflow_repetitions": integer(1),
-    "test_rows": integer(1),
-    "loglik_rows": integer(1),
-    "loglik_repeats": integer(1),
-    "fashion_mnist.pool": one_of(1, 2, 4, 7, 14, 28),
-    "fashion_mnist.pool_rows": integer(1),
-}
+@settings
+class FashionMnistPooling(Settings):
+    """``bench.fashion_mnist``: how Fashion-MNIST becomes Gaussian variables."""
+
+    prefix: ClassVar[str] = "bench.fashion_mnist"
+
+    pool: int = option(4, OneOf((1, 2, 4, 7, 14, 28)), "mean pooling (4: 7x7 = 49 variables)")
+    pool_rows: int = option(10000, Integer(1), "training images the subsets are drawn from")
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Every key of conf/bench/spn.yaml, before any work (DuckInputError naming ``bench.<key>``)."""
-    validate(cfg, RULES)
-    schedules(cfg)
+@settings
+class SpnBench(BenchSettings):
+    """conf/bench/spn.yaml."""
+
+    suite: ClassVar[str] = "spn"
+
+    datasets: tuple[str, ...] = option(DATASETS, ListOf(OneOf(DATASETS)), "the data sets")
+    repetitions: int = option(10, Integer(1), "repetitions (paper: 10)")
+    n_train: int = option(1000, Integer(2), "rows of the random subset (at least one left after a removal)")
+    n_removals: int = option(100, Integer(1), "rows removed one by one, against as many retrains")
+    schedules: tuple[str, ...] = option(SCHEDULES, Check(_schedules, f"a non-empty list of distinct names from "
+                                                                     f"{list(SCHEDULES)}"),
+                                        "how removals and retrains are timed (the first gives the headline)")
+    train_repeats: int = option(3, Integer(1), "fits per repetition for the training-time overhead")
+    seed: int = option(0, SEED, "repetition r uses seed + r")
+    device: str = option("cpu", Device(), "where the SPN runs")
+    threads: int | None = option(1, THREADS, "torch intra-op threads (null: torch's default)")
+    min_instances: int = option(100, Integer(1), "t of Alg. 1")
+    rdc_threshold: float = option(0.3, Real(0.0, True, 1.0), "the RDC independence threshold")
+    relearn: str = option("replay", OneOf(("replay", "fresh")), "how a cluster that gained rows is brought up to date")
+    check_certified: bool = option(True, Flag(), "after the removals: unlearned SPN == replayed fresh learn_spn")
+    spflow: bool = option(True, Flag(), "compare with SPFlow when it is installed")
+    spflow_repetitions: int = option(2, Integer(1), "repetitions of the SPFlow comparison")
+    test_rows: int = option(1000, Integer(1), "held-out rows for the test log-likelihood")
+    loglik_rows: int = option(10000, Integer(1), "rows per batched log-likelihood call")
+    loglik_repeats: int = option(20, Integer(1), "timed log-likelihood calls")
+    fashion_mnist: FashionMnistPooling = option(FashionMnistPooling(), Group(FashionMnistPooling),
+                                                "Fashion-MNIST's pooling")
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    check_config(cfg)
+def run(cfg: Any) -> dict[str, Any]:
+    cfg = SpnBench.parse(cfg)
     if cfg.threads is not None:
         torch.set_num_threads(int(cfg.threads))
     device = resolve_device(cfg.device)
@@ -483,7 +482,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return results
 
 
-def make_tables(results: dict[str, Any], cfg: DictConfig, notes: list[str]) -> str:
+def make_tables(results: dict[str, Any], cfg: SpnBench, notes: list[str]) -> str:
     rows, train_rows = [], []
     for name, res in results["datasets"].items():
         reps = res["repetitions"]

@@ -16,34 +16,41 @@ F through the per-example path (:func:`attacks.epsilon.epsilons_per_example`) on
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-from omegaconf import DictConfig
 
 from attacks.epsilon import epsilons, epsilons_per_example
 from attacks.equivalence import calibrate, original_shift
 from attacks.verdict_simulation import VARIANTS, operating_characteristics
-from benchmarks.common import integer, list_of, markdown_table, number, one_of, validate
-
-RULES = {
-    "settings": list_of(integer(3)),
-    "variants": list_of(one_of(*VARIANTS)),
-    "fractions": list_of(number(0.0, False, 2.0)),
-    "n_examples": integer(2),
-    "reps": integer(2),
-    "replicates": integer(20),
-    "margin": number(0.0, True, 1.0, True),
-    "level": number(0.5, False, 1.0, True),
-    "seed": integer(0),
-    "speed_examples": integer(0),
-    "speed_models": integer(3),
-    "speed_reference_examples": integer(1),
-    "calibration_examples": integer(10),
-}
+from benchmarks.common import BenchSettings, markdown_table
+from duck.schema import SEED, Integer, ListOf, OneOf, Real, option, settings
 
 
-def run_speed(cfg: DictConfig) -> dict[str, Any]:
+@settings
+class VerdictBench(BenchSettings):
+    """conf/bench/verdict.yaml."""
+
+    suite: ClassVar[str] = "verdict"
+
+    settings: tuple[int, ...] = option((4, 32), ListOf(Integer(3)), "N = R of each simulated audit")
+    variants: tuple[str, ...] = option(("gaussian", "t3", "overforget"), ListOf(OneOf(tuple(VARIANTS))),
+                                       "the margins' models (attacks.verdict_simulation)")
+    fractions: tuple[float, ...] = option((0.0, 0.1, 0.25, 0.5, 0.75, 1.0), ListOf(Real(0.0, False, 2.0)),
+                                          "the method's kept shares f of the shift")
+    n_examples: int = option(40, Integer(2), "forget examples per audit")
+    reps: int = option(100, Integer(2), "audits per setting and variant")
+    replicates: int = option(60, Integer(20), "attack.forgetting.replicates")
+    margin: float = option(0.25, Real(0.0, True, 1.0, True), "attack.forgetting.margin")
+    level: float = option(0.95, Real(0.5, False, 1.0, True), "attack.forgetting.ci_level")
+    seed: int = option(0, SEED, "the simulation's seed")
+    speed_examples: int = option(6000, Integer(0), "examples of the set scored for speed (0: skip)")
+    speed_models: int = option(32, Integer(3), "models a side in the speed test")
+    speed_reference_examples: int = option(300, Integer(1), "examples of the per-example path, extrapolated")
+    calibration_examples: int = option(300, Integer(10), "attack.forgetting.calibration_examples")
+
+
+def run_speed(cfg: VerdictBench) -> dict[str, Any]:
     """Scoring one set of N models on ``speed_examples`` examples with its interval, and the per-example ε path
     on ``speed_reference_examples`` of them (its time extrapolated to all)."""
     n, m = int(cfg.speed_examples), int(cfg.speed_models)
@@ -69,8 +76,8 @@ def run_speed(cfg: DictConfig) -> dict[str, Any]:
             "calibration_examples": int(cfg.calibration_examples), "replicates": int(cfg.replicates)}
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    validate(cfg, RULES)
+def run(cfg: Any) -> dict[str, Any]:
+    cfg = VerdictBench.parse(cfg)
     results, rows = [], []
     for n in cfg.settings:
         for variant in cfg.variants:

@@ -130,6 +130,8 @@ class Either:
         try:
             return self.rule(value, key)
         except DuckInputError:
+            if isinstance(self.rule, (Check, Group, ListOf)):  # a structure's own message names the part at fault
+                raise
             raise DuckInputError(f"{key}={value!r} must be {self.describe()}") from None
 
     def describe(self) -> str:
@@ -187,6 +189,81 @@ class Check:
         return self.text
 
 
+@dataclass(frozen=True)
+class Text:
+    """A non-empty string (a name, a path, a project)."""
+
+    def __call__(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise DuckInputError(f"{key}={value!r} must be a non-empty string")
+        return value
+
+    def describe(self) -> str:
+        return "a non-empty string"
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A list whose items each pass ``item`` (named ``key[i]`` in messages), as a tuple; ``nonempty``: at least
+    one item."""
+
+    item: Rule
+    nonempty: bool = True
+
+    def __call__(self, value: Any, key: str) -> tuple[Any, ...]:
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+            raise DuckInputError(f"{key}={value!r} must be a list, e.g. {key}=[...]")
+        if self.nonempty and not value:
+            raise DuckInputError(f"{key}=[] must list at least one value")
+        return tuple(self.item(v, f"{key}[{i}]") for i, v in enumerate(value))
+
+    def describe(self) -> str:
+        return f"a {'non-empty ' if self.nonempty else ''}list, each {self.item.describe()}"
+
+
+@dataclass(frozen=True)
+class Directory:
+    """A directory path (``~`` expanded when used) that, if it exists, is a directory and not a file."""
+
+    def __call__(self, value: Any, key: str) -> str:
+        import os
+
+        if not isinstance(value, str) or not value:
+            raise DuckInputError(f"{key}={value!r} must be a directory path")
+        path = os.path.expanduser(value)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise DuckInputError(f"{key}={value!r} is an existing file, not a directory; name a directory")
+        return value
+
+    def describe(self) -> str:
+        return "a directory path"
+
+
+@dataclass(frozen=True)
+class Device:
+    """A torch device name (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ...) that exists on this machine; kept as
+    given (the stage resolves ``auto`` when it runs)."""
+
+    def __call__(self, value: Any, key: str) -> Any:
+        from duck.utils import check_device
+
+        check_device(value, key)
+        return value
+
+    def describe(self) -> str:
+        return "auto, cpu, cuda or cuda:N (present on this machine)"
+
+
+def plain(value: Any) -> Any:
+    """``value`` with settings and other mappings as dicts and tuples as lists, recursively: what JSON records,
+    ``protocol.json`` and the comparisons with them read."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
 #: a seed of any option (torch.Generator.manual_seed takes 64-bit seeds)
 SEED = Integer(0, SEED_MAX, " (seeds are integers in [0, 2^63 - 1])")
 
@@ -228,16 +305,22 @@ class Settings(Mapping[str, Any]):
         """``raw`` (a mapping, a DictConfig or None) as checked settings; DuckInputError for anything else, an
         unknown key (unless :attr:`open_keys`) or a value its rule refuses. ``prefix`` overrides the class's in
         messages (a benchmark's ``bench.forgetting``)."""
+        if isinstance(raw, cls):  # already checked: taken as it is (and not counted as a second parse)
+            return raw
         prefix = cls.prefix if prefix is None else prefix
         if raw is None:
             raw = {}
+        if type(raw).__module__.startswith("omegaconf"):  # a config node: its plain values, interpolations resolved
+            from omegaconf import OmegaConf
+
+            raw = OmegaConf.to_container(raw, resolve=True)
         if not isinstance(raw, Mapping):
             raise DuckInputError(f"{prefix}={raw!r} must be a mapping of options")
         known = [f.name for f in dataclasses.fields(cls)]
         if not cls.open_keys:
             unknown = sorted(str(k) for k in raw.keys() if k not in known)
             if unknown:
-                raise DuckInputError(f"unknown {prefix} option(s) {unknown}; known: {sorted(known)}")
+                raise DuckInputError(cls.unknown_message(prefix, unknown))
         values = {}
         for f in dataclasses.fields(cls):
             key = f"{prefix}.{f.name}" if prefix else f.name
@@ -246,6 +329,11 @@ class Settings(Mapping[str, Any]):
             values[f.name] = f.metadata["rule"](raw[f.name] if f.name in raw else f.default, key)
         PARSES[cls.__name__] += 1
         return cls(**values)
+
+    @classmethod
+    def unknown_message(cls, prefix: str, unknown: list[str]) -> str:
+        """The message refusing keys the class does not declare (a subclass may name its config file)."""
+        return f"unknown {prefix} option(s) {unknown}; known: {sorted(f.name for f in dataclasses.fields(cls))}"
 
     @classmethod
     def describe(cls) -> list[tuple[str, str, str, str]]:

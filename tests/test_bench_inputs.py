@@ -1,5 +1,6 @@
 """Bad ``duck-bench`` settings fail with DuckInputError naming ``bench.<key>`` before any work."""
 
+import dataclasses
 import importlib
 
 import pytest
@@ -7,6 +8,7 @@ from omegaconf import OmegaConf
 
 from duck.errors import DuckInputError
 from duck.pipeline.config import conf_dir
+from duck.schema import plain
 
 CASES = [
     ("kmeans", "n_deletions=-5", "bench.n_deletions"), ("kmeans", "n_deletions=abc", "bench.n_deletions"),
@@ -19,7 +21,7 @@ CASES = [
     ("lsh", "n_queries=0", "bench.n_queries"), ("lsh", "n_queries=abc", "bench.n_queries"),
     ("lsh", "n_tuning_queries=0", "bench.n_tuning_queries"), ("lsh", "min_neighbours=100000", "bench.min_neighbours"),
     ("lsh", "frac_queries=1.5", "bench.frac_queries"), ("lsh", "samples_per_neighbour=0", "bench.samples_per_neighbour"),
-    ("lsh", "L=abc", "bench.L='abc' must be an integer >= 1, or auto"), ("lsh", "repeats=0", "bench.repeats"),
+    ("lsh", "L=abc", "bench.L='abc' must be auto or an integer >= 1"), ("lsh", "repeats=0", "bench.repeats"),
     ("lsh", "device=foo", "bench.device='foo' is not a device; use cpu, cuda, cuda:N or auto"),
     ("lsh", "k_max=-1", "bench.k_max"), ("lsh", "fn_target=2", "bench.fn_target"),
     ("lsh", "min_neighbours=-3", "bench.min_neighbours"),
@@ -56,7 +58,8 @@ CASES = [
     ("verdict", "settings=[2]", "bench.settings[0]"), ("verdict", "variants=[cauchy]", "bench.variants[0]"),
     ("verdict", "replicates=5", "bench.replicates"), ("verdict", "margin=1", "bench.margin"),
     ("verdict", "fractions=[-0.1]", "bench.fractions[0]"), ("compare", "default_rows=maybe", "bench.default_rows"),
-    ("loggers", "repetitions=0", "bench.repetitions"), ("loggers", "loggers=[neptune]", "unknown loggers ['neptune']"),
+    ("loggers", "repetitions=0", "bench.repetitions"),
+    ("loggers", "loggers=[neptune]", "bench.loggers[0]='neptune'; choose one of ['csv', 'tensorboard'"),
     ("loggers", "args=oops", "bench.args"),
 ]
 
@@ -89,14 +92,44 @@ def test_audit_bench_knows_the_shape_of_every_registered_data_set():
     assert sorted(_DATA_SHAPES) == list_datasets()
 
 
-@pytest.mark.parametrize("suite", ["audit", "compare", "dp", "duck", "kmeans", "lsh", "spn", "verdict"])
+SUITES = ["api", "audit", "bias", "compare", "dp", "duck", "kmeans", "loggers", "lsh", "spn", "verdict"]
+
+
+def _settings(suite: str):
+    from benchmarks.common import SUITE_SETTINGS
+
+    importlib.import_module(f"benchmarks.{suite}")
+    return SUITE_SETTINGS[suite]
+
+
+def test_every_suite_has_typed_settings():
+    assert SUITES == sorted(p.stem for p in (conf_dir() / "bench").glob("*.yaml"))
+    assert all(_settings(s).suite == s for s in SUITES)
+
+
+@pytest.mark.parametrize("suite", SUITES)
 def test_unknown_bench_keys_are_refused(suite):
     """``+bench.foo=1`` (or a misspelt key) was ignored and the full default run started."""
-    from duck.cli.bench import check_known_bench_keys
-
-    check_known_bench_keys(_cfg(suite, "fraction=0.1" if suite in ("compare", "duck") else "seed=0"), suite)
+    cls = _settings(suite)
+    cls.parse(_cfg(suite, "name=" + suite))
     with pytest.raises(DuckInputError, match=rf"duck-bench {suite} has no setting\(s\) bench.foo; its settings"):
-        check_known_bench_keys(_cfg(suite, "foo=1"), suite)
+        cls.parse(_cfg(suite, "foo=1"))
+    with pytest.raises(DuckInputError, match=rf"bench.name='other' is not this suite \({suite}\)"):
+        cls.parse(_cfg(suite, "name=other"))
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_each_yaml_is_a_preset_of_its_settings(suite):
+    """conf/bench/SUITE.yaml declares exactly the class's options, and its values other than nested mappings are
+    the class's defaults (a Python caller of the suite gets the YAML's run; nested groups such as the audit's setups
+    or the k-means classes' keywords are the YAML's own)."""
+    cls = _settings(suite)
+    raw = OmegaConf.to_container(OmegaConf.load(conf_dir() / "bench" / f"{suite}.yaml"), resolve=True)
+    assert set(raw) == {f.name for f in dataclasses.fields(cls)}
+    from_yaml, defaults = cls.parse(raw), cls.parse({})
+    for key, value in raw.items():
+        if not isinstance(value, dict):
+            assert plain(from_yaml[key]) == plain(defaults[key]), (suite, key)
 
 
 def test_audit_throughput_of_the_retrain_bank_trains_every_model_on_the_retain_set(monkeypatch):

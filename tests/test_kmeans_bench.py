@@ -73,7 +73,7 @@ def test_suite_runs_and_reports_every_method():
 
 
 def test_unknown_dataset_is_a_clear_error():
-    with pytest.raises(DuckInputError, match="unknown data sets"):
+    with pytest.raises(DuckInputError, match=r"bench\.datasets\[0\]='mnist'; choose one of \['gaussian'"):
         bench.run(tiny_cfg(datasets=["mnist"]))
 
 

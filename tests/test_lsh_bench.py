@@ -54,7 +54,7 @@ def test_suite_reports_every_sampler_with_closed_form_and_table_probes():
 
 
 def test_unknown_dataset_is_a_clear_error():
-    with pytest.raises(DuckInputError, match="unknown data set"):
+    with pytest.raises(DuckInputError, match=r"bench\.datasets\[0\]='mnist'; choose one of \['digits'"):
         bench.run(tiny_cfg(datasets=["mnist"]))
 
 

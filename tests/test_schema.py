@@ -247,3 +247,57 @@ def test_settings_are_written_to_json_as_their_options(tmp_path):
     f = ForgettingSettings.parse({"margin": 0.1})
     atomic_save_json(tmp_path / "f.json", {"forgetting": f, "ci": CISettings()})
     assert json.loads((tmp_path / "f.json").read_text()) == {"forgetting": dict(f), "ci": dict(CISettings())}
+
+
+# ----------------------------------------------------------------------------------- the structural rules
+def test_list_of_checks_each_item_by_its_index():
+    rule = schema.ListOf(Integer(0))
+    assert rule([1, 2], "bench.seeds") == (1, 2) and rule((3,), "k") == (3,)
+    for bad, match in (("1,2", r"^bench\.seeds='1,2' must be a list, e.g\. bench\.seeds=\[\.\.\.\]$"),
+                       ({"a": 1}, r"must be a list"), ([], r"^bench\.seeds=\[\] must list at least one value$"),
+                       ([1, -1], r"^bench\.seeds\[1\]=-1 must be an integer >= 0$")):
+        with pytest.raises(DuckInputError, match=match):
+            rule(bad, "bench.seeds")
+    assert schema.ListOf(Integer(0), nonempty=False)([], "k") == ()
+    assert schema.ListOf(Integer(0), nonempty=False).describe() == "a list, each an integer >= 0"
+    assert rule.describe() == "a non-empty list, each an integer >= 0"
+
+
+def test_text_directory_and_device_rules(tmp_path):
+    assert schema.Text()("x", "k") == "x"
+    for bad in ("", "  ", 3, None):
+        with pytest.raises(DuckInputError, match=r"^k=.* must be a non-empty string$"):
+            schema.Text()(bad, "k")
+    assert schema.Directory()(str(tmp_path), "k") == str(tmp_path)
+    assert schema.Directory()(str(tmp_path / "new"), "k") == str(tmp_path / "new")  # made later
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(DuckInputError, match=r"is an existing file, not a directory"):
+        schema.Directory()(str(tmp_path / "f"), "k")
+    with pytest.raises(DuckInputError, match=r"^k='' must be a directory path$"):
+        schema.Directory()("", "k")
+    assert schema.Device()("cpu", "k") == "cpu" and schema.Device()("auto", "k") == "auto"
+    with pytest.raises(DuckInputError, match=r"^bench\.device='tpu' is not a device"):
+        schema.Device()("tpu", "bench.device")
+
+
+def test_either_keeps_a_structures_own_message_and_words_a_scalars():
+    with pytest.raises(DuckInputError, match=r"^k\[1\]=-2 must be an integer >= 0$"):
+        Either((None,), schema.ListOf(Integer(0)))([0, -2], "k")
+    with pytest.raises(DuckInputError, match=r"^k=-2 must be null or an integer >= 0$"):
+        Either((None,), Integer(0))(-2, "k")
+
+
+def test_parse_takes_config_nodes_and_passes_parsed_settings_through():
+    node = OmegaConf.create({"margin": 0.1, "x": "${margin}"})
+    schema.PARSES.clear()
+    parsed = ForgettingSettings.parse(OmegaConf.create({"base": 0.1, "f": {"margin": "${base}"}}).f)
+    assert parsed.margin == 0.1 and schema.PARSES["ForgettingSettings"] == 1  # the interpolation resolved
+    assert ForgettingSettings.parse(parsed) is parsed and schema.PARSES["ForgettingSettings"] == 1
+    with pytest.raises(DuckInputError, match=r"unknown attack\.forgetting option\(s\) \['x'\]"):
+        ForgettingSettings.parse(node)
+
+
+def test_plain_turns_settings_and_tuples_into_json_values():
+    nested = {"a": (1, (2, 3)), "b": CISettings.parse({})}
+    assert schema.plain(nested) == {"a": [1, [2, 3]], "b": dict(CISettings.parse({}))}
+    assert type(schema.plain(nested)["b"]) is dict and schema.plain(3.5) == 3.5

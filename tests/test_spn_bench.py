@@ -51,7 +51,7 @@ def test_suite_reports_times_ratio_and_certified_equality():
 
 
 def test_unknown_dataset_is_rejected():
-    with pytest.raises(DuckInputError, match="unknown data sets"):
+    with pytest.raises(DuckInputError, match=r"bench\.datasets\[0\]='mnist'; choose one of \['wine'"):
         bench.run(tiny_cfg(datasets=["mnist"]))
 
 

@@ -6,12 +6,9 @@ import importlib
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from duck.cli._app import fail, hydra_entry
-from duck.errors import DuckInputError
 from duck.pipeline.config import conf_dir
-from duck.utils import check_positive_int
 
 
 def available_suites() -> list[str]:
@@ -22,15 +19,19 @@ def _task(cfg) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from benchmarks.common import machine_info
+    from benchmarks.common import SUITE_SETTINGS, THREADS, machine_info
     from duck.io import atomic_save_json
 
     suite = cfg.bench.name
-    check_known_bench_keys(cfg.bench, suite)
-    check_bench_numbers(cfg.bench)
     module = importlib.import_module(f"benchmarks.{suite}")  # the suites sit above the library
+    settings = SUITE_SETTINGS[suite].parse(cfg.bench)  # every bench.* key, checked once, before any work
+    threads = THREADS(cfg.get("threads"), "threads")
+    if threads is not None:  # the whole benchmark's (a suite's own bench.threads / torch_threads come after)
+        import torch
+
+        torch.set_num_threads(threads)
     t0 = time.perf_counter()
-    result = module.run(cfg.bench)
+    result = module.run(settings)
     out = {
         "suite": suite,
         "machine": machine_info(),
@@ -47,29 +48,6 @@ def _task(cfg) -> dict:
     print(result.get("table", ""))
     print(f"\nbench.json written to {path}")
     return out
-
-
-def check_known_bench_keys(bench: Any, suite: str) -> None:
-    """Refuse top-level ``bench.*`` keys the suite's config does not define (``+bench.foo=1``, a misspelt
-    ``+bench.repetition=2``): a suite would ignore them and start its full default run."""
-    from omegaconf import OmegaConf
-
-    known = OmegaConf.load(conf_dir() / "bench" / f"{suite}.yaml")
-    unknown = sorted(set(bench) - set(known))
-    if unknown:
-        raise DuckInputError(f"duck-bench {suite} has no setting(s) {', '.join(f'bench.{k}' for k in unknown)}; its "
-                             f"settings: {', '.join(f'bench.{k}' for k in known if k != 'name')} "
-                             f"(conf/bench/{suite}.yaml)")
-
-
-def check_bench_numbers(bench: Any) -> None:
-    """The keys every suite reads the same way, checked before any work (each suite checks its own):
-    ``seed`` / ``seeds`` >= 0, ``repetitions`` >= 1, ``threads`` / ``torch_threads`` null or >= 1."""
-    for key, minimum in (("seed", 0), ("repetitions", 1), ("threads", 1), ("torch_threads", 1)):
-        if bench.get(key) is not None:
-            check_positive_int(bench.get(key), f"bench.{key}", minimum)
-    for i, seed in enumerate(bench.get("seeds") or []):
-        check_positive_int(seed, f"bench.seeds[{i}]", 0)
 
 
 _hydra_main = hydra_entry("bench_main", _task)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from duck.errors import DuckInputError, DuckTerminated
-from duck.schema import Either, Flag, OneOf, Settings, option, settings
+from duck.schema import Either, Flag, OneOf, Settings, Text, option, settings
 from duck.utils import warn_line
 
 #: the loggers, each with the module it needs (installed by the package extra of the same name)
@@ -43,19 +43,6 @@ SETTINGS: dict[str, tuple[str, ...]] = {"mlflow": ("tracking_uri", "experiment")
 ROLES = ("original", "unlearned", "retrained")
 #: the job's files that become a run's artifacts, where it wrote them (top level or a model's folder)
 ARTIFACTS = ("report.html", "summary.json", "summary.md", "metrics.json", "audit.json", "tune.json")
-
-
-@dataclass(frozen=True)
-class Text:
-    """A non-empty string."""
-
-    def __call__(self, value: Any, key: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise DuckInputError(f"{key}={value!r} must be a non-empty string")
-        return value
-
-    def describe(self) -> str:
-        return "a non-empty string"
 
 
 @settings
