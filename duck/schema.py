@@ -254,6 +254,15 @@ class Device:
         return "auto, cpu, cuda or cuda:N (present on this machine)"
 
 
+def config_values(raw: Any) -> Any:
+    """A config node's plain values (dicts and lists, interpolations resolved); anything else as it is."""
+    if type(raw).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(raw, resolve=True)
+    return raw
+
+
 def plain(value: Any) -> Any:
     """``value`` with settings and other mappings as dicts and tuples as lists, recursively: what JSON records,
     ``protocol.json`` and the comparisons with them read."""
@@ -310,10 +319,7 @@ class Settings(Mapping[str, Any]):
         prefix = cls.prefix if prefix is None else prefix
         if raw is None:
             raw = {}
-        if type(raw).__module__.startswith("omegaconf"):  # a config node: its plain values, interpolations resolved
-            from omegaconf import OmegaConf
-
-            raw = OmegaConf.to_container(raw, resolve=True)
+        raw = config_values(raw)
         if not isinstance(raw, Mapping):
             raise DuckInputError(f"{prefix}={raw!r} must be a mapping of options")
         known = [f.name for f in dataclasses.fields(cls)]

@@ -269,3 +269,55 @@ def test_id_files_larger_than_any_forget_set_are_refused_before_reading(tmp_path
     with pytest.raises(DuckInputError, match=r"ids\.txt is 2048\.0 MiB, more than 1347 training-sample ids"):
         read_forget_ids(big, max_count=1347)
     assert read_forget_ids(tmp_path / "ok.npy", max_count=1347).tolist() == [0, 1, 2, 3, 4]
+
+
+# ------------------------------------------------------------------------------- the typed settings (issue 37)
+def test_a_setting_the_kind_does_not_read_is_refused_before_its_value():
+    from duck.data.scenarios import ScenarioSettings
+
+    with pytest.raises(DuckInputError, match=r"^scenario class_removal does not use scenario\.fraction; remove it "
+                                             r"\(its settings: scenario\.forget_classes\)$"):
+        ScenarioSettings.parse({"kind": "class_removal", "forget_classes": [1], "fraction": 5})
+    for raw, match in (({"kind": "homogeneous_removal"}, r"^homogeneous_removal needs scenario\.fraction"),
+                       ({"kind": "custom"}, r"^custom needs scenario\.forget_ids=PATH"),
+                       ({"kind": "targeted", "forget_ids": [1]}, r"^targeted needs scenario\.target_class"),
+                       ({"kind": "class_removal", "forget_classes": []}, r"^class_removal needs scenario\.forget_cl"),
+                       ({"kind": "class_removal", "forget_classes": {"a": 1}}, r"^scenario\.forget_classes=\{'a': 1\} "
+                                                                              r"must be a list of class ids or names"),
+                       ({"kind": "homogeneous_removal", "fraction": 0.1, "seed": -1}, r"^scenario\.seed=-1"),
+                       ("class_removal", r"^scenario='class_removal' must be a mapping")):
+        with pytest.raises(DuckInputError, match=match):
+            ScenarioSettings.parse(raw)
+    one = ScenarioSettings.parse({"kind": "class_removal", "forget_classes": 3})
+    assert one.forget_classes == (3,) and one.seed == 0
+
+
+@pytest.mark.parametrize("overrides", [["scenario=class_removal", "scenario.forget_classes=[1]"],
+                                       ["scenario=homogeneous_removal"], ["scenario=demo_class3"],
+                                       ["scenario=custom", "scenario.forget_ids=[1,2]"],
+                                       ["scenario=targeted", "scenario.forget_ids=[1]", "scenario.target_class=2"]])
+def test_every_shipped_scenario_parses_into_its_settings(overrides):
+    from duck.data.scenarios import ScenarioSettings
+    from duck.pipeline.config import compose
+    from duck.pipeline.job import scenario_settings
+
+    cfg = compose("run", overrides)
+    parsed = scenario_settings(cfg)
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(cfg.scenario, resolve=True)
+    assert parsed == ScenarioSettings.parse({"seed": cfg.seed, **raw}) and parsed.seed == cfg.seed
+    assert {k for k, v in parsed.items() if v is not None} == {*raw, "seed"}
+
+
+def test_a_job_refuses_a_bad_scenario_before_loading_the_data(monkeypatch):
+    import duck.pipeline.job as job_module
+    from duck.pipeline.config import compose
+
+    def no_data(cfg):
+        raise AssertionError("the data were loaded before the scenario was checked")
+
+    monkeypatch.setattr(job_module, "build_data", no_data)
+    cfg = compose("run", ["scenario=class_removal", "scenario.forget_classes=[1]", "+scenario.fraction=0.5"])
+    with pytest.raises(DuckInputError, match="does not use scenario.fraction"):
+        job_module.Job.from_cfg(cfg, "run")

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from attacks.audit import AuditSettings, CISettings, ForgettingSettings, SVMSettings
 from duck import schema
 from duck.analysis.options import AnalysisSettings, DensitySettings, TSNESettings
+from duck.data.scenarios import ScenarioSettings
 from duck.errors import DuckInputError
 from duck.pipeline.config import JobSettings, Trust, compose, conf_dir
 from duck.pipeline.job import SubsetSettings
@@ -26,8 +27,8 @@ from duck.privacy.shareable import ShareableSettings
 from duck.schema import REQUIRED, Either, Flag, Integer, OneOf, Real
 from duck.training import Recipe, RecipeSettings
 
-GROUPS = (JobSettings, Trust, SubsetSettings, RecipeSettings, AuditSettings, CISettings, SVMSettings, ForgettingSettings,
-          ShareableSettings, AnalysisSettings, DensitySettings, TSNESettings, LoggerSettings, TuneSettings)
+GROUPS = (JobSettings, Trust, SubsetSettings, ScenarioSettings, RecipeSettings, AuditSettings, CISettings, SVMSettings,
+          ForgettingSettings, ShareableSettings, AnalysisSettings, DensitySettings, TSNESettings, LoggerSettings, TuneSettings)
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 

@@ -17,14 +17,16 @@ import csv
 import hashlib
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from duck.errors import DuckInputError
 from duck.paths import forget_id_file
+from duck.schema import REQUIRED, Check, OneOf, Settings, config_values, option, settings
 from duck.utils import INT64_MAX, INT64_MIN, check_number, check_seed, int64_array
 
 SCENARIOS = ("class_removal", "homogeneous_removal", "custom", "targeted")
@@ -254,39 +256,112 @@ def _check_class(c: int | str, num_classes: int, labels: np.ndarray, what: str,
     return c
 
 
+def _forget_classes(value: Any, key: str) -> tuple[int | str, ...] | None:
+    """Class ids or names (resolved against the data set when the scenario is built); a single one is a list of
+    one; an empty list is no list."""
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return None
+    if isinstance(value, (int, np.integer, str)) and not isinstance(value, bool):
+        return (value,)
+    if not isinstance(value, (list, tuple)):
+        raise DuckInputError(f"{key}={value!r} must be a list of class ids or names, e.g. {key}=[3]")
+    return tuple(value)
+
+
+def _fraction(value: Any, key: str) -> float | None:
+    if value is None:
+        return None
+    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+    if not ok or not (0.0 < float(value) < 1.0):
+        raise DuckInputError(f"{key}={value!r} must be in (0, 1), e.g. 0.1 for 10 %")
+    return check_number(value, key, 0.0, True, 1.0, True)
+
+
+def _as_given(value: Any, key: str) -> Any:
+    return value
+
+
+@settings
+class ScenarioSettings(Settings):
+    """``scenario.*`` (conf/scenario/KIND.yaml): which kind of forget set and the settings that kind reads. What
+    can be checked without the data is checked here, once; the rest (class names and ids against the data set's,
+    forget-id files and ranges against its training set) when :func:`make_scenario` builds the forget set."""
+
+    prefix: ClassVar[str] = "scenario"
+
+    kind: str = option(REQUIRED, OneOf((*SCENARIOS, "none")), "the kind of forget set")
+    forget_classes: tuple[int | str, ...] | None = option(
+        None, Check(_forget_classes, "a list of class ids or names"), "class_removal: the classes removed")
+    fraction: float | None = option(None, Check(_fraction, "a number in (0, 1)"),
+                                    "homogeneous_removal: the share of the training set forgotten")
+    forget_ids: Any = option(None, Check(_as_given, "a PATH (.txt/.npy/.csv) or a list of training-set ids"),
+                             "custom / targeted: the training-set indices forgotten")
+    target_class: int | str | None = option(None, Check(_as_given, "a class id or name"),
+                                            "targeted: the class whose centroid the forget set is pushed to")
+    seed: int = option(0, Check(lambda v, k: check_seed(v, k), "an integer in [0, 2^63 - 1]"),
+                       "homogeneous_removal: the seed of the draw (a job's: its seed)")
+
+    @classmethod
+    def parse(cls, raw: Any = None, prefix: str | None = None) -> ScenarioSettings:
+        """The kind first, and a setting the kind does not read refused before any value is checked (a typo such
+        as ``+scenario.fraction=0.5`` with class removal would otherwise be ignored)."""
+        if isinstance(raw, cls):
+            return raw
+        raw = config_values(raw) if raw is not None else {}
+        if not isinstance(raw, Mapping):
+            raise DuckInputError(f"scenario={raw!r} must be a mapping of the scenario's settings")
+        raw = dict(raw)
+        kind = raw.get("kind")
+        if kind not in (*SCENARIOS, "none"):
+            raise DuckInputError(f"unknown scenario {kind!r}; choose one of: {', '.join(SCENARIOS)}")
+        reads = _KIND_SETTINGS.get(kind, ())
+        unused = sorted(k for k, v in raw.items() if v is not None and k not in (*reads, "kind", "seed"))
+        if unused:
+            raise DuckInputError(f"scenario {kind} does not use {', '.join(f'scenario.{k}' for k in unused)}; remove "
+                                 f"it (its settings: {', '.join(f'scenario.{k}' for k in reads)})")
+        return super().parse(raw, prefix)
+
+    def __post_init__(self) -> None:
+        if self.kind == "class_removal" and self.forget_classes is None:
+            raise DuckInputError("class_removal needs scenario.forget_classes, e.g. scenario.forget_classes=[3]")
+        if self.kind in ("custom", "targeted") and self.forget_ids is None:
+            raise DuckInputError(f"{self.kind} needs scenario.forget_ids=PATH (.txt/.npy/.csv of training-set "
+                                 "indices)")
+        if self.kind == "targeted" and self.target_class is None:
+            raise DuckInputError("targeted needs scenario.target_class (the class whose centroid to push to)")
+        if self.kind == "homogeneous_removal" and self.fraction is None:
+            raise DuckInputError("homogeneous_removal needs scenario.fraction, e.g. scenario.fraction=0.1")
+
+
 def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray | None, num_classes: int, *,
-                   forget_classes: list[int | str] | int | str | None = None, fraction: float | None = None,
-                   forget_ids: str | list[int] | None = None, target_class: int | str | None = None,
-                   seed: int = 0, class_names: list[str] | None = None, **extra: Any) -> Scenario:
-    """Build and validate a scenario (arguments mirror ``conf/scenario/KIND.yaml``). A setting the kind does
-    not use (``+scenario.fraction=0.5`` with class removal, a typo) is refused: it would be ignored.
+                   class_names: list[str] | None = None, **settings_: Any) -> Scenario:
+    """Build and validate a scenario from its settings as keywords (arguments mirror ``conf/scenario/KIND.yaml``):
+    :class:`ScenarioSettings` then :func:`make_scenario`. A setting the kind does not use (``+scenario.fraction=0.5``
+    with class removal, a typo) is refused: it would be ignored.
 
     ``forget_classes`` and ``target_class`` take class ids or names (resolved through ``class_names``, the
     data set's; exact spelling). ``test_labels`` may be ``None`` (user data without a test split): class
     removal then has no ``test_forget`` / ``test_retain`` split."""
+    return make_scenario(ScenarioSettings.parse({"kind": kind, **settings_}), train_labels, test_labels, num_classes,
+                         class_names=class_names)
+
+
+def make_scenario(settings_: ScenarioSettings, train_labels: np.ndarray, test_labels: np.ndarray | None,
+                  num_classes: int, *, class_names: list[str] | None = None) -> Scenario:
+    """The forget set of parsed ``settings_`` on this data (the checks that need the data: class names and ids,
+    forget-id files, ranges)."""
+    kind, forget_classes, fraction = settings_.kind, settings_.forget_classes, settings_.fraction
+    forget_ids, target_class, seed = settings_.forget_ids, settings_.target_class, settings_.seed
+    if kind == "none":
+        raise DuckInputError("scenario=none has no forget set; choose class_removal, homogeneous_removal, custom "
+                             "or targeted")
     train_labels = np.asarray(train_labels)
     test_labels = None if test_labels is None else np.asarray(test_labels)
     class_names = None if class_names is None else [str(c) for c in class_names]
     n = len(train_labels)
-    if kind not in SCENARIOS:
-        raise DuckInputError(f"unknown scenario {kind!r}; choose one of: {', '.join(SCENARIOS)}")
-    given = {"forget_classes": forget_classes, "fraction": fraction, "forget_ids": forget_ids,
-             "target_class": target_class, **extra}
-    unused = sorted(k for k, v in given.items() if v is not None and k not in _KIND_SETTINGS[kind])
-    if unused:
-        raise DuckInputError(f"scenario {kind} does not use {', '.join(f'scenario.{k}' for k in unused)}; remove it "
-                             f"(its settings: {', '.join(f'scenario.{k}' for k in _KIND_SETTINGS[kind])})")
     test_f = test_r = None
     classes = None
-    seed = check_seed(seed, "scenario.seed")
     if kind == "class_removal":
-        if forget_classes is None or (isinstance(forget_classes, (list, tuple)) and len(forget_classes) == 0):
-            raise DuckInputError("class_removal needs scenario.forget_classes, e.g. scenario.forget_classes=[3]")
-        if isinstance(forget_classes, (int, np.integer, str)) and not isinstance(forget_classes, bool):
-            forget_classes = [forget_classes]  # a single class id or name given as a scalar
-        elif not isinstance(forget_classes, (list, tuple)):
-            raise DuckInputError(f"scenario.forget_classes={forget_classes!r} must be a list of class ids or names, "
-                                 "e.g. scenario.forget_classes=[3]")
         classes = sorted({_check_class(c, num_classes, train_labels, "forget class", class_names)
                           for c in forget_classes})
         if len(classes) != len(list(forget_classes)):
@@ -303,23 +378,15 @@ def build_scenario(kind: str, train_labels: np.ndarray, test_labels: np.ndarray 
                                  f"the {side} classes' test accuracy is undefined; use a test split holding every "
                                  "class, or scenario=custom with these classes' training ids")
     elif kind == "homogeneous_removal":
-        ok = not isinstance(fraction, bool) and isinstance(fraction, (int, float, np.integer, np.floating))
-        if not ok or not (0.0 < float(fraction) < 1.0):
-            raise DuckInputError(f"scenario.fraction={fraction!r} must be in (0, 1), e.g. 0.1 for 10 %")
-        fraction = check_number(fraction, "scenario.fraction", 0.0, True, 1.0, True)
         k = int(round(float(fraction) * n))
         if k < 1:
             raise DuckInputError(f"scenario.fraction={fraction} selects no sample of {n}; increase it")
         forget = np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
     else:  # custom / targeted
-        if forget_ids is None:
-            raise DuckInputError(f"{kind} needs scenario.forget_ids=PATH (.txt/.npy/.csv of training-set indices)")
         ids = (read_forget_ids(forget_ids, max_count=n) if isinstance(forget_ids, (str, Path))
                else _inline_ids(forget_ids))
         forget = validate_forget_ids(ids, n)
         if kind == "targeted":
-            if target_class is None:
-                raise DuckInputError("targeted needs scenario.target_class (the class whose centroid to push to)")
             target_class = _check_class(target_class, num_classes, train_labels, "target class", class_names)
             own = forget[train_labels[forget] == target_class]
             if own.size:

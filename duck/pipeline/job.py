@@ -25,7 +25,7 @@ from duck.analysis.options import AnalysisSettings, check_analysis_data
 from duck.data.augment import check_augment
 from duck.data.base import DatasetSplits, subset_splits
 from duck.data.registry import build_datasets
-from duck.data.scenarios import Scenario, build_scenario
+from duck.data.scenarios import Scenario, ScenarioSettings, make_scenario
 from duck.errors import DuckInputError
 from duck.models import Classifier, create_model
 from duck.pipeline.config import JobSettings, Trust, conf_dir, configure_threads, container, resolve_progress
@@ -129,10 +129,11 @@ class Job:
         attack_settings = None
         if command == "audit" or settings.audit:  # options checked before the data are loaded
             attack_settings, share, analysis = check_report_options(cfg)
+        planned = scenario_settings(cfg) if scenario is None else None  # checked before the data are loaded too
         if data is None:
             data = build_data(cfg)
         if scenario is None:
-            scenario = build_scenario_cfg(cfg, data)
+            scenario = make_job_scenario(planned, data)
         if scenario is None and command != "train":
             raise DuckInputError(f"duck-{command} needs a scenario"
                                  + (" (it defines the members)" if command == "audit" else "") + f": {SCENARIO_KINDS}")
@@ -231,16 +232,23 @@ class SubsetSettings(Settings):
     seed: int = option(0, SEED, "seed of the random subset")
 
 
-def build_scenario_cfg(cfg: DictConfig, data: DatasetSplits) -> Scenario | None:
-    """The scenario of ``cfg.scenario`` on ``data`` (None for ``scenario=none``); class names resolve through
-    the data set's ``class_names``."""
+def scenario_settings(cfg: DictConfig) -> ScenarioSettings | None:
+    """``cfg.scenario`` parsed (:class:`~duck.data.scenarios.ScenarioSettings`, the seed defaulting to the job's),
+    before the data are loaded; None for ``scenario=none``."""
     sc = container(cfg.scenario)
-    kind = sc.pop("kind")
-    if kind in (None, "none"):
+    if sc.get("kind") in (None, "none") and len(sc) <= 1:
         return None
     sc.setdefault("seed", int(cfg.get("seed", 0)))
-    return build_scenario(kind, data.train.labels, None if data.test is None else data.test.labels,
-                          data.num_classes, class_names=data.class_names or None, **sc)
+    parsed = ScenarioSettings.parse(sc)
+    return None if parsed.kind == "none" else parsed
+
+
+def make_job_scenario(settings_: ScenarioSettings | None, data: DatasetSplits) -> Scenario | None:
+    """The forget set of parsed scenario settings on ``data`` (None stays None)."""
+    if settings_ is None:
+        return None
+    return make_scenario(settings_, data.train.labels, None if data.test is None else data.test.labels,
+                         data.num_classes, class_names=data.class_names or None)
 
 
 def model_settings(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
