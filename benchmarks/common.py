@@ -1,4 +1,5 @@
-"""Helpers shared by benchmark suites: machine description, timing, mean (std), Markdown tables."""
+"""Helpers shared by benchmark suites: machine description, timing, mean (std), Markdown tables, and the base of
+the suites' typed settings (:class:`BenchSettings`)."""
 
 from __future__ import annotations
 
