@@ -14,6 +14,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from test_kmeans_qkmeans import models_equal, naive_qkmeans  # the reference Alg. 1 and model equality, shared
 
 from duck.deletion import QKMeans
 from duck.deletion._kmeans_ops import kmeans_plusplus, make_generator, uniforms
@@ -36,50 +37,6 @@ def refused(message: str):
 def state(seed_ids, phases, eps_phase=0.5, n_reseeds=0) -> dict:
     """A ``random_state_`` dict written by hand (for replayed fits with chosen draws)."""
     return dict(seed_ids=seed_ids, phases=np.asarray(phases, dtype=np.float64), eps_phase=eps_phase, n_reseeds=n_reseeds)
-
-
-def naive_qkmeans(X, seed_rows, phases, eps, gamma, T):
-    """Alg. 1 written directly from the paper with explicit loops (independent of the package code)."""
-    n, _ = X.shape
-    k = len(seed_rows)
-
-    def part(c):
-        d2 = ((X[:, None, :] - c[None]) ** 2).sum(-1)
-        return d2.argmin(1), d2.min(1).sum()
-
-    c = X[seed_rows].copy()
-    labels, loss = part(c)
-    accepted = 0
-    for tau in range(1, T + 1):
-        m = gamma * n / k
-        means = np.empty_like(c)
-        for j in range(k):
-            members = X[labels == j]
-            s = len(members)
-            mean = members.mean(0) if s else np.zeros(X.shape[1])
-            means[j] = (s / m) * mean + (1 - s / m) * c[j] if s < m else mean
-        theta = phases[tau - 1]
-        q = eps * (np.round(means / eps + theta - 0.5) - (theta - 0.5))
-        new_labels, new_loss = part(q)
-        if not new_loss < loss:
-            break
-        c, labels, loss, accepted = q, new_labels, new_loss, tau
-    return c, labels, accepted
-
-
-def models_equal(a: QKMeans, b: QKMeans) -> bool:
-    if not (torch.equal(a.cluster_centers_, b.cluster_centers_) and torch.equal(a.labels_, b.labels_)):
-        return False
-    if not (torch.equal(a.ids_, b.ids_) and a.n_iter_ == b.n_iter_ and a.eps_ == b.eps_):
-        return False
-    ma, mb = a.metadata_, b.metadata_
-    for key in ma:
-        if key == "n_accepted":
-            if ma[key] != mb[key]:
-                return False
-        elif ma[key].shape != mb[key].shape or not np.allclose(ma[key], mb[key], rtol=1e-9, atol=1e-9):
-            return False
-    return True
 
 
 def predicted_deletion(before: dict, eps_before: float, fresh: QKMeans, n_ids: int, seed_deleted: bool) -> dict:
