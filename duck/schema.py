@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -226,8 +227,6 @@ class Directory:
     """A directory path (``~`` expanded when used) that, if it exists, is a directory and not a file."""
 
     def __call__(self, value: Any, key: str) -> str:
-        import os
-
         if not isinstance(value, str) or not value:
             raise DuckInputError(f"{key}={value!r} must be a directory path")
         path = os.path.expanduser(value)
