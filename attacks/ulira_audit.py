@@ -106,9 +106,9 @@ def _shadow_scenario(ctx: AuditContext, labels: np.ndarray, forget_pos: np.ndarr
 def unlearned_shadows(ctx: AuditContext, bank: ShadowBank, method: str, method_cfg: dict[str, Any]) -> tuple[np.ndarray, int]:
     """φ of every unlearned shadow ``U_k`` on every training sample ``(E, N_train)``, and how many were computed
     now (the rest came from the cache)."""
-    from duck.unlearn.config import resolve_method_cfg
+    from duck.unlearn.registry import resolve_method_cfg
 
-    hparams = resolve_method_cfg(method_cfg, ctx.data.name, ctx.scenario.kind)  # the job's: as they are
+    hparams = resolve_method_cfg(method_cfg, ctx.data.name, ctx.scenario.kind, method)  # the job's: as they are
     spec = {"bank": bank.key, "method": method, "hparams": hparams, "forget": ctx.scenario.forget_hash,
             "trainer": training_trainer_settings(ctx.trainer_cfg), "seed": ctx.seed, "version": __version__}
     entry = Store(ctx.cache_dir).open(ArtifactSpec("unlearned_shadows", 1, spec),

@@ -13,7 +13,7 @@ Adam at lr 1e-4 (the authors' code).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -22,6 +22,8 @@ import torch.nn.functional as F
 from baselines.common import BaselineUnlearner
 from duck.data.loaders import make_loader
 from duck.errors import DuckInputError
+from duck.schema import OneOf, Real, option, settings
+from duck.unlearn.config import COUNT, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
 from duck.unlearn.registry import register_unlearner
 
 
@@ -33,9 +35,26 @@ def mixed_teacher_probs(good_logits: torch.Tensor, bad_logits: torch.Tensor, is_
     return torch.where(is_forget.view(-1, 1), bad, good)
 
 
+@settings
+class BadTeacherParams(MethodSettings):
+    """``method=bad_teacher``'s hyperparameters; conf/method/bad_teacher.yaml is their preset."""
+
+    method_name: ClassVar[str] = "bad_teacher"
+
+    optimizer: str = option("adam", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
+    kd_T: float = option(1.0, POSITIVE, "distillation temperature")
+    retain_fraction: float = option(0.3, Real(0.0, False, 1.0), "share of the retain set the student sees")
+    batch_size: int | None = option(None, Preset(COUNT), "batch size")
+    epochs: int | None = option(None, Preset(COUNT), "epochs")
+
+
 @register_unlearner("bad_teacher")
 class BadTeacher(BaselineUnlearner):
     """Distil the bad teacher on forget samples and the original on a subset of retain samples."""
+
+    params = BadTeacherParams
 
     def run(self) -> dict[str, Any]:
         if self.data.model_factory is None:

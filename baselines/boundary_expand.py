@@ -11,13 +11,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from baselines.common import CLASS_REMOVAL_ONLY, BaselineUnlearner
+from duck.schema import OneOf, option, settings
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
 from duck.unlearn.registry import register_unlearner
 
 
@@ -45,9 +47,25 @@ def prune_head(wide: nn.Linear, num_classes: int) -> nn.Linear:
     return head
 
 
+@settings
+class BoundaryExpandParams(MethodSettings):
+    """``method=boundary_expand``'s hyperparameters; conf/method/boundary_expand.yaml is their preset."""
+
+    method_name: ClassVar[str] = "boundary_expand"
+
+    optimizer: str = option("sgd", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    momentum: float = option(0.9, MOMENTUM, "SGD momentum")
+    weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
+    batch_size: int | None = option(None, Preset(COUNT), "batch size")
+    epochs: int = option(10, COUNT, "epochs")
+
+
 @register_unlearner("boundary_expand")
 class BoundaryExpand(BaselineUnlearner):
     """Shadow class for the forget samples, fine-tune, prune the shadow output."""
+
+    params = BoundaryExpandParams
 
     supported_scenarios = CLASS_REMOVAL_ONLY
 

@@ -18,7 +18,7 @@ recomputing them per batch).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,8 @@ from torch import nn
 from baselines.common import CLASS_REMOVAL_ONLY, BaselineUnlearner
 from duck.data.loaders import make_loader
 from duck.errors import DuckInputError
+from duck.schema import OneOf, option, settings
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
 from duck.unlearn.registry import register_unlearner
 
 
@@ -72,9 +74,28 @@ def nearest_incorrect_label(logits_adv: torch.Tensor, y: torch.Tensor, excluded:
     return scores.argmax(1)
 
 
+@settings
+class BoundaryShrinkParams(MethodSettings):
+    """``method=boundary_shrink``'s hyperparameters; conf/method/boundary_shrink.yaml is their preset."""
+
+    method_name: ClassVar[str] = "boundary_shrink"
+
+    optimizer: str = option("sgd", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    momentum: float = option(0.9, MOMENTUM, "SGD momentum")
+    weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
+    batch_size: int | None = option(None, Preset(COUNT), "batch size")
+    epochs: int = option(15, COUNT, "epochs")
+    bound: float = option(0.1, POSITIVE, "attack radius (pixel units)")
+    step: float = option(0.1, POSITIVE, "= bound: FGSM")
+    attack_steps: int = option(1, COUNT, "attack steps")
+
+
 @register_unlearner("boundary_shrink")
 class BoundaryShrink(BaselineUnlearner):
     """Relabel forget samples to their nearest incorrect class (adversarial neighbour), then fine-tune."""
+
+    params = BoundaryShrinkParams
 
     supported_scenarios = CLASS_REMOVAL_ONLY
 

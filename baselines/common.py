@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from duck.errors import DuckInputError
+from duck.schema import Either, Flag, Integer, OneOf, option, settings
 from duck.unlearn.base import ForgetAccuracyStop, Unlearner
+from duck.unlearn.config import TOLERANCE, MethodSettings
 
 CLASS_REMOVAL_ONLY = ("class_removal",)
 
@@ -43,6 +45,34 @@ def distill_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, temper
     return F.kl_div(log_p_s, teacher_probs, reduction="sum") * temperature**2 / student_logits.shape[0]
 
 
+
+@settings
+class StopAtTargetParams(MethodSettings):
+    """The hyperparameters of DUCK's stopping rule added to a method with its own recipe (NegGrad+, SalUn; seeds/003
+    §III): stop once ``A_f <= 0 + tolerance``, checked every ``stop_check``, not before ``min_epochs``."""
+
+    stop_at_target: bool = option(False, Flag(),
+                                  "true: also stop at DUCK's forget-accuracy target (the authors' code has no rule)")
+    min_epochs: int | None = option(None, Either((None,), Integer(0)),
+                                    "with stop_at_target: epochs before the rule may stop (null: 0); `epochs` is then "
+                                    "the cap")
+    tolerance: float = option(0.01, TOLERANCE,
+                              "class removal: the target is A_f <= 0 + tolerance (reported either way)")
+    stop_check: str = option("epoch", OneOf(("epoch", "batch")), "check A_f after every `epoch` or every forget `batch`")
+
+    def __post_init__(self) -> None:
+        """The stopping rule's delay is refused where it cannot act."""
+        if self.min_epochs is None:
+            return
+        if not self.stop_at_target:
+            raise DuckInputError(f"method.min_epochs={self.min_epochs} only acts with method.stop_at_target=true (it "
+                                 "delays the stopping rule); set that or drop min_epochs")
+        epochs = getattr(self, "epochs", None)
+        if epochs is not None and self.min_epochs > epochs:
+            raise DuckInputError(f"method.min_epochs={self.min_epochs} is above method.epochs={epochs} (the cap of "
+                                 "the stopping rule); raise epochs or lower min_epochs")
+
+
 class BaselineUnlearner(Unlearner):
     """Base of the competing methods: optimiser from the config, frozen entries, stopping rule."""
 
@@ -63,11 +93,9 @@ class BaselineUnlearner(Unlearner):
         lr = float(hp["lr"])
         name = str(hp.get("optimizer", "sgd")).lower()
         wd = float(hp.get("weight_decay", 0.0))
-        if name == "sgd":
-            return torch.optim.SGD(params, lr=lr, momentum=float(hp.get("momentum", 0.0)), weight_decay=wd)
         if name == "adam":
             return torch.optim.Adam(params, lr=lr, weight_decay=wd)
-        raise DuckInputError(f"method.optimizer={name!r}: use 'sgd' or 'adam'")
+        return torch.optim.SGD(params, lr=lr, momentum=float(hp.get("momentum", 0.0)), weight_decay=wd)
 
     def build_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler | None:
         """``MultiStepLR(milestones, lr_gamma)`` stepped per epoch (the papers' ``[8, 15]``-style schedules)."""
@@ -127,10 +155,8 @@ class BaselineUnlearner(Unlearner):
         return [c for c in range(self.data.num_classes) if c not in gone]
 
     def epochs(self, key: str = "epochs") -> int:
-        n = int(self.hp[key])
-        if n < 1:
-            raise DuckInputError(f"method.{key}={n} must be at least 1")
-        return n
+        """``method.<key>`` (an integer >= 1, checked by the method's settings)."""
+        return int(self.hp[key])
 
     def log_loss(self, loss: torch.Tensor, batch_size: int) -> None:
         # every log_every_n_steps steps and each epoch's mean (the experiment logger's curves)

@@ -22,11 +22,14 @@ then per request E shadow forward passes over the matching set and the fine-tuni
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 
 from baselines.oracle_matching import MatchingUnlearner
-from duck.errors import DuckInputError
+from duck.schema import SEED, OneOf, option, settings
+from duck.unlearn.config import COUNT, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
 from duck.unlearn.registry import register_unlearner
 
 SPREADS = ("shadow", "none")
@@ -55,18 +58,38 @@ def pick_out_models(inside: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
+@settings
+class DatamodelMatchingParams(MethodSettings):
+    """``method=datamodel_matching``'s hyperparameters; conf/method/datamodel_matching.yaml is their preset."""
+
+    method_name: ClassVar[str] = "datamodel_matching"
+
+    n_shadow: int = option(16, COUNT,
+                           "the shadow bank (attack.n_shadow's default: the LiRA audit's own bank, trained once)")
+    shadow_seed: int = option(0, SEED, "its seed (attack.seed's default)")
+    multiplier: float = option(1.0, POSITIVE, "m in f_orig - m * beta")
+    spread: str = option("shadow", OneOf(SPREADS),
+                         "shadow: per run, one OUT shadow's deviation added on each forget example; none: one target "
+                         "for every run (the runs then agree more than retrained models do)")
+    optimizer: str = option("adam", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    lr_gamma: float = option(0.95, POSITIVE, "ExponentialLR factor per epoch (as oracle matching)")
+    weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
+    epochs: int | None = option(None, Preset(COUNT), "epochs")
+    batch_size: int | None = option(None, Preset(COUNT), "batch size")
+    retain_multiplier: float | None = option(None, Preset(POSITIVE), "retain samples per forget sample in the matching set")
+    forget_multiplier: float | None = option(None, Preset(POSITIVE), "copies of the forget set in the matching set")
+
+
 @register_unlearner("datamodel_matching")
 class DatamodelMatching(MatchingUnlearner):
     """Match ``f_orig − β`` (β: the shadow bank's diagonal datamodel) on the forget set, ``f_orig`` on retain."""
 
     needs = ("shadows",)
-    positive_hyperparameters = ("lr_gamma", "retain_multiplier", "forget_multiplier", "multiplier")
+    params = DatamodelMatchingParams
 
     def prepare(self) -> float:
         """The shadow bank (``n_shadow`` models on random halves, ``shadow_seed``), trained once and cached."""
-        spread = str(self.hp["spread"])
-        if spread not in SPREADS:
-            raise DuckInputError(f"method.spread={spread!r} must be one of {', '.join(SPREADS)}")
         self.bank = self.data.references.shadows(int(self.hp["n_shadow"]), int(self.hp["shadow_seed"]))
         return self.bank.one_off_s
 

@@ -11,7 +11,7 @@ point; DUCK's phases do the forgetting and keep the retained accuracy.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -24,21 +24,31 @@ from baselines.kgltop2 import (
     small_gradient_masks,
 )
 from duck.data.loaders import make_loader
-from duck.errors import DuckInputError
-from duck.unlearn.duck import DUCK
+from duck.schema import OneOf, option, settings
+from duck.unlearn.config import MOMENTUM
+from duck.unlearn.duck import DUCK, DUCKParams
 from duck.unlearn.registry import register_unlearner
+
+
+@settings
+class DuckReinitParams(DUCKParams):
+    """``method=duck_reinit``'s hyperparameters; conf/method/duck_reinit.yaml is their preset."""
+
+    method_name: ClassVar[str] = "duck_reinit"
+
+    init_rate: float = option(0.3, MOMENTUM,
+                              "share of each conv layer's weights re-initialised (smallest |gradient|; kgltop2's 0.3)")
+    layers: str = option("conv", OneOf(tuple(LAYER_CHOICES)), "conv | conv+linear (kgltop2's choice of layers)")
 
 
 @register_unlearner("duck_reinit")
 class DuckReinit(DUCK):
     """kgltop2's targeted re-initialisation, then DUCK."""
 
+    params = DuckReinitParams
+
     def run(self) -> dict[str, Any]:
         rate, layers = float(self.hp["init_rate"]), str(self.hp["layers"])
-        if not 0.0 <= rate < 1.0:
-            raise DuckInputError(f"method.init_rate={rate} must be in [0, 1)")
-        if layers not in LAYER_CHOICES:
-            raise DuckInputError(f"method.layers={layers!r} must be one of {', '.join(LAYER_CHOICES)}")
         weights = [w for _, w in masked_layers(self.model, layers)]
         bs = int(self.hp["batch_size"])
         subset = retain_subset(self.data.retain_idx, len(self.data.forget_idx), self.seed)

@@ -24,7 +24,7 @@ seeds/003 §IV-A), following the authors' code (``ERM_laryer.py``, ``train_ERM.p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,8 @@ from baselines.common import CLASS_REMOVAL_ONLY, BaselineUnlearner
 from baselines.masking import FrozenEntries
 from duck.embeddings import embed_samples
 from duck.errors import DuckInputError
+from duck.schema import OneOf, Real, option, settings
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, TOLERANCE, MethodSettings, Milestones, Preset
 from duck.unlearn.registry import register_unlearner
 
 
@@ -98,9 +100,34 @@ def channel_gate(features: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     raise DuckInputError(f"erm_ktp expects (B, C, H, W) or (B, N, C) features, got shape {tuple(features.shape)}")
 
 
+@settings
+class ERMKTPParams(MethodSettings):
+    """``method=erm_ktp``'s hyperparameters; conf/method/erm_ktp.yaml is their preset."""
+
+    method_name: ClassVar[str] = "erm_ktp"
+
+    optimizer: str = option("sgd", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float = option(0.1, POSITIVE, "learning rate")
+    momentum: float = option(0.9, MOMENTUM, "SGD momentum")
+    weight_decay: float = option(0.0005, NON_NEGATIVE, "weight decay")
+    lr_gamma: float = option(0.1, POSITIVE, "MultiStepLR factor at each milestone")
+    batch_size: int | None = option(None, Preset(COUNT), "batch size")
+    epochs: int | None = option(None, Preset(COUNT), "epochs")
+    milestones: tuple[int, ...] | None = option(None, Preset(Milestones()),
+                                                "MultiStepLR milestones (epochs); [] for a constant rate")
+    erm_epochs: int | None = option(None, Preset(COUNT),
+                                    "epochs of mask learning on the original's frozen features (adaptation, see docs)")
+    erm_lr: float = option(0.1, POSITIVE, "the authors' SGD lr (momentum 0.9) for the mask")
+    lambda_reg: float = option(0.1, NON_NEGATIVE, "ours (authors: 1e-3 over 200 epochs of full training, see docs)")
+    mask_density: float = option(0.1, Real(0.0, True, 1.0), "initial density of the ERM mask")
+    prohibit_threshold: float = option(0.0, TOLERANCE, "channel c is the forgotten class f's when M[c, f] > threshold")
+
+
 @register_unlearner("erm_ktp")
 class ERMKTP(BaselineUnlearner):
     """ERM mask on the original, prohibited head, feature-level knowledge transfer to a fresh backbone."""
+
+    params = ERMKTPParams
 
     supported_scenarios = CLASS_REMOVAL_ONLY
 

@@ -29,14 +29,15 @@ Where this differs from the reference, and why:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from baselines.common import BaselineUnlearner
+from duck.schema import Flag, option, settings
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
 from duck.unlearn.registry import register_unlearner
-from duck.utils import check_bool, check_number
 
 #: the reference scales the retain-round lr by batch_size / REFERENCE_BATCH (``opt_retain_lr``)
 REFERENCE_BATCH = 64
@@ -58,19 +59,38 @@ def forget_contrast_loss(forget_logits: torch.Tensor, retain_logits: torch.Tenso
     return -F.log_softmax(similarity, dim=-1).mean()
 
 
+@settings
+class KGLTop1Params(MethodSettings):
+    """``method=kgltop1``'s hyperparameters; conf/method/kgltop1.yaml is their preset."""
+
+    method_name: ClassVar[str] = "kgltop1"
+
+    lr: float | None = option(None, Preset(POSITIVE), "stage 1 (uniform KL on the forget set)")
+    forget_lr: float | None = option(None, Preset(POSITIVE),
+                                     "forget rounds (cosine-annealed to eta_min over all forget steps)")
+    retain_lr: float | None = option(None, Preset(POSITIVE),
+                                     "retain rounds, multiplied by batch_size / 64 as the reference")
+    momentum: float = option(0.9, MOMENTUM, "all three optimisers")
+    weight_decay: float = option(0.0, NON_NEGATIVE, "stage 1")
+    forget_weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay of the forget rounds")
+    retain_weight_decay: float = option(0.01, NON_NEGATIVE, "weight decay of the retain rounds")
+    eta_min: float = option(1e-06, NON_NEGATIVE, "the forget rounds' final learning rate")
+    temperature: float | None = option(None, Preset(POSITIVE), "T of the forget rounds' similarity softmax")
+    batch_size: int | None = option(None, Preset(COUNT), "forget and retain batches (the reference: one batch size)")
+    epochs: int | None = option(None, Preset(COUNT), "stage-2 epochs (a forget round and a retain round each)")
+    augment: bool = option(False, Flag(), "true: data.augment on every training batch (the reference trains without)")
+
+
 @register_unlearner("kgltop1")
 class KGLTop1(BaselineUnlearner):
     """Uniform-KL pass on the forget set, then epochs of a forget-contrast round and a retain round."""
 
     manual_optimization = True  # three optimisers, two of them stepped outside Lightning's batches
-    positive_hyperparameters = ("lr", "forget_lr", "retain_lr")
+    params = KGLTop1Params
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        hp = self.hp
-        for key in ("forget_weight_decay", "retain_weight_decay", "eta_min"):
-            check_number(hp[key], f"method.{key}", 0.0, False)
-        self.use_augment = check_bool(hp["augment"], "method.augment")
+        self.use_augment = bool(self.hp["augment"])
 
     def run(self) -> dict[str, Any]:
         bs = int(self.hp["batch_size"])

@@ -40,7 +40,7 @@ Where this differs from the reference, and why:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -52,8 +52,9 @@ from torch.utils.hooks import RemovableHandle
 from baselines.common import BaselineUnlearner
 from duck.data.loaders import make_loader
 from duck.errors import DuckInputError
+from duck.schema import Flag, OneOf, Real, option, settings
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
 from duck.unlearn.registry import register_unlearner
-from duck.utils import check_bool, check_number
 
 #: which layers' weights are re-initialised and damped: the reference's convolutions, or linear layers too
 LAYER_CHOICES = {"conv": (nn.Conv2d,), "conv+linear": (nn.Conv2d, nn.Linear)}
@@ -144,22 +145,43 @@ def scale_gradients(weights: Sequence[nn.Parameter], scales: Sequence[torch.Tens
     return [w.register_hook(hook(s)) for w, s in zip(weights, scales, strict=True)]
 
 
+@settings
+class KGLTop2Params(MethodSettings):
+    """``method=kgltop2``'s hyperparameters; conf/method/kgltop2.yaml is their preset."""
+
+    method_name: ClassVar[str] = "kgltop2"
+
+    optimizer: str = option("sgd", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    momentum: float = option(0.9, MOMENTUM, "SGD momentum")
+    weight_decay: float = option(0.0005, NON_NEGATIVE, "weight decay")
+    init_rate: float | None = option(None, Preset(Real(0.0, False, 1.0)),
+                                     "fraction of each layer's weights re-initialised (the smallest |gradient|), in [0, "
+                                     "1]")
+    kept_grad_scale: float = option(0.1, NON_NEGATIVE,
+                                    "gradient factor of the weights kept (1.0 on the re-initialised ones)")
+    layers: str = option("conv", OneOf(tuple(LAYER_CHOICES)),
+                         "conv: every nn.Conv2d (the reference); conv+linear: nn.Linear weights too (MLPs)")
+    batch_size: int | None = option(None, Preset(COUNT),
+                                    "fine-tuning, forget-set and retain-subset batches (the reference: 64 each)")
+    epochs: int | None = option(None, Preset(COUNT), "epochs")
+    augment: bool = option(False, Flag(),
+                           "true: data.augment on the fine-tuning batches (the reference trains without)")
+
+
 @register_unlearner("kgltop2")
 class KGLTop2(BaselineUnlearner):
     """Re-initialise the smallest-gradient conv weights, then fine-tune on the retain set with damped gradients
     on the kept ones."""
 
-    positive_hyperparameters = ("lr",)
+    params = KGLTop2Params
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         hp = self.hp
         layers = hp["layers"]
-        if layers not in LAYER_CHOICES:
-            raise DuckInputError(f"method.layers={layers!r} must be one of {', '.join(LAYER_CHOICES)}")
-        self.init_rate = check_number(hp["init_rate"], "method.init_rate", 0.0, False, 1.0)
-        self.kept_grad_scale = check_number(hp["kept_grad_scale"], "method.kept_grad_scale", 0.0, False)
-        self.use_augment = check_bool(hp["augment"], "method.augment")
+        self.init_rate, self.kept_grad_scale = float(hp["init_rate"]), float(hp["kept_grad_scale"])
+        self.use_augment = bool(hp["augment"])
         self.layers = masked_layers(self.model, layers)
         if not self.layers:
             what = "nn.Conv2d" if layers == "conv" else "nn.Conv2d or nn.Linear"

@@ -8,12 +8,14 @@ as in the authors' code (``FT_prune``: SGD, momentum 0.9, weight decay 5e-4, lr 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from baselines.common import BaselineUnlearner
+from duck.schema import OneOf, option, settings
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
 from duck.unlearn.registry import register_unlearner
 
 
@@ -22,9 +24,26 @@ def l1_norm(params: Any) -> torch.Tensor:
     return sum(p.abs().sum() for p in params)
 
 
+@settings
+class L1SparseParams(MethodSettings):
+    """``method=l1_sparse``'s hyperparameters; conf/method/l1_sparse.yaml is their preset."""
+
+    method_name: ClassVar[str] = "l1_sparse"
+
+    optimizer: str = option("sgd", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    momentum: float = option(0.9, MOMENTUM, "SGD momentum")
+    weight_decay: float = option(0.0005, NON_NEGATIVE, "weight decay")
+    alpha: float = option(0.0005, NON_NEGATIVE, "weight of the method's second loss term")
+    batch_size: int | None = option(None, Preset(COUNT), "batch size")
+    epochs: int | None = option(None, Preset(COUNT), "epochs")
+
+
 @register_unlearner("l1_sparse")
 class L1Sparse(BaselineUnlearner):
     """Retain-set fine-tuning with a linearly decaying L1 penalty."""
+
+    params = L1SparseParams
 
     def run(self) -> dict[str, Any]:
         self.total_epochs = self.epochs()

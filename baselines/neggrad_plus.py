@@ -14,13 +14,15 @@ passes, ``alpha*r_loss - (1-alpha)*del_loss``). β is their ``alpha``; the defau
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from baselines.common import BaselineUnlearner
+from baselines.common import BaselineUnlearner, StopAtTargetParams
 from duck.data.loaders import cycle
+from duck.schema import OneOf, Real, option, settings
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, Milestones, Preset
 from duck.unlearn.registry import register_unlearner
 
 
@@ -30,11 +32,30 @@ def neggrad_plus_loss(logits_r: torch.Tensor, y_r: torch.Tensor, logits_f: torch
     return beta * F.cross_entropy(logits_r, y_r) - (1.0 - beta) * F.cross_entropy(logits_f, y_f)
 
 
+@settings
+class NegGradPlusParams(StopAtTargetParams):
+    """``method=neggrad_plus``'s hyperparameters; conf/method/neggrad_plus.yaml is their preset."""
+
+    method_name: ClassVar[str] = "neggrad_plus"
+
+    optimizer: str = option("sgd", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    momentum: float = option(0.0, MOMENTUM, "SGD momentum")
+    weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
+    beta: float | None = option(None, Preset(Real(0.0, False, 1.0)),
+                                "weight of the retain loss (the authors' alpha); 1 - beta weights the forget loss")
+    batch_size: int | None = option(None, Preset(COUNT), "retain batch (one epoch = one pass over the retain set)")
+    forget_batch_size: int | None = option(None, Preset(COUNT), "forget batch size")
+    epochs: int | None = option(None, Preset(COUNT), "epochs")
+    milestones: tuple[int, ...] = option((), Milestones(), "MultiStepLR milestones (epochs); [] for a constant rate")
+    lr_gamma: float = option(0.1, POSITIVE, "MultiStepLR factor at each milestone")
+
+
 @register_unlearner("neggrad_plus")
 class NegGradPlus(BaselineUnlearner):
     """Retain batches each paired with the next forget batch; ``β`` weights the retain loss."""
 
-    positive_hyperparameters = ("lr",)
+    params = NegGradPlusParams
 
     def run(self) -> dict[str, Any]:
         epochs = self.epochs()

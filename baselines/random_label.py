@@ -8,13 +8,15 @@ every step (the authors' code).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from baselines.common import BaselineUnlearner
+from baselines.neggrad import NegGradParams
 from duck.errors import DuckInputError
+from duck.schema import settings
 from duck.unlearn.registry import register_unlearner
 
 
@@ -29,9 +31,19 @@ def draw_random_labels(y: torch.Tensor, allowed: torch.Tensor, generator: torch.
     return allowed[pick]
 
 
+@settings
+class RandomLabelParams(NegGradParams):
+    """``method=random_label``'s hyperparameters (NegGrad's: both run until the forget target, capped);
+    conf/method/random_label.yaml is their preset."""
+
+    method_name: ClassVar[str] = "random_label"
+
+
 @register_unlearner("random_label")
 class RandomLabel(BaselineUnlearner):
     """``loss = CE(f(x_f), ỹ)`` with ``ỹ ≠ y`` random, until ``A_f <= target``."""
+
+    params = RandomLabelParams
 
     def run(self) -> dict[str, Any]:
         self.allowed = torch.tensor(self.retained_classes(), device=self.trainer_device())  # (K',)

@@ -4,19 +4,30 @@ reference every approximate method is compared with; its cost is the cost of tra
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from baselines.common import BaselineUnlearner
 from duck.errors import DuckInputError
+from duck.schema import settings
 from duck.training import train_classifier
+from duck.unlearn.config import MethodSettings
 from duck.unlearn.registry import register_unlearner
+
+
+@settings
+class RetrainParams(MethodSettings):
+    """``method=retrain``'s hyperparameters; conf/method/retrain.yaml is their preset."""
+
+    method_name: ClassVar[str] = "retrain"
 
 
 @register_unlearner("retrain")
 class Retrain(BaselineUnlearner):
     """Train from scratch on the retain set with ``UnlearnData.recipe``."""
+
+    params = RetrainParams
 
     def run(self) -> dict[str, Any]:
         if self.data.recipe is None or self.data.model_factory is None:

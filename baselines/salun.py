@@ -19,17 +19,19 @@ ALGORITHMS.md §3 "Newer baselines"), random-label variant:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from baselines.common import BaselineUnlearner
+from baselines.common import BaselineUnlearner, StopAtTargetParams
 from baselines.masking import FrozenEntries
 from baselines.random_label import draw_random_labels
 from duck.data.loaders import make_loader
 from duck.errors import DuckInputError
+from duck.schema import OneOf, option, settings
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, Milestones, Preset
 from duck.unlearn.registry import register_unlearner
 
 
@@ -59,11 +61,28 @@ def saliency_mask(model: torch.nn.Module, loader: Any, ratio: float, device: tor
     return {n: g.abs() >= threshold for n, g in grads.items()}
 
 
+@settings
+class SalUnParams(StopAtTargetParams):
+    """``method=salun``'s hyperparameters; conf/method/salun.yaml is their preset."""
+
+    method_name: ClassVar[str] = "salun"
+
+    optimizer: str = option("sgd", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    momentum: float = option(0.9, MOMENTUM, "SGD momentum")
+    weight_decay: float = option(0.0005, NON_NEGATIVE, "weight decay")
+    mask_ratio: float = option(0.5, POSITIVE, "fraction of all weights unlearning may change (the most salient ones)")
+    batch_size: int | None = option(None, Preset(COUNT), "batch size")
+    epochs: int | None = option(None, Preset(COUNT), "epochs")
+    milestones: tuple[int, ...] = option((), Milestones(), "MultiStepLR milestones (epochs); [] for a constant rate")
+    lr_gamma: float = option(0.1, POSITIVE, "MultiStepLR factor at each milestone")
+
+
 @register_unlearner("salun")
 class SalUn(BaselineUnlearner):
     """Saliency mask on the original, then random-label fine-tuning of the masked weights only."""
 
-    positive_hyperparameters = ("lr", "mask_ratio")
+    params = SalUnParams
 
     def run(self) -> dict[str, Any]:
         hp, device = self.hp, self.trainer_device()

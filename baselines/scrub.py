@@ -14,18 +14,44 @@ epoch/max-step counts of seeds/003 Tables VII/VIII ("3 (2)" = 3 epochs of which 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from baselines.common import BaselineUnlearner, distill_kl
+from duck.schema import Integer, OneOf, option, settings
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, MethodSettings, Milestones, Preset
 from duck.unlearn.registry import register_unlearner
+
+
+@settings
+class SCRUBParams(MethodSettings):
+    """``method=scrub``'s hyperparameters; conf/method/scrub.yaml is their preset."""
+
+    method_name: ClassVar[str] = "scrub"
+
+    optimizer: str = option("sgd", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    momentum: float = option(0.9, MOMENTUM, "SGD momentum")
+    weight_decay: float = option(0.0005, NON_NEGATIVE, "weight decay")
+    alpha: float = option(0.001, NON_NEGATIVE, "weight of the method's second loss term")
+    gamma: float = option(0.99, NON_NEGATIVE, "weight of the retain cross-entropy")
+    kd_T: float = option(4.0, POSITIVE, "distillation temperature")
+    lr_gamma: float = option(0.1, POSITIVE, "MultiStepLR factor at each milestone")
+    batch_size: int | None = option(None, Preset(COUNT), "retain (min-step) batches")
+    forget_batch_size: int | None = option(None, Preset(COUNT), "forget (max-step) batches")
+    epochs: int | None = option(None, Preset(COUNT), "epochs")
+    msteps: int | None = option(None, Preset(Integer(0)), "epochs that start with a max-step pass")
+    milestones: tuple[int, ...] | None = option(None, Preset(Milestones()),
+                                                "MultiStepLR milestones (epochs); [] for a constant rate")
 
 
 @register_unlearner("scrub")
 class SCRUB(BaselineUnlearner):
     """Alternating max-steps (forget set) and min-steps (retain set) against the original as teacher."""
+
+    params = SCRUBParams
 
     manual_optimization = True  # max- and min-steps are two losses on two loaders
 

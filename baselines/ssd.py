@@ -14,7 +14,7 @@ Gradients are taken with the model in eval mode so BatchNorm running statistics 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -24,6 +24,8 @@ from torch import nn
 from baselines.common import BaselineUnlearner
 from duck.data.loaders import make_loader
 from duck.errors import DuckInputError
+from duck.schema import OneOf, option, settings
+from duck.unlearn.config import COUNT, POSITIVE, MethodSettings
 from duck.unlearn.registry import register_unlearner
 
 
@@ -79,18 +81,33 @@ def authors_order(labels: Any, retain_idx: Any, forget_idx: Any) -> np.ndarray:
     return np.concatenate([by_class, np.asarray(forget_idx, dtype=np.int64)])
 
 
+@settings
+class SSDParams(MethodSettings):
+    """``method=ssd``'s hyperparameters; conf/method/ssd.yaml is their preset."""
+
+    method_name: ClassVar[str] = "ssd"
+
+    alpha: float = option(10.0, POSITIVE, "dampen parameters with forget importance > alpha x full-data importance")
+    lam: float = option(1.0, POSITIVE, "dampening factor beta = min(lam * I_D / I_f, 1)")
+    batch_size: int = option(64, COUNT, "batches of the Fisher-diagonal estimates")
+    full_order: str = option("authors", OneOf(('authors', 'dataset')),
+                             "batches of D for its Fisher diagonal: authors = the retain set class by class, then the "
+                             "forget set, unshuffled (if-loops/selective-synaptic-dampening "
+                             "src/forget_full_class_main.py full_train_dl; src/forget_full_class_strategies.py builds "
+                             "retain class by class); dataset = the data set's own order (digits: classes interleaved, "
+                             "batches mixed)")
+
+
 @register_unlearner("ssd")
 class SSD(BaselineUnlearner):
     """Fisher importances on ``D`` and ``D_f``, then dampening of the forget-specialised parameters."""
 
-    positive_hyperparameters = ("alpha", "lam")  # checked before the two Fisher passes
+    params = SSDParams
 
     def run(self) -> dict[str, Any]:
         device = self.trainer_device()
         bs = int(self.hp["batch_size"])
-        order = str(self.hp.get("full_order", "authors"))
-        if order not in FULL_ORDERS:
-            raise DuckInputError(f"method.full_order={order!r}: use one of {', '.join(FULL_ORDERS)}")
+        order = str(self.hp["full_order"])
         rows = authors_order(self.data.train.labels, self.data.retain_idx, self.data.forget_idx) \
             if order == "authors" else None
         full = fisher_diagonal(self.model, self.data.train, rows, bs, device)

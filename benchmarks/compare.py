@@ -479,7 +479,7 @@ def check_method_overrides(cfg: CompareBench, base: list[str], methods: list[str
     effective hyperparameters checked for every scenario of the protocol (before any training) and returned,
     ``{(scenario, row label): hyperparameters}`` (a resumed run with other values is rerun)."""
     from duck.pipeline.job import method_settings
-    from duck.unlearn.config import resolve_method_cfg
+    from duck.unlearn.registry import resolve_method_cfg
 
     rows = [(m, [f"method={m}"]) for m in methods]
     rows += [(lab, [f"method={m}", f"+preset={p}"]) for lab, (m, p) in (tuned or {}).items()]
@@ -488,8 +488,8 @@ def check_method_overrides(cfg: CompareBench, base: list[str], methods: list[str
         run_cfg = compose_run([*base, *extra])
         for kind in cfg.scenarios:
             try:
-                _, hp = method_settings(run_cfg)  # keys the method's config file does not define are refused here
-                effective[(str(kind), m)] = resolve_method_cfg(hp, dataset, str(kind))  # checks them
+                name, hp = method_settings(run_cfg)
+                effective[(str(kind), m)] = resolve_method_cfg(hp, dataset, str(kind), name)  # checks them
             except DuckInputError as e:
                 raise DuckInputError(f"bench.overrides={list(cfg.overrides)} (method {m}, {kind}): {e}") from None
     return effective
@@ -545,7 +545,7 @@ def same_hyperparameters(record: dict[str, Any], effective: dict[tuple[str, str]
     then = (record.get("metrics") or {}).get("hparams")
     if now is None or then is None:
         return True
-    now = {k: v for k, v in json.loads(json.dumps(now, default=str)).items() if k in then or v is not None}
+    now = {k: v for k, v in json.loads(json.dumps(plain(now))).items() if k in then or v is not None}
     return json.dumps(then, sort_keys=True) == json.dumps(now, sort_keys=True)
 
 

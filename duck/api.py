@@ -166,7 +166,7 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
     from duck.pipeline.stages import check_inputs, check_original, evaluate, unlearn_model
     from duck.schema import Flag
     from duck.training import Recipe
-    from duck.unlearn.config import resolve_method_cfg
+    from duck.unlearn.registry import resolve_method_cfg
 
     setup = _user_setup(model, train, test, forget_classes, forget_ids, forget_fraction, head=head, seed=seed,
                         threads=threads, normalization=normalization)
@@ -181,7 +181,7 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
               model_factory=setup.factory, device=torch_device,
               trainer_cfg=OmegaConf.to_container(cfg.trainer, resolve=True),
               recipe=Recipe.from_cfg(OmegaConf.to_container(cfg.recipe, resolve=True)) if recipe else None,
-              method=name, hparams=resolve_method_cfg(method_cfg, data.name, scenario.kind),
+              method=name, hparams=resolve_method_cfg(method_cfg, data.name, scenario.kind, name),
               trust=Trust.parse({"min_acc_factor": min_acc_factor, "expect_acc": expect_acc,
                                  "expect_acc_tol": expect_acc_tol}),
               input_check=Flag()(input_check, "input_check"), interface="python", seed=setup.seed,

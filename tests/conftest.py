@@ -187,3 +187,16 @@ def record_batch_ids(unlearner) -> list:
 
     unlearner.training_step = spy
     return seen
+
+
+def method_file_keys(path: Path) -> dict:
+    """The settings a method config file defines, with those of the method configs its ``defaults`` list
+    builds on (``duck_reinit.yaml`` on ``duck.yaml``)."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(OmegaConf.load(path))
+    keys: dict = {}
+    for entry in raw.pop("defaults", None) or []:
+        if isinstance(entry, str) and entry != "_self_" and (path.parent / f"{entry}.yaml").is_file():
+            keys.update(method_file_keys(path.parent / f"{entry}.yaml"))
+    return {**keys, **raw}

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 import torchvision
+from conftest import method_file_keys
 from torch import nn
 from torch.utils.data import TensorDataset
 
 import duck
 from duck import DuckInputError
 from duck.pipeline.config import conf_dir
-from duck.pipeline.job import method_file_keys
 from duck.unlearn import get_unlearner_class, list_unlearners
 
 

@@ -34,7 +34,7 @@ from duck.metrics import split_accuracies
 from duck.models import wrap_model
 from duck.pipeline.config import conf_dir
 from duck.unlearn import UnlearnData, create_unlearner
-from duck.unlearn.config import resolve_method_cfg
+from duck.unlearn.registry import resolve_method_cfg
 
 CPU = {"accelerator": "cpu", "devices": 1, "deterministic": True}
 
@@ -287,7 +287,7 @@ def test_method_runs_end_to_end_and_keeps_the_state_dict_keys(name, kind, synthe
 
 @pytest.mark.parametrize("name,over,match", [
     ("kgltop2", {"init_rate": 1.5}, r"method.init_rate must be a finite number >= 0.0 and <= 1.0"),
-    ("kgltop2", {"layers": "all"}, r"method.layers='all' must be one of conv, conv\+linear"),
+    ("kgltop2", {"layers": "all"}, r"method.layers='all'; choose one of \['conv', 'conv\+linear'\]"),
     ("kgltop2", {"kept_grad_scale": -0.1}, r"method.kept_grad_scale"),
     ("kgltop2", {"augment": "no"}, r"method.augment='no' must be true or false"),
     ("kgltop1", {"retain_weight_decay": -1.0}, r"method.retain_weight_decay"),
@@ -313,9 +313,9 @@ def test_presets_resolve_with_the_reference_values_as_default(name):
     raw = yaml.safe_load((conf_dir() / "method" / f"{name}.yaml").read_text())
     raw.pop("name")
     for kind in ("class_removal", "homogeneous_removal"):
-        assert {k: resolve_method_cfg(raw, "cifar10", kind)[k] for k in REFERENCE[name]} == REFERENCE[name]
+        assert {k: resolve_method_cfg(raw, "cifar10", kind, name)[k] for k in REFERENCE[name]} == REFERENCE[name]
         for dataset in ("cifar100", "tinyimagenet", "digits", "fashion_mnist", "synthetic"):
-            hp = resolve_method_cfg(raw, dataset, kind)
+            hp = resolve_method_cfg(raw, dataset, kind, name)
             assert all(v is not None for v in hp.values()), (dataset, kind, hp)
             assert hp["batch_size"] <= FORGET_SIZES.get(dataset, 256), (dataset, kind)
 

@@ -10,7 +10,6 @@ import copy
 import numpy as np
 import pytest
 import torch
-import yaml
 from conftest import SYNTH_ARGS, record_batch_ids, written_files
 
 from baselines.datamodel_matching import diagonal_datamodel, pick_out_models
@@ -36,8 +35,9 @@ class ConstantLogits(torch.nn.Module):
 
 
 def _hp(name: str, **over):
-    raw = yaml.safe_load((conf_dir() / "method" / f"{name}.yaml").read_text())
-    return {**raw, **over}
+    from conftest import method_file_keys
+
+    return {**method_file_keys(conf_dir() / "method" / f"{name}.yaml"), **over}  # with the configs it builds on
 
 
 def _data(synthetic, model, references):
@@ -149,7 +149,7 @@ def test_the_oracle_bank_may_not_be_the_audits_own(run_cli):
 def test_duck_reinit_reinitialises_then_runs_duck(synthetic, synthetic_model):
     """The DUCK variant: kgltop2's re-initialisation (the init_rate share of each conv layer's weights), then DUCK's
     phases; its config builds on duck.yaml (the known keys are the union)."""
-    from duck.pipeline.job import method_file_keys
+    from conftest import method_file_keys
 
     keys = method_file_keys(conf_dir() / "method" / "duck_reinit.yaml")
     assert {"init_rate", "layers", "lambda_fgt", "low_epochs", "presets"} <= set(keys) and keys["name"] == "duck_reinit"
@@ -206,12 +206,12 @@ def test_duck_reinit_reinitialises_exactly_as_kgltop2_with_the_jobs_seed(synthet
 
     assert create_unlearner("duck_reinit", copy.deepcopy(synthetic_model), data, {**hp, "init_rate": 0.0}, seed=6,
                             trainer_cfg=CPU).unlearn().info["reinitialised_fraction"] == 0.0  # 0 allowed
-    for over, message in [({"init_rate": 1.0}, "method.init_rate=1.0 must be in [0, 1)"),
-                          ({"init_rate": -0.1}, "method.init_rate=-0.1 must be in [0, 1)"),
-                          ({"layers": "linear"}, "method.layers='linear' must be one of conv, conv+linear")]:
-        with pytest.raises(DuckInputError) as e:
+    for over, message in [({"init_rate": 1.0}, "method.init_rate must be a finite number >= 0.0 and < 1.0, got 1.0"),
+                          ({"init_rate": -0.1}, "method.init_rate must be a finite number >= 0.0 and < 1.0, got -0.1"),
+                          ({"layers": "linear"}, "method.layers='linear'; choose one of ['conv', 'conv+linear']")]:
+        with pytest.raises(DuckInputError) as e:  # when the method is made, before any work
             create_unlearner("duck_reinit", copy.deepcopy(synthetic_model), data, {**hp, **over}, seed=0,
-                             trainer_cfg=CPU).unlearn()
+                             trainer_cfg=CPU)
         assert str(e.value) == message
 
 
@@ -239,8 +239,8 @@ def test_oracle_ids_per_run_mean_and_refusals(synthetic, synthetic_model):
     assert ids(4, targets="per_run", num_oracles=3) == [1] and ids(0, targets="mean", num_oracles=3) == [0, 1, 2]
     assert ids(7, targets="per_run", num_oracles=1) == [0]
     for over, message in (({"targets": "median", "num_oracles": 3},
-                           "method.targets='median' must be one of per_run, mean"),
-                          ({"num_oracles": 0}, "method.num_oracles=0 must be at least 1")):
+                           "method.targets='median'; choose one of ['per_run', 'mean']"),
+                          ({"num_oracles": 0}, "method.num_oracles=0 must be an integer >= 1")):
         with pytest.raises(DuckInputError) as e:
             ids(0, **over)
         assert str(e.value) == message
@@ -331,6 +331,5 @@ def test_datamodel_spread_adds_the_seeded_out_shadows_deviation_by_hand(syntheti
     again.prepare()
     torch.testing.assert_close(again.targets(idx), t)
     with pytest.raises(DuckInputError) as err:
-        create_unlearner("datamodel_matching", model, data, {**hp, "spread": "wide"}, seed=seed,
-                         trainer_cfg=CPU).prepare()
-    assert str(err.value) == "method.spread='wide' must be one of shadow, none"
+        create_unlearner("datamodel_matching", model, data, {**hp, "spread": "wide"}, seed=seed, trainer_cfg=CPU)
+    assert str(err.value) == "method.spread='wide'; choose one of ['shadow', 'none']"

@@ -14,6 +14,7 @@ import timm
 import torch
 import torchvision
 import yaml
+from conftest import method_file_keys
 from torch import nn
 
 from duck.data.registry import build_datasets
@@ -21,10 +22,9 @@ from duck.data.scenarios import build_scenario
 from duck.errors import DuckInputError
 from duck.metrics import split_accuracies
 from duck.models import Classifier, create_model, wrap_model
-from duck.pipeline.job import method_file_keys
 from duck.training import Recipe, train_classifier
 from duck.unlearn import UnlearnData, create_unlearner, list_unlearners
-from duck.unlearn.config import resolve_method_cfg
+from duck.unlearn.registry import resolve_method_cfg
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -281,7 +281,7 @@ def test_every_method_runs_on_a_users_model(name, kind, small_rgb):
     sc = build_scenario("class_removal", small_rgb.train.labels, small_rgb.test.labels, 4, forget_classes=[1])
     raw = method_file_keys(CONF / "method" / f"{name}.yaml")  # with the configs it builds on
     raw.pop("name")
-    resolved = resolve_method_cfg(raw, "synthetic", "class_removal")
+    resolved = resolve_method_cfg(raw, "synthetic", "class_removal", name)
     hp = {**resolved, **{k: v for k, v in FAST.items() if k in resolved}}
     rec = Recipe(epochs=1, batch_size=32, optimizer=lambda p: torch.optim.SGD(p, lr=0.01))
     data = UnlearnData(small_rgb.train, sc, 4, "synthetic", split_accuracies(model, small_rgb, sc), recipe=rec,

@@ -10,10 +10,9 @@ import textwrap
 
 import pytest
 import torch
-from conftest import written_files
+from conftest import method_file_keys, written_files
 
 from duck.pipeline.config import conf_dir
-from duck.pipeline.job import method_file_keys
 from duck.unlearn import list_unlearners
 
 USER_MODULE = textwrap.dedent("""

@@ -99,11 +99,15 @@ def check_job_config(cfg: Any) -> None:
     if "method" in cfg and "scenario" in cfg and cfg.method is not None:
         from duck.pipeline.job import method_settings
         from duck.unlearn import get_unlearner_class, list_unlearners
+        from duck.unlearn.registry import resolve_method_cfg
 
-        name, _ = method_settings(cfg)
+        name, method_cfg = method_settings(cfg)
+        kind = cfg.scenario.get("kind")
+        data_name = cfg.data.get("name") if cfg.get("data") is not None else None
+        if kind is not None and isinstance(data_name, str):  # its values and names: the presets need no data loaded
+            resolve_method_cfg(method_cfg, data_name, kind, name)
         get_unlearner_class(name).check_trainer_cfg(OmegaConf.to_container(cfg.trainer, resolve=True)
                                                     if cfg.get("trainer") is not None else None)
-        kind = cfg.scenario.get("kind")
         supported = get_unlearner_class(name).supported_scenarios
         if kind is not None and kind not in supported:
             able = [m for m in list_unlearners() if kind in get_unlearner_class(m).supported_scenarios]

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from attacks.audit import AuditSettings, check_audit_data
 from duck.analysis.options import AnalysisSettings, check_analysis_data
@@ -28,13 +28,14 @@ from duck.data.registry import build_datasets
 from duck.data.scenarios import Scenario, ScenarioSettings, make_scenario
 from duck.errors import DuckInputError
 from duck.models import Classifier, create_model
-from duck.pipeline.config import JobSettings, Trust, conf_dir, configure_threads, container, resolve_progress
+from duck.pipeline.config import JobSettings, Trust, configure_threads, container, resolve_progress
 from duck.privacy.shareable import ShareableSettings
 from duck.schema import SEED, Either, Integer, Settings, option, settings
 from duck.store import check_cache_dir
 from duck.training import Recipe, check_data_parallel, check_trainer_settings, data_parallel_size
 from duck.unlearn import get_unlearner_class
-from duck.unlearn.config import MethodParams, check_known_keys, resolve_method_cfg
+from duck.unlearn.config import MethodSettings
+from duck.unlearn.registry import resolve_method_cfg
 from duck.utils import warn_line
 
 #: job commands and what each needs
@@ -77,7 +78,7 @@ class Job:
     trainer_cfg: dict[str, Any] = field(default_factory=dict)
     recipe: Recipe | None = None
     method: str | None = None
-    hparams: MethodParams | None = None  # its effective hyperparameters for this data set and scenario, resolved once
+    hparams: MethodSettings | None = None  # its effective hyperparameters for this data set and scenario, resolved once
     audit: AuditOptions | None = None
     trust: Trust = field(default_factory=Trust)
     input_check: bool = True  # refuse data prepared differently from the original's training (stages.check_inputs)
@@ -144,7 +145,7 @@ class Job:
         method, hparams = None, None
         if cfg.get("method") is not None and command in ("unlearn", "run"):
             method, method_cfg = method_settings(cfg)
-            hparams = resolve_method_cfg(method_cfg, data.name, scenario.kind)
+            hparams = resolve_method_cfg(method_cfg, data.name, scenario.kind, method)
         recipe_cfg = container(cfg.recipe) if cfg.get("recipe") is not None else {}
         job = cls(command=command, data=data, scenario=scenario, model_name=model_name,
                   model_factory=lambda: create_model(model_name, data.num_classes, data.in_chans, data.img_size,
@@ -275,26 +276,13 @@ def check_validation_separation(tuned_on: Any, data_name: str, scenario: Any) ->
 
 
 def method_settings(cfg: DictConfig | dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(method name, its config)``; hyperparameters the method's config file does not define
-    (``+method.lambda_fgtt=3``) are refused."""
+    """``(method name, its config)``: the name checked against the registry; the config (its values and
+    ``presets``) is parsed by the method's settings class (:func:`~duck.unlearn.registry.resolve_method_cfg`),
+    which refuses a hyperparameter the method does not declare (``+method.lambda_fgtt=3``)."""
     m = container(cfg.method) if isinstance(cfg, DictConfig) else dict(cfg["method"])
     name = m.pop("name")
     get_unlearner_class(name)  # unknown names first
-    defaults = conf_dir() / "method" / f"{name}.yaml"
-    if defaults.is_file():
-        check_known_keys(m, method_file_keys(defaults), name)
     return name, m
-
-
-def method_file_keys(path: Path) -> dict[str, Any]:
-    """The settings a method config file defines, with those of the method configs its ``defaults`` list
-    builds on (``duck_reinit.yaml`` on ``duck.yaml``)."""
-    raw = OmegaConf.to_container(OmegaConf.load(path))
-    keys: dict[str, Any] = {}
-    for entry in raw.pop("defaults", None) or []:
-        if isinstance(entry, str) and entry != "_self_" and (path.parent / f"{entry}.yaml").is_file():
-            keys.update(method_file_keys(path.parent / f"{entry}.yaml"))
-    return {**keys, **raw}
 
 
 def device_of(cfg: DictConfig) -> torch.device:

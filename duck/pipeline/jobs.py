@@ -45,7 +45,7 @@ from duck.pipeline.stages import (
 )
 from duck.pipeline.tracking import UNTRACKED, Tracker, tracked
 from duck.unlearn import get_unlearner_class
-from duck.unlearn.config import resolve_method_cfg
+from duck.unlearn.registry import resolve_method_cfg
 from duck.utils import warn_line
 
 
@@ -168,7 +168,7 @@ def method_from_manifest(job: Job, role: str, manifest: dict[str, Any] | None, c
     method, method_cfg = method_settings(config)
     get_unlearner_class(method).check_trainer_cfg(job.trainer_cfg)
     seed = job.seed if manifest.get("seed") is None else int(manifest["seed"])  # run 0: the checkpoint's own seed
-    return job.replace(method=method, hparams=resolve_method_cfg(method_cfg, job.data.name, job.scenario.kind),
+    return job.replace(method=method, hparams=resolve_method_cfg(method_cfg, job.data.name, job.scenario.kind, method),
                        seed=seed)
 
 

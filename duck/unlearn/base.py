@@ -41,7 +41,7 @@ from duck.training import (
     stage_logger,
     worker_trainer_settings,
 )
-from duck.unlearn.config import check_positive, resolve_method_cfg
+from duck.unlearn.config import MethodSettings
 from duck.utils import JOB_SEED_MAX, check_number, check_seed, warn_line
 
 
@@ -89,19 +89,6 @@ class UnlearnData:
     @property
     def forget_idx(self) -> np.ndarray:
         return self.scenario.forget_idx
-
-
-class Hyperparameters(dict):
-    """A method's resolved hyperparameters; reading one that is missing is a DuckInputError naming it (a Python
-    caller that passes no or a partial ``cfg`` got a bare KeyError deep inside ``run``)."""
-
-    def __init__(self, method: str, values: Mapping[str, Any]) -> None:
-        super().__init__(values)
-        self.method = method
-
-    def __missing__(self, key: str) -> Any:
-        raise DuckInputError(f"method {self.method!r} needs the hyperparameter {key!r}, which cfg does not give; "
-                             f"pass it (the defaults are in conf/method/{self.method}.yaml)")
 
 
 def check_unlearn_inputs(model: Any, data: Any, cfg: Any, trainer_cfg: Any, seed: Any) -> None:
@@ -243,9 +230,9 @@ class Unlearner(L.LightningModule):
     #: ``targeted`` names a class to push the forget samples to, which only DUCK's target centroids use: other
     #: methods would ignore it (the same forget ids run as ``custom``)
     supported_scenarios: ClassVar[tuple[str, ...]] = tuple(s for s in SCENARIOS if s != "targeted")
-    #: this method's hyperparameters that must be > 0 although the shared ranges (``duck.unlearn.config``)
-    #: allow 0 for other methods
-    positive_hyperparameters: ClassVar[tuple[str, ...]] = ()
+    #: the method's hyperparameters (a :class:`~duck.unlearn.config.MethodSettings` subclass declaring each with
+    #: its rule; ``conf/method/NAME.yaml`` is their preset)
+    params: ClassVar[type[MethodSettings]] = MethodSettings
     #: reference models the method learns from (``oracle``: retrained models; ``shadows``: the shadow bank),
     #: which :attr:`UnlearnData.references` must supply
     needs: ClassVar[tuple[str, ...]] = ()
@@ -295,8 +282,7 @@ class Unlearner(L.LightningModule):
                                  "pipeline supplies: run it with duck-unlearn / duck-run / duck.unlearn")
         self.model = model
         self.data = data
-        self.hp = Hyperparameters(self.method_name, resolve_method_cfg(cfg or {}, data.dataset_name, data.scenario.kind))
-        check_positive(self.hp, self.positive_hyperparameters)
+        self.hp = self.params.resolve(cfg, data.dataset_name, data.scenario.kind)
         self.seed = int(seed)
         given = dict(trainer_cfg or {})
         self.world = 1

@@ -1,126 +1,130 @@
-"""Method hyperparameters: explicit values, else the paper preset for (scenario family, data set).
+"""Method hyperparameters: each method's typed settings, filled from its presets for (scenario family, data set).
 
-A method config (``conf/method/NAME.yaml``) holds its hyperparameters at the top level; ``null`` means
-"take it from ``presets``". ``presets.<family>.<dataset>`` (family ``class_removal`` or
-``homogeneous_removal``) overrides ``presets.<family>.default``. Targeted removal uses the class-removal
-presets (the paper's bias experiment did); custom forget ids use the homogeneous ones.
+Every method declares its hyperparameters once, as a :class:`MethodSettings` class beside its code (each field with
+its default, rule and meaning, :mod:`duck.schema`); the method's config file ``conf/method/NAME.yaml`` is its
+preset: the same keys (a test keeps the two equal), with ``presets.<family>.<dataset>`` (family ``class_removal``
+or ``homogeneous_removal``, falling back to ``presets.<family>.default``) giving the values a ``null`` leaves open.
+Targeted removal uses the class-removal presets (the paper's bias experiment did); custom forget ids the
+homogeneous ones. :func:`resolve_method_cfg` fills and checks them once per job; the instance is frozen and read
+as a mapping by the method (``self.hp["lr"]``), the forgetting audit's runs and the records.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from duck.errors import DuckInputError
-from duck.schema import Flag, Integer, OneOf, Real, Rule
-from duck.utils import check_number
+from duck.schema import Integer, Real, Settings, config_values, plain, settings
+
+#: the rules the methods' fields share
+POSITIVE = Real(0.0, True)
+NON_NEGATIVE = Real(0.0, False)
+COUNT = Integer(1)
+MOMENTUM = Real(0.0, False, 1.0, hi_open=True)
+#: a negative tolerance: a target never reached (the stopping rule runs to its cap)
+TOLERANCE = Real(float("-inf"), True)
 
 
 @dataclass(frozen=True)
 class Milestones:
-    """``milestones``: a list of integer epochs >= 1 for a step schedule, or [] for a constant rate."""
+    """``milestones``: a list of integer epochs >= 1 for a step schedule, or [] for a constant rate (a tuple)."""
 
-    def __call__(self, value: Any, key: str) -> list[int]:
+    def __call__(self, value: Any, key: str) -> tuple[int, ...]:
         if not isinstance(value, (list, tuple)) or any(isinstance(m, bool) or not isinstance(m, int) or m < 1
                                                        for m in value):
             raise DuckInputError(f"{key}={value!r} must be a list of integer epochs >= 1 (e.g. [8, 15]), or [] for "
                                  "a constant learning rate")
-        return list(value)
+        return tuple(value)
 
     def describe(self) -> str:
         return "a list of integer epochs >= 1, or []"
 
 
-#: the rules of the hyperparameters the methods share by name (duck.schema's rules; a method's own keys not
-#: listed here are checked where it reads them); None stays allowed: "unset" or "taken from a preset"
-HYPERPARAMETER_RULES: dict[str, Rule] = {
-    **dict.fromkeys(("lr", "erm_lr", "low_lr", "temperature", "kd_T", "bound", "step", "lr_gamma"), Real(0.0, True)),
-    **dict.fromkeys(("weight_decay", "lambda_fgt", "lambda_ret", "low_lambda_ret", "lambda_reg", "lam", "alpha",
-                     "gamma", "low_lambda_scale_cr", "low_lambda_scale_hr"), Real(0.0, False)),
-    # a negative tolerance: a target never reached (max_epochs epochs)
-    **dict.fromkeys(("tolerance", "prohibit_threshold"), Real(-math.inf, True)),
-    "retain_fraction": Real(0.0, False, 1.0), "mask_density": Real(0.0, True, 1.0),
-    "momentum": Real(0.0, False, 1.0, hi_open=True), "beta": Real(0.0, False, 1.0),
-    "mask_ratio": Real(0.0, True, 1.0), "label_smoothing": Real(0.0, False, 1.0, hi_open=True),
-    # counts (batch ratios count retain batches per forget batch)
-    **dict.fromkeys(("epochs", "max_epochs", "erm_epochs", "batch_size", "forget_batch_size", "attack_steps",
-                     "max_per_class", "batch_ratio", "low_batch_ratio", "low_retain_batch_size"), Integer(1)),
-    **dict.fromkeys(("low_epochs", "msteps", "min_epochs"), Integer(0)),
-    # true / false only: a string such as "no" is refused
-    **dict.fromkeys(("recompute_targets", "joint_forward", "low_joint_forward", "low_cosine", "stop_at_target"), Flag()),
-    "stop_check": OneOf(("epoch", "batch")), "low_pairing": OneOf(("ratio", "first_forget")),
-    "full_order": OneOf(("authors", "dataset")), "milestones": Milestones(),
-}
+@dataclass(frozen=True)
+class Preset:
+    """A hyperparameter whose ``null`` is filled from the method's ``presets`` for the data set and scenario;
+    a value (given or filled) must pass ``rule``. Left unset (a Python caller's partial config without presets),
+    reading it is an error that names it (:meth:`MethodSettings.__getitem__`)."""
+
+    rule: Any
+
+    def __call__(self, value: Any, key: str) -> Any:
+        return None if value is None else self.rule(value, key)
+
+    def describe(self) -> str:
+        return f"{self.rule.describe()} (null: the preset's)"
+
+
+class UnsetHyperparameter(DuckInputError, KeyError):
+    """Reading a preset-filled hyperparameter that was left unset: a :class:`DuckInputError` naming it, and a
+    ``KeyError``, so that ``params.get(key, default)`` and ``key in params`` treat it as absent."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def scenario_family(kind: str) -> str:
     return "class_removal" if kind in ("class_removal", "targeted") else "homogeneous_removal"
 
 
-class MethodParams(dict):
-    """A method's effective hyperparameters for one data set and scenario, resolved once
-    (:func:`resolve_method_cfg`) and read-only afterwards: the job carries them, and the unlearners, the forgetting
-    audit's N runs and U-LiRA's shadow runs take them as they are instead of resolving the config again."""
+@settings
+class MethodSettings(Settings):
+    """The base of a method's hyperparameters (the ``method.*`` options but ``name`` and ``presets``); a
+    subclass per method declares its fields. Frozen, a read-only mapping, compared as the dict of its values."""
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("MethodParams are read-only: resolve the method config again to change them")
+    prefix: ClassVar[str] = "method"
+    #: the registered method these settings belong to (messages name it and its config file)
+    method_name: ClassVar[str] = "?"
 
-    __setitem__ = __delitem__ = update = pop = popitem = setdefault = clear = _refuse  # type: ignore[assignment]
+    @classmethod
+    def unknown_message(cls, prefix: str, unknown: list[str]) -> str:
+        valid = ", ".join(sorted(f.name for f in dataclasses.fields(cls)))
+        return (f"method {cls.method_name!r} has no hyperparameter(s) {unknown}; its hyperparameters are: "
+                f"{valid or '(none)'} (conf/method/{cls.method_name}.yaml)")
 
-    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles (joblib / submitit sweeps) stay MethodParams
-        return (MethodParams, (dict(self),))
+    @classmethod
+    def resolve(cls, cfg: Mapping[str, Any] | None, dataset: str, scenario_kind: str) -> MethodSettings:
+        """``cfg`` (a method config: its values, ``presets`` and optionally its ``name``) with every ``null``
+        that the presets of ``dataset`` and the scenario's family give filled in, checked; settings already
+        resolved are returned as they are."""
+        if isinstance(cfg, cls):
+            return cfg
+        cfg = dict(config_values(cfg) or {})
+        name = cfg.pop("name", cls.method_name)
+        if name not in (cls.method_name, None):
+            raise DuckInputError(f"method config {name!r} given to method {cls.method_name!r}; pass "
+                                 f"{cls.method_name!r}'s config")
+        presets = cfg.pop("presets", None) or {}
+        family = presets.get(scenario_family(scenario_kind), {}) or {}
+        preset = {**(family.get("default") or {}), **(family.get(dataset) or {})}
+        out = {k: (preset.get(k) if v is None and k in preset else v) for k, v in cfg.items()}
+        for k, v in preset.items():
+            out.setdefault(k, v)
+        missing = [k for k, v in out.items() if v is None and k in preset]
+        if missing:
+            raise DuckInputError(f"method hyperparameters {missing} have no value for data set {dataset!r}; "
+                                 f"set them, e.g. method.{missing[0]}=...")
+        return cls.parse(out)
 
+    def _unset(self, key: str) -> bool:
+        return getattr(self, key) is None and isinstance(self.__dataclass_fields__[key].metadata["rule"], Preset)
 
-def resolve_method_cfg(cfg: Mapping[str, Any], dataset: str, scenario_kind: str) -> MethodParams:
-    """Flatten a method config into its effective hyperparameters (``presets`` removed), checked; already
-    resolved parameters (:class:`MethodParams`) are returned as they are."""
-    if isinstance(cfg, MethodParams):
-        return cfg
-    cfg = dict(cfg)
-    presets = cfg.pop("presets", None) or {}
-    family = presets.get(scenario_family(scenario_kind), {}) or {}
-    preset = {**(family.get("default") or {}), **(family.get(dataset) or {})}
-    out = {k: (preset.get(k) if v is None and k in preset else v) for k, v in cfg.items()}
-    for k, v in preset.items():
-        out.setdefault(k, v)
-    missing = [k for k, v in out.items() if v is None and k in preset]
-    if missing:
-        raise DuckInputError(f"method hyperparameters {missing} have no value for data set {dataset!r}; "
-                             f"set them, e.g. method.{missing[0]}=...")
-    check_hyperparameters(out)
-    return MethodParams(out)
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        if self._unset(key):
+            raise UnsetHyperparameter(f"method {self.method_name!r} needs the hyperparameter {key!r}, which cfg does "
+                                      f"not give; pass it (the presets are in conf/method/{self.method_name}.yaml)")
+        return value
 
+    def __iter__(self) -> Iterator[str]:  # the mapping holds the values that are set
+        return iter(f.name for f in dataclasses.fields(self) if not self._unset(f.name))
 
-def check_hyperparameters(hp: Mapping[str, Any]) -> None:
-    """Raise DuckInputError, before any training, for a shared numeric hyperparameter out of its range (a
-    negative epoch count would make Lightning train forever, a NaN learning rate fails deep inside torch)."""
-    for key, value in hp.items():
-        if value is not None and key in HYPERPARAMETER_RULES:
-            HYPERPARAMETER_RULES[key](value, f"method.{key}")
-    if hp.get("min_epochs") is not None:  # NegGrad+, SalUn: the stopping rule's delay, refused where it cannot act
-        if not hp.get("stop_at_target"):
-            raise DuckInputError(f"method.min_epochs={hp['min_epochs']} only acts with method.stop_at_target=true (it "
-                                 "delays the stopping rule); set that or drop min_epochs")
-        if hp.get("epochs") is not None and hp["min_epochs"] > hp["epochs"]:
-            raise DuckInputError(f"method.min_epochs={hp['min_epochs']} is above method.epochs={hp['epochs']} (the "
-                                 "cap of the stopping rule); raise epochs or lower min_epochs")
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
-
-def check_positive(hp: Mapping[str, Any], keys: tuple[str, ...]) -> None:
-    """A method's own hyperparameters that must be > 0 (shared names such as SSD's ``alpha``, ``lam`` may be
-    0 for other methods)."""
-    for key in keys:
-        if hp.get(key) is not None:
-            check_number(hp[key], f"method.{key}", 0.0, True)
-
-
-def check_known_keys(cfg: Mapping[str, Any], known: Mapping[str, Any], method: str) -> None:
-    """Refuse hyperparameters the method's config file does not define (``+method.lambda_fgtt=3``: a typo that
-    would otherwise be ignored), naming them and the valid ones."""
-    unknown = sorted(set(cfg) - set(known))
-    if unknown:
-        valid = ", ".join(sorted(k for k in known if k not in ("name", "presets")))
-        raise DuckInputError(f"method {method!r} has no hyperparameter(s) {unknown}; its hyperparameters are: "
-                             f"{valid} (conf/method/{method}.yaml)")
+    def __hash__(self) -> int:
+        return hash(json.dumps(plain(self), sort_keys=True))

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +22,9 @@ import torch.nn.functional as F
 from duck.data.scenarios import SCENARIOS
 from duck.embeddings import embed_samples
 from duck.errors import DuckInputError
+from duck.schema import Either, Flag, Integer, OneOf, option, settings
 from duck.unlearn.base import ForgetAccuracyStop, Unlearner
+from duck.unlearn.config import COUNT, MOMENTUM, NON_NEGATIVE, POSITIVE, TOLERANCE, MethodSettings, Preset
 from duck.unlearn.registry import register_unlearner
 
 
@@ -59,9 +61,66 @@ def nearest_incorrect_centroid(z: torch.Tensor, y: torch.Tensor, centroids: torc
     return d.argmin(1)
 
 
+@settings
+class DUCKParams(MethodSettings):
+    """``method=duck``'s hyperparameters; conf/method/duck.yaml is their preset."""
+
+    method_name: ClassVar[str] = "duck"
+
+    lambda_fgt: float | None = option(None, Preset(NON_NEGATIVE),
+                                      "λ1, weight of the forget loss (cosine distance to the target centroid)")
+    lambda_ret: float | None = option(None, Preset(NON_NEGATIVE),
+                                      "λ2, weight of the retain loss (temperature-scaled cross-entropy)")
+    batch_ratio: int | None = option(None, Preset(COUNT), "retain batches (= optimiser steps) per forget batch")
+    temperature: float | None = option(None, Preset(POSITIVE), "T in CE(g(f(x)) / T, y)")
+    lr: float | None = option(None, Preset(POSITIVE), "Adam learning rate")
+    batch_size: int | None = option(None, Preset(COUNT), "forget and retain batch size")
+    weight_decay: float = option(0.0005, NON_NEGATIVE,
+                                 "Adam weight decay: ours (the paper's value was lost in extraction). The authors' code "
+                                 "defaults to 0 (OcraM17/DUCK src/opts.py, --wd 0.0); 5e-5 appears only in a "
+                                 "TinyImageNet command line (src/run_multiple_classes.py) and in training their "
+                                 "originals")
+    tolerance: float = option(0.01, TOLERANCE, "class removal: stop when A_f <= 0 + tolerance")
+    max_epochs: int = option(10, COUNT, "high-forget phase: at most 10 epochs (paper)")
+    stop_check: str | None = option(None, Preset(OneOf(('epoch', 'batch'))),
+                                    "check A_f after every `epoch` (paper; presets' default) or every forget `batch`")
+    recompute_targets: bool = option(False, Flag(),
+                                     "recompute c*(x) with the current model every epoch (paper: once, at the start)")
+    max_per_class: int | None = option(None, Either((None,), COUNT),
+                                       "cap on retain samples averaged per centroid (null = all)")
+    joint_forward: bool = option(True, Flag(),
+                                 "high phase: forget + retain images in one forward pass (ours; the authors' code runs "
+                                 "two passes there and one joint pass in the low phase only: src/Unlearning_methods.py)")
+    label_smoothing: float | None = option(None, Preset(MOMENTUM),
+                                           "retain cross-entropy label smoothing (preset: 0; the authors' code: 0.2 on "
+                                           "TinyImageNet)")
+    low_epochs: int = option(2, Integer(0), "low-forget phase length (paper: 2)")
+    low_lambda_scale_cr: float = option(0.1, NON_NEGATIVE,
+                                        "λ1 scale in the low-forget phase, class removal / targeted (paper)")
+    low_lambda_scale_hr: float = option(0.3, NON_NEGATIVE,
+                                        "λ1 scale in the low-forget phase, homogeneous removal / custom (paper)")
+    low_pairing: str = option("ratio", OneOf(('ratio', 'first_forget')),
+                              "ratio: each forget batch with low_batch_ratio retain batches; first_forget: the first "
+                              "forget batch with every retain batch (authors' CR code)")
+    low_batch_ratio: int | None = option(None, Either((None,), COUNT), "null = batch_ratio (authors' HR code uses 20)")
+    low_lr: float | None = option(None, Either((None,), POSITIVE),
+                                  "null = lr (authors' code: 1e-4 with cosine annealing)")
+    low_cosine: bool = option(False, Flag(), "cosine-anneal the low-phase learning rate per step (authors' code)")
+    low_joint_forward: bool | None = option(None, Either((None,), Flag()),
+                                            "low phase: one joint forward pass; null = joint_forward (authors' code: "
+                                            "true)")
+    low_lambda_ret: float | None = option(None, Either((None,), NON_NEGATIVE),
+                                          "low phase: λ2; null = lambda_ret (authors' code: 1, their λ2 is not applied "
+                                          "there)")
+    low_retain_batch_size: int | None = option(None, Either((None,), COUNT),
+                                               "low phase: retain batch; null = batch_size (authors' code: 512)")
+
+
 @register_unlearner("duck")
 class DUCK(Unlearner):
     """DUCK with the two forget regimes; hyperparameters in ``conf/method/duck.yaml``."""
+
+    params = DUCKParams
 
     supported_scenarios = SCENARIOS  # targeted: the named class's centroid is every forget sample's target
     manual_optimization = True  # two losses, several optimiser steps per forget batch
@@ -117,14 +176,12 @@ class DUCK(Unlearner):
                 self.fixed_forget_batch = next(iter(self.forget_loader(bs, per_worker=False)))
                 self.retain_steps = 1
                 self.fit_phase("low", self.retain_loader(retain_bs, drop_last=True), low_epochs)
-            elif hp["low_pairing"] == "ratio":
+            else:  # ratio
                 self.fixed_forget_batch = None
                 self.retain_steps = int(hp.get("low_batch_ratio") or hp["batch_ratio"])
                 if retain_bs != bs:  # a stream of the low phase's retain batches (else the high phase's goes on)
                     self.start_retain_stream(retain_bs)
                 self.fit_phase("low", self.forget_loader(bs, seed_offset=1), low_epochs)
-            else:
-                raise DuckInputError(f"method.low_pairing={hp['low_pairing']!r}: use 'ratio' or 'first_forget'")
             epochs += low_epochs
         return {"epochs": epochs, "reached_target": stop.reached, "forget_acc_after_high": self.history[-1]["forget_acc"]
                 if self.history else None}

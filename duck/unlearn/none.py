@@ -7,13 +7,24 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from duck.data.scenarios import SCENARIOS
+from duck.schema import settings
 from duck.unlearn.base import Unlearner
+from duck.unlearn.config import MethodSettings
 from duck.unlearn.registry import register_unlearner
+
+
+@settings
+class NoUnlearningParams(MethodSettings):
+    """``method=none``'s hyperparameters; conf/method/none.yaml is their preset."""
+
+    method_name: ClassVar[str] = "none"
 
 
 @register_unlearner("none")
 class NoUnlearning(Unlearner):
     """Returns the original model as it is."""
+
+    params = NoUnlearningParams
 
     supported_scenarios: ClassVar[tuple[str, ...]] = SCENARIOS
 

@@ -9,11 +9,12 @@ loaded the first time the registry is asked for a method.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from duck.errors import DuckInputError
+from duck.unlearn.config import MethodSettings
 
 if TYPE_CHECKING:
     from duck.unlearn.base import Unlearner
@@ -64,3 +65,16 @@ def get_unlearner_class(name: str) -> type[Unlearner]:
 def create_unlearner(name: str, *args: Any, **kwargs: Any) -> Unlearner:
     """Instantiate method ``name`` (see :class:`~duck.unlearn.base.Unlearner` for the arguments)."""
     return get_unlearner_class(name)(*args, **kwargs)
+
+
+def resolve_method_cfg(cfg: Mapping[str, Any], dataset: str, scenario_kind: str,
+                       method: str | None = None) -> MethodSettings:
+    """The effective hyperparameters of method ``method`` (default: ``cfg["name"]``) for ``dataset`` and the
+    scenario: :meth:`~duck.unlearn.config.MethodSettings.resolve` of the method's settings class (its
+    ``params``). Settings already resolved are returned as they are."""
+    if isinstance(cfg, MethodSettings):
+        return cfg
+    name = method or (cfg or {}).get("name")
+    if not isinstance(name, str):
+        raise DuckInputError("a method config needs its method's name (cfg['name'], or method=NAME)")
+    return get_unlearner_class(name).params.resolve(cfg, dataset, scenario_kind)
