@@ -346,6 +346,8 @@ class Settings(Mapping[str, Any]):
         def shown(v: Any) -> str:
             if v is REQUIRED:
                 return "(required)"
+            if isinstance(v, (list, tuple)):
+                return "[" + ", ".join(shown(x) for x in v) + "]"
             return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
         return [(f"{cls.prefix}.{f.name}" if cls.prefix else f.name, shown(f.default), f.metadata["rule"].describe(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -399,25 +400,52 @@ def test_bad_augment_is_refused_before_reading_files(name, augment, match):
         build_datasets(name, augment=augment, **kw)
 
 
-def test_every_data_config_key_is_a_builder_option():
+def test_every_data_config_file_is_a_preset_of_its_settings_class():
+    """conf/data/NAME.yaml declares exactly its data set's settings fields (but name and subset, which the job
+    reads), in their order, with the class's defaults as its values; the file's values pass the rules."""
+    import dataclasses
+
     from omegaconf import OmegaConf
 
-    from duck.data.registry import dataset_options
+    from duck.data.registry import dataset_settings, list_datasets
+    from duck.schema import plain
 
     confs = sorted((Path(__file__).parents[1] / "conf" / "data").glob("*.yaml"))
-    assert len(confs) == 7
+    assert len(confs) == 7 and sorted(c.stem for c in confs) == list_datasets()
     for conf in confs:
-        keys = set(OmegaConf.load(conf).keys())
-        name = OmegaConf.load(conf).name
+        raw = OmegaConf.to_container(OmegaConf.load(conf), resolve=True)  # ${oc.env:CIFAR_ROOT,null}: unset here
+        name = raw.pop("name")
         # subset: taken by the pipeline (duck.pipeline.job.build_data) for the in-memory data sets, not the builder
-        assert keys - {"name", "subset"} == set(dataset_options(name)), conf
-        assert ("subset" in keys) == (name in ("digits", "fashion_mnist", "cifar10", "cifar100")), conf
+        assert ("subset" in raw) == (name in ("digits", "fashion_mnist", "cifar10", "cifar100")), conf
+        raw.pop("subset", None)
+        cls = dataset_settings(name)
+        assert cls.dataset == name
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        assert list(raw) == list(defaults) and raw == plain(defaults), conf
+        assert dict(cls.parse(raw)) == {k: (list(v) if isinstance(v, tuple) else v) for k, v in raw.items()}
+
+
+def data_tables() -> str:
+    """Every data set's options, one table per data set, for docs/configuration.md."""
+    from duck.data.registry import dataset_settings, list_datasets
+    from duck.report.tables import markdown_table
+
+    return "\n\n".join(f"`data={name}`:\n\n" + markdown_table(
+        ["option", "default", "allowed", "meaning"],
+        [(f"`{key}`", f"`{default}`", allowed, doc) for key, default, allowed, doc in dataset_settings(name).describe()])
+        for name in list_datasets())
+
+
+def test_docs_data_tables_are_the_settings_classes():
+    block = re.search(r"<!-- data tables: begin -->\n(.*?)\n<!-- data tables: end -->",
+                      (Path(__file__).parents[1] / "docs" / "configuration.md").read_text(), re.S)
+    assert block and block.group(1) == data_tables()
 
 
 @pytest.mark.parametrize("name", ["digits", "synthetic", "cifar10", "cifar100", "fashion_mnist", "imagefolder",
                                   "tinyimagenet"])
 def test_unknown_data_option_is_refused_naming_the_valid_ones(name):
-    with pytest.raises(DuckInputError, match=rf"unknown option\(s\) data.foo, data.bar for data set '{name}'; "
+    with pytest.raises(DuckInputError, match=rf"unknown option\(s\) data.bar, data.foo for data set '{name}'; "
                                              r"its options are data\..*data.augment"):
         build_datasets(name, foo=1, bar=2)
 

@@ -68,10 +68,10 @@ def test_a_good_command_line_does_reach_the_heavy_imports(tmp_path: Path):
 
 
 def test_a_symlink_loop_as_data_root_is_one_error_line(loop: Path):
-    from duck.data.imagefolder import imagefolder
+    from duck.data.registry import build_datasets
 
     with pytest.raises(DuckInputError, match=r"data.root=.*loop_a cannot be followed \(a loop of symbolic links\)"):
-        imagefolder(str(loop))
+        build_datasets("imagefolder", root=str(loop))
     with pytest.raises(DuckInputError, match="data.train_split="):
         resolved(loop / "train", "data.train_split")
 

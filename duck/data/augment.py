@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from duck.errors import DuckInputError
+from duck.schema import Check
 
 AUGMENTATIONS = ("crop", "flip")
 
@@ -30,6 +31,10 @@ def check_augment(names: object, name: str = "data.augment") -> list[str]:
         raise DuckInputError(f"unknown augmentation(s) {bad} in {name}; choose from {list(AUGMENTATIONS)}, "
                              f"e.g. {name}=[crop,flip], or {name}=[] for none")
     return list(names)
+
+
+#: the ``data.augment`` option's rule (:mod:`duck.schema`)
+AUGMENT = Check(check_augment, f"a list of augmentation names from {list(AUGMENTATIONS)}, or [] / null for none")
 
 
 def random_flip(x: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from duck.errors import DuckInputError
+from duck.schema import Check
 
 
 def check_path_text(value: Any, name: str) -> str | None:
@@ -25,6 +26,10 @@ def check_path_text(value: Any, name: str) -> str | None:
         return value
     raise DuckInputError(f"{name}={value!r} must be a folder path (text); quote it if it looks like a number: "
                          f"{name}=\"'{value}'\"")
+
+
+#: a ``data.root`` option's rule (:mod:`duck.schema`)
+ROOT = Check(check_path_text, "a folder path (text), or null")
 
 
 class IndexedDataset(Dataset):

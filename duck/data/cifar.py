@@ -7,18 +7,17 @@ numpy arrays and plain containers, so a tampered file cannot execute code.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from duck.data.augment import check_augment
-from duck.data.base import DatasetSplits, TensorImageDataset, check_path_text
-from duck.data.registry import register_dataset
+from duck.data.augment import AUGMENT
+from duck.data.base import ROOT, DatasetSplits, TensorImageDataset
+from duck.data.registry import DataSettings, register_dataset
 from duck.errors import DuckInputError
-from duck.utils import check_bool
+from duck.schema import Flag, option, settings
 
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
@@ -127,10 +126,8 @@ def _class_names(path: Path, key: str) -> list[str]:
     return [n.decode("latin1") if isinstance(n, bytes) else n for n in raw]
 
 
-def _cifar(kind: str, root: str | None, download: bool, augment: Sequence[str] | None) -> DatasetSplits:
+def _cifar(kind: str, root: str | None, download: bool, augment: list[str]) -> DatasetSplits:
     spec = _SPECS[kind]
-    root, download = check_path_text(root, "data.root"), check_bool(download, "data.download")
-    augment = check_augment(augment)
     if not root:
         raise DuckInputError(
             f"data.root is not set for {kind}; download {spec['url']}, extract it and pass "
@@ -166,15 +163,29 @@ def _cifar(kind: str, root: str | None, download: bool, augment: Sequence[str] |
     )
 
 
-@register_dataset("cifar10")
-def cifar10(root: str | None = None, download: bool = False,
-            augment: Sequence[str] | None = ("crop", "flip")) -> DatasetSplits:
+@settings
+class Cifar10Data(DataSettings):
+    """``data=cifar10``'s options (conf/data/cifar10.yaml is their preset)."""
+
+    root: str | None = option(None, ROOT, "the folder that contains cifar-10-batches-py/ (required)")
+    download: bool = option(False, Flag(), "refused offline: fetch the archive yourself")
+    augment: list[str] = option(("crop", "flip"), AUGMENT, "train-time augmentation on the device")
+
+
+@settings
+class Cifar100Data(Cifar10Data):
+    """``data=cifar100``'s options (conf/data/cifar100.yaml is their preset)."""
+
+    root: str | None = option(None, ROOT, "the folder that contains cifar-100-python/ (required)")
+
+
+@register_dataset("cifar10", Cifar10Data)
+def cifar10(options: Cifar10Data) -> DatasetSplits:
     """CIFAR-10 (50,000 / 10,000 32x32 colour images) from ``root/cifar-10-batches-py``."""
-    return _cifar("cifar10", root, download, augment)
+    return _cifar("cifar10", options.root, options.download, options.augment)
 
 
-@register_dataset("cifar100")
-def cifar100(root: str | None = None, download: bool = False,
-             augment: Sequence[str] | None = ("crop", "flip")) -> DatasetSplits:
+@register_dataset("cifar100", Cifar100Data)
+def cifar100(options: Cifar100Data) -> DatasetSplits:
     """CIFAR-100 (fine labels) from ``root/cifar-100-python``."""
-    return _cifar("cifar100", root, download, augment)
+    return _cifar("cifar100", options.root, options.download, options.augment)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from duck.data.augment import check_augment
+from duck.data.augment import AUGMENT
 from duck.data.base import DatasetSplits, TensorImageDataset
-from duck.data.registry import register_dataset
+from duck.data.registry import DataSettings, register_dataset
 from duck.errors import DuckInputError
-from duck.utils import JOB_SEED_MAX, check_number, check_seed
+from duck.schema import Check, Real, option, settings
+from duck.utils import JOB_SEED_MAX, check_seed
 
 # per-pixel values are 0..16; scaled to [0, 1], then normalised with the whole set's mean and std
 DIGITS_MEAN, DIGITS_STD = (0.3053,), (0.3760,)
@@ -34,20 +34,31 @@ def check_split_sizes(test_fraction: float, labels: np.ndarray) -> None:
         )
 
 
-@register_dataset("digits")
-def digits(test_fraction: float = 0.25, split_seed: int = 0, augment: Sequence[str] | None = ()) -> DatasetSplits:
+def _split_seed(value: object, key: str) -> int:
+    seed = check_seed(value, key)
+    if seed > JOB_SEED_MAX:  # scikit-learn's splitters take 32-bit seeds, as numpy's legacy generator
+        raise DuckInputError(f"{key}={seed} is too large; scikit-learn's splits take seeds in [0, 2^32 - 1]")
+    return seed
+
+
+@settings
+class DigitsData(DataSettings):
+    """``data=digits``'s options (conf/data/digits.yaml is their preset)."""
+
+    test_fraction: float = option(0.25, Real(0.0, True, 1.0, hi_open=True), "share of the 1,797 images held out")
+    split_seed: int = option(0, Check(_split_seed, "an integer in [0, 2^32 - 1]"), "seed of the stratified split")
+    augment: list[str] = option((), AUGMENT, "train-time augmentation on the device: any of [crop, flip]")
+
+
+@register_dataset("digits", DigitsData)
+def digits(options: DigitsData) -> DatasetSplits:
     """Deterministic stratified train/test split (``split_seed``) of ``sklearn.datasets.load_digits``.
 
     With the default 25 % test fraction: 1,347 train / 450 test images (45 per class). Each split keeps
     ``load_digits`` order; ``extra["source_index_train"]`` / ``["source_index_test"]`` give each sample's row
     in ``load_digits()`` (the ``source`` of ``index.csv``, :mod:`duck.data.index`).
     """
-    test_fraction = check_number(test_fraction, "data.test_fraction", 0.0, True, 1.0, hi_open=True)
-    split_seed = check_seed(split_seed, "data.split_seed")
-    if split_seed > JOB_SEED_MAX:  # scikit-learn's splitters take 32-bit seeds, as numpy's legacy generator
-        raise DuckInputError(f"data.split_seed={split_seed} is too large; scikit-learn's splits take seeds in "
-                             "[0, 2^32 - 1]")
-    augment = check_augment(augment)
+    test_fraction, split_seed, augment = options.test_fraction, options.split_seed, options.augment
     # scikit-learn is imported here, not at the top: the package imports this module to register it, and
     # scikit-learn would add most of a second to every import of duck.data
     from sklearn.datasets import load_digits

@@ -8,7 +8,7 @@ stable across runs and machines.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -17,11 +17,12 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from duck.data.augment import check_augment
-from duck.data.base import DatasetSplits, IndexedDataset, check_path_text
-from duck.data.registry import register_dataset
+from duck.data.augment import AUGMENT
+from duck.data.base import ROOT, DatasetSplits, IndexedDataset, check_path_text
+from duck.data.registry import DataSettings, register_dataset
 from duck.errors import DuckInputError
 from duck.paths import resolved
+from duck.schema import Check, option, settings
 from duck.utils import check_number, check_positive_int
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -30,19 +31,35 @@ IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tif
 MAX_IMG_SIZE = 1024
 
 
-def check_img_size(img_size: object) -> int:
+def check_img_size(img_size: object, key: str = "data.img_size") -> int:
     """``data.img_size`` as an int in ``1..MAX_IMG_SIZE``, else a ``DuckInputError``."""
-    size = check_positive_int(img_size, "data.img_size")
+    size = check_positive_int(img_size, key)
     if size > MAX_IMG_SIZE:
-        raise DuckInputError(f"data.img_size={img_size!r} is too large; use an integer in 1..{MAX_IMG_SIZE}")
+        raise DuckInputError(f"{key}={img_size!r} is too large; use an integer in 1..{MAX_IMG_SIZE}")
     return size
 
 
-def check_in_chans(in_chans: object) -> int:
+def check_in_chans(in_chans: object, key: str = "data.in_chans") -> int:
     """``data.in_chans`` as 1 (grey) or 3 (RGB), else a ``DuckInputError``."""
     if isinstance(in_chans, bool) or not hasattr(in_chans, "__index__") or int(in_chans.__index__()) not in (1, 3):
-        raise DuckInputError(f"data.in_chans={in_chans!r} must be 1 (greyscale) or 3 (RGB)")
+        raise DuckInputError(f"{key}={in_chans!r} must be 1 (greyscale) or 3 (RGB)")
     return int(in_chans.__index__())
+
+
+def check_split_folder(split: object, key: str) -> str:
+    """``data.train_split`` / ``data.test_split``: a folder name under ``data.root``."""
+    if not check_path_text(split, key):
+        raise DuckInputError(f"{key}={split!r} must name the split's folder under data.root, e.g. "
+                             f"{key}={key.removeprefix('data.')[:-6]}")
+    return str(split)
+
+
+#: rules of the image options (:mod:`duck.schema`)
+IMG_SIZE = Check(check_img_size, f"an integer in 1..{MAX_IMG_SIZE}")
+IN_CHANS = Check(check_in_chans, "1 (greyscale) or 3 (RGB)")
+SPLIT = Check(check_split_folder, "a folder name under data.root")
+#: ``data.mean`` / ``data.std``: checked against ``data.in_chans`` by the settings (:func:`check_norm`)
+NORM = Check(lambda value, key: value, "null (ImageNet's), or one number per channel (std > 0)")
 
 
 def check_norm(values: object, name: str, in_chans: int, default: tuple[float, ...], positive: bool) -> tuple[float, ...]:
@@ -188,23 +205,34 @@ def _warn_resize(first: Path, img_size: int) -> None:
                   f"{img_size}x{img_size}; set data.img_size={max(w, h)} if the model was trained on them as they are")
 
 
-@register_dataset("imagefolder")
-def imagefolder(root: str | None = None, train_split: str = "train", test_split: str = "test",
-                img_size: int = 32, in_chans: int = 3, mean: list[float] | None = None,
-                std: list[float] | None = None, augment: Sequence[str] | None = ()) -> DatasetSplits:
+@settings
+class ImageFolderData(DataSettings):
+    """``data=imagefolder``'s options (conf/data/imagefolder.yaml is their preset)."""
+
+    root: str | None = option(None, ROOT, "the folder holding the split folders (required)")
+    train_split: str = option("train", SPLIT, "the training split's folder under root")
+    test_split: str = option("test", SPLIT, "the test split's folder under root")
+    img_size: int = option(32, IMG_SIZE, "images are resized to img_size x img_size")
+    in_chans: int = option(3, IN_CHANS, "channels the images are read with")
+    mean: list[float] | None = option(None, NORM, "per-channel normalisation mean (null: ImageNet's)")
+    std: list[float] | None = option(None, NORM, "per-channel normalisation SD (null: ImageNet's)")
+    augment: list[str] = option((), AUGMENT, "train-time augmentation on the device: any of [crop, flip]")
+
+    def __post_init__(self) -> None:
+        check_norm(self.mean, "data.mean", self.in_chans, IMAGENET_MEAN, positive=False)
+        check_norm(self.std, "data.std", self.in_chans, IMAGENET_STD, positive=True)
+
+
+@register_dataset("imagefolder", ImageFolderData)
+def imagefolder(options: ImageFolderData) -> DatasetSplits:
     """Any ``root/{train,test}/<class>/<image>`` tree (class ids = sorted training folder names)."""
-    root = check_path_text(root, "data.root")
-    for key, split in (("train_split", train_split), ("test_split", test_split)):
-        if not check_path_text(split, f"data.{key}"):
-            raise DuckInputError(f"data.{key}={split!r} must name the split's folder under data.root, e.g. "
-                                 f"data.{key}={key[:-6]}")
-    augment = check_augment(augment)
+    root, train_split, test_split = options.root, options.train_split, options.test_split
+    in_chans, img_size, augment = options.in_chans, options.img_size, options.augment
     if not root:
         raise DuckInputError("data.root is not set for imagefolder; pass data.root=DIR with DIR/train/<class>/...")
     root_p = Path(root).expanduser()
-    in_chans, img_size = check_in_chans(in_chans), check_img_size(img_size)
-    mean_t = check_norm(mean, "data.mean", in_chans, IMAGENET_MEAN, positive=False)
-    std_t = check_norm(std, "data.std", in_chans, IMAGENET_STD, positive=True)
+    mean_t = check_norm(options.mean, "data.mean", in_chans, IMAGENET_MEAN, positive=False)  # as floats
+    std_t = check_norm(options.std, "data.std", in_chans, IMAGENET_STD, positive=True)
     resolved(root_p, "data.root")  # a loop of links: one line, not pathlib's RuntimeError
     if resolved(root_p / train_split, "data.train_split") == resolved(root_p / test_split, "data.test_split"):
         raise DuckInputError(
@@ -252,18 +280,25 @@ def _read_val_annotations(ann: Path, images: Path, cls_id: dict[str, int]) -> tu
     return files, labels
 
 
-@register_dataset("tinyimagenet")
-def tinyimagenet(root: str | None = None, img_size: int = 64,
-                 augment: Sequence[str] | None = ("crop", "flip")) -> DatasetSplits:
+@settings
+class TinyImageNetData(DataSettings):
+    """``data=tinyimagenet``'s options (conf/data/tinyimagenet.yaml is their preset)."""
+
+    root: str | None = option(None, ROOT, "the folder that contains tiny-imagenet-200/ (required)")
+    img_size: int = option(64, IMG_SIZE, "images are resized to img_size x img_size")
+    augment: list[str] = option(("crop", "flip"), AUGMENT, "train-time augmentation on the device")
+
+
+@register_dataset("tinyimagenet", TinyImageNetData)
+def tinyimagenet(options: TinyImageNetData) -> DatasetSplits:
     """TinyImageNet-200: ``root/tiny-imagenet-200/train/<wnid>/images/*.JPEG`` and the validation split
     (``val/images`` + ``val/val_annotations.txt``) used as the test set, as in the DUCK paper."""
+    root, img_size, augment = options.root, options.img_size, options.augment
     if not root:
         raise DuckInputError(
             "data.root is not set for tinyimagenet; download http://cs231n.stanford.edu/tiny-imagenet-200.zip, "
             "unzip it and pass data.root=DIR (the folder containing tiny-imagenet-200/)"
         )
-    root = check_path_text(root, "data.root")
-    img_size, augment = check_img_size(img_size), check_augment(augment)
     base = Path(root).expanduser() / "tiny-imagenet-200"
     ann = base / "val" / "val_annotations.txt"
     if not (base / "train").is_dir() or not ann.is_file():

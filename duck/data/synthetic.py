@@ -2,44 +2,54 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import torch
 
-from duck.data.augment import check_augment
+from duck.data.augment import AUGMENT
 from duck.data.base import DatasetSplits, TensorImageDataset
-from duck.data.imagefolder import check_img_size
-from duck.data.registry import register_dataset
+from duck.data.imagefolder import IMG_SIZE
+from duck.data.registry import DataSettings, register_dataset
 from duck.errors import DuckInputError
-from duck.utils import check_number, check_positive_int, check_seed
+from duck.schema import SEED, Integer, Real, option, settings
 
 #: most float32 pixel values generated (train + test), 8 GiB
 MAX_VALUES = 2**31
 
 
-@register_dataset("synthetic")
-def synthetic(n_train: int = 400, n_test: int = 200, num_classes: int = 4, img_size: int = 8,
-              in_chans: int = 1, noise: float = 0.6, seed: int = 0,
-              augment: Sequence[str] | None = ()) -> DatasetSplits:
+@settings
+class SyntheticData(DataSettings):
+    """``data=synthetic``'s options (conf/data/synthetic.yaml is their preset)."""
+
+    n_train: int = option(400, Integer(1), "training images (at least one per class)")
+    n_test: int = option(200, Integer(1), "test images (at least one per class)")
+    num_classes: int = option(4, Integer(2), "classes")
+    img_size: int = option(8, IMG_SIZE, "image side")
+    in_chans: int = option(1, Integer(1), "channels")
+    noise: float = option(0.6, Real(0.0, False), "SD of the Gaussian noise around each class's prototype")
+    seed: int = option(0, SEED, "seed of the prototypes, the noise and the order")
+    augment: list[str] = option((), AUGMENT, "train-time augmentation on the device: any of [crop, flip]")
+
+    def __post_init__(self) -> None:
+        for key in ("n_train", "n_test"):
+            n = getattr(self, key)
+            if n < self.num_classes:
+                raise DuckInputError(f"data.{key}={n!r} is below data.num_classes={self.num_classes}: every class "
+                                     f"needs an image in each split; use data.{key} >= {self.num_classes}")
+        values = (self.n_train + self.n_test) * self.in_chans * self.img_size**2
+        if values > MAX_VALUES:
+            raise DuckInputError(
+                f"data.n_train={self.n_train} + data.n_test={self.n_test} images of {self.in_chans}x{self.img_size}x"
+                f"{self.img_size} make {values:.3g} float32 values ({values * 4 / 2**30:.0f} GiB), above the "
+                f"{MAX_VALUES:.3g} allowed; use fewer or smaller images"
+            )
+
+
+@register_dataset("synthetic", SyntheticData)
+def synthetic(options: SyntheticData) -> DatasetSplits:
     """Class c's images are ``prototype_c + noise·N(0, I)`` (labels balanced, order shuffled by ``seed``)."""
-    num_classes = check_positive_int(num_classes, "data.num_classes", 2)
-    n_train, n_test = check_positive_int(n_train, "data.n_train"), check_positive_int(n_test, "data.n_test")
-    for key, n in (("n_train", n_train), ("n_test", n_test)):
-        if n < num_classes:
-            raise DuckInputError(f"data.{key}={n!r} is below data.num_classes={num_classes}: every class needs an "
-                                 f"image in each split; use data.{key} >= {num_classes}")
-    img_size, in_chans = check_img_size(img_size), check_positive_int(in_chans, "data.in_chans")
-    noise = check_number(noise, "data.noise", 0.0, False)
-    seed = check_seed(seed, "data.seed")
-    augment = check_augment(augment)
-    values = (n_train + n_test) * in_chans * img_size**2
-    if values > MAX_VALUES:
-        raise DuckInputError(
-            f"data.n_train={n_train} + data.n_test={n_test} images of {in_chans}x{img_size}x{img_size} make "
-            f"{values:.3g} float32 values ({values * 4 / 2**30:.0f} GiB), above the {MAX_VALUES:.3g} allowed; "
-            "use fewer or smaller images"
-        )
+    n_train, n_test, num_classes, noise, seed = (options.n_train, options.n_test, options.num_classes, options.noise,
+                                                 options.seed)
+    img_size, in_chans, augment = options.img_size, options.in_chans, options.augment
     rng = np.random.default_rng(seed)
     protos = rng.normal(size=(num_classes, in_chans, img_size, img_size)).astype(np.float32)
 

@@ -22,7 +22,6 @@ from omegaconf import DictConfig
 
 from attacks.audit import AuditSettings, check_audit_data
 from duck.analysis.options import AnalysisSettings, check_analysis_data
-from duck.data.augment import check_augment
 from duck.data.base import DatasetSplits, subset_splits
 from duck.data.registry import build_datasets
 from duck.data.scenarios import Scenario, ScenarioSettings, make_scenario
@@ -203,7 +202,6 @@ def build_data(cfg: DictConfig) -> DatasetSplits:
     kw = container(cfg.data)
     subset = kw.pop("subset", None)
     data = build_datasets(kw.pop("name"), **kw)
-    check_augment(data.augment)
     if subset is not None:
         sub = SubsetSettings.parse(subset)
         data = subset_splits(data, sub.n_train, sub.n_test, sub.seed)
