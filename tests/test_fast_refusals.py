@@ -93,7 +93,7 @@ def test_a_model_too_large_for_memory_is_refused_before_allocation(monkeypatch: 
 
 def test_the_size_probe_leaves_the_random_state_alone():
     torch.manual_seed(0)
-    direct = factory._LOCAL_MODELS["smallcnn"](num_classes=10, in_chans=1).state_dict()
+    direct = factory._LOCAL_MODELS["smallcnn"][0](num_classes=10, in_chans=1, width=32, drop_rate=0.0).state_dict()
     torch.manual_seed(0)
     built = factory.create_model("smallcnn", 10, 1, 8).net.state_dict()
     assert direct.keys() == built.keys() and all(torch.equal(direct[k], built[k]) for k in direct)

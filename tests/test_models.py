@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -92,3 +94,21 @@ def test_auto_cifar_stem_skips_deep_stems_and_embed_dim_is_the_embedding_width()
     m = create_model("mobilenetv3_small_100", 10, 3, 32)
     with torch.no_grad():
         assert m.embed(x).shape == (2, m.embed_dim) == (2, 1024)
+
+
+@pytest.mark.parametrize("name", ["smallcnn", "smallcnn28"])
+def test_local_model_config_files_are_presets_of_their_options(name):
+    """conf/model/NAME.yaml sets only options its class declares, at the class's defaults; the classes' rules are
+    the ones the factory applies (a value refused by the rule never reaches the model's constructor)."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from duck.models.factory import _LOCAL_MODELS
+
+    raw = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "conf" / "model" / f"{name}.yaml"))
+    assert raw.pop("name") == name
+    cls = _LOCAL_MODELS[name][1]
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    assert raw and all(defaults[k] == v for k, v in raw.items())
+    assert dict(cls.parse(None)) == defaults == {"width": 32 if name == "smallcnn" else 16, "drop_rate": 0.0}

@@ -7,13 +7,14 @@ Every model is wrapped in :class:`~duck.models.classifier.Classifier`, which exp
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -21,27 +22,55 @@ from torch import nn
 from duck.errors import DuckInputError
 from duck.models.classifier import Classifier, error_line, wrap_model
 from duck.models.small_cnn import SmallCNN
+from duck.schema import Integer, Real, Settings, option, settings
 from duck.utils import available_memory, check_bool, check_number, human_bytes
 
-_LOCAL_MODELS: dict[str, Callable[..., nn.Module]] = {}
+
+@settings
+class ModelOptions(Settings):
+    """The ``model.*`` options of a local model (but ``name``; the data's shape is not an option). timm's and
+    ``custom`` models take their constructor's keywords: the constructor is their schema."""
+
+    prefix: ClassVar[str] = "model"
 
 
-def register_model(name: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+_LOCAL_MODELS: dict[str, tuple[Callable[..., nn.Module], type[ModelOptions]]] = {}
+
+
+def register_model(name: str, options: type[ModelOptions]) -> Callable[[Callable[..., nn.Module]],
+                                                                       Callable[..., nn.Module]]:
+    """Register a local model builder ``fn(num_classes, in_chans, **options)`` and its options class."""
+
     def deco(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-        _LOCAL_MODELS[name] = fn
+        _LOCAL_MODELS[name] = (fn, options)
         return fn
 
     return deco
 
 
-@register_model("smallcnn")
-def smallcnn(num_classes: int, in_chans: int, width: int = 32, drop_rate: float = 0.0) -> nn.Module:
+@settings
+class SmallCnnOptions(ModelOptions):
+    """``model=smallcnn``'s options (conf/model/smallcnn.yaml is their preset)."""
+
+    width: int = option(32, Integer(1), "channels of the first block (2x and 4x in the next two)")
+    drop_rate: float = option(0.0, Real(0.0, False, 1.0, hi_open=True), "dropout before the head")
+
+
+@settings
+class SmallCnn28Options(SmallCnnOptions):
+    """``model=smallcnn28``'s options (conf/model/smallcnn28.yaml is their preset)."""
+
+    width: int = option(16, Integer(1), "channels of the first block (2x and 4x in the next two)")
+
+
+@register_model("smallcnn", SmallCnnOptions)
+def smallcnn(num_classes: int, in_chans: int, width: int, drop_rate: float) -> nn.Module:
     """For 8x8 inputs (digits): one 2x2 pool, 128-d embedding at width 32."""
     return SmallCNN(num_classes, in_chans, width=width, n_pool=1, drop_rate=drop_rate)
 
 
-@register_model("smallcnn28")
-def smallcnn28(num_classes: int, in_chans: int, width: int = 16, drop_rate: float = 0.0) -> nn.Module:
+@register_model("smallcnn28", SmallCnn28Options)
+def smallcnn28(num_classes: int, in_chans: int, width: int, drop_rate: float) -> nn.Module:
     """For 28x28 inputs (Fashion-MNIST): two 2x2 pools, ``4·width``-d embedding."""
     return SmallCNN(num_classes, in_chans, width=width, n_pool=2, drop_rate=drop_rate)
 
@@ -79,7 +108,7 @@ def model_options(name: str) -> list[str] | None:
     """The ``model.*`` options of a local model (its builder's parameters besides the data's shape)."""
     if name not in _LOCAL_MODELS:
         return None
-    return [k for k in inspect.signature(_LOCAL_MODELS[name]).parameters if k not in _DATA_ARGS]
+    return [f.name for f in dataclasses.fields(_LOCAL_MODELS[name][1])]
 
 
 def _timm_options(name: str, cls_name: str | None) -> list[str] | None:
@@ -288,17 +317,14 @@ def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int =
                 f"model.{unknown[0]}={kwargs[unknown[0]]!r} is not an option of model {name!r}; its options are "
                 f"{_options_text(options)} (check the spelling or remove the override)"
             )
-    for key, value in kwargs.items():  # drop_rate, drop_path_rate, attn_drop_rate...: probabilities
-        if isinstance(key, str) and key.endswith("_rate"):
-            check_number(value, f"model.{key}", 0.0, False, 1.0, hi_open=True)
-    if name in _LOCAL_MODELS:
         if pretrained:
             raise DuckInputError(f"{name} has no pretrained weights; set model.pretrained=false")
         if cifar_stem != "auto":
             raise DuckInputError(f"model.cifar_stem={cifar_stem!r} does not apply to {name} (only ResNet-style timm "
                                  "models have that stem); remove the model.cifar_stem override")
-        net = _built_within_memory(lambda: _LOCAL_MODELS[name](num_classes=num_classes, in_chans=in_chans, **kwargs),
-                                   name, kwargs)
+        build, options_cls = _LOCAL_MODELS[name]
+        checked = dict(options_cls.parse(kwargs))
+        net = _built_within_memory(lambda: build(num_classes=num_classes, in_chans=in_chans, **checked), name, kwargs)
         smallest = getattr(net, "min_img_size", 1)
         if img_size < smallest:
             raise DuckInputError(f"{name} needs images of at least {smallest}x{smallest} pixels (its max-pools halve "
@@ -311,6 +337,9 @@ def create_model(name: str, num_classes: int, in_chans: int = 3, img_size: int =
             f"unknown model {name!r}; use one of {list_local_models()} or a timm model name "
             "(python -c 'import timm; print(timm.list_models())')"
         )
+    for key, value in kwargs.items():  # timm's drop_rate, drop_path_rate, attn_drop_rate...: probabilities
+        if isinstance(key, str) and key.endswith("_rate"):
+            check_number(value, f"model.{key}", 0.0, False, 1.0, hi_open=True)
     args = dict(pretrained=pretrained, num_classes=num_classes, in_chans=in_chans, **kwargs)
     try:
         net = (_timm_model(name, img_size, args, kwargs) if pretrained else

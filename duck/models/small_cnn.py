@@ -9,8 +9,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from duck.utils import check_number, check_positive_int
-
 
 def _conv_bn(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
@@ -20,13 +18,13 @@ class SmallCNN(nn.Module):
     """Three conv-BN-ReLU blocks (widths w, 2w, 4w), ``n_pool`` 2x2 max-pools, global average pooling,
     a linear head. The embedding is the pooled ``4w``-d feature vector (``embed_dim``). Inputs need at least
     ``min_img_size = 2**n_pool`` pixels a side. ``width`` (an integer >= 1) and ``drop_rate`` (in [0, 1),
-    dropout before the head) are the ``model.width`` / ``model.drop_rate`` options."""
+    dropout before the head) are the ``model.width`` / ``model.drop_rate`` options
+    (:class:`duck.models.factory.SmallCnnOptions`)."""
 
     def __init__(self, num_classes: int = 10, in_chans: int = 1, width: int = 32, n_pool: int = 1,
                  drop_rate: float = 0.0) -> None:
         super().__init__()
-        w = check_positive_int(width, "model.width")
-        drop_rate = check_number(drop_rate, "model.drop_rate", 0.0, False, 1.0, hi_open=True)
+        w = int(width)  # checked by the factory's options (duck.models.factory.SmallCnnOptions)
         self.min_img_size = 2**n_pool
         layers: list[nn.Module] = [_conv_bn(in_chans, w)]
         if n_pool >= 2:
