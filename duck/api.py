@@ -1,8 +1,9 @@
 """The one-call Python API: ``duck.unlearn(model, train, forget_classes=[3])`` on any classifier
 ``nn.Module`` and any map-style data set, with the defaults and presets of the packaged configs.
 
-It builds the same :class:`~duck.pipeline.job.Job` as ``duck-unlearn`` (the method's config composed from the
-packaged ``conf/``, the trainer settings of ``trainer=auto``/``cpu``/``gpu``, ``threads="auto"``) and runs the
+It builds the same :class:`~duck.pipeline.job.Job` as ``duck-unlearn`` from the packaged presets, parsed by the
+same typed settings but without composing a Hydra config (the method's ``conf/method/NAME.yaml`` with the
+keywords over it, the trainer preset of ``auto``/``cpu``/``gpu``, ``threads="auto"``) and runs the
 same stages: measure the original (refused near chance), unlearn, evaluate. The caller's model is not
 modified: the method works on a copy.
 """
@@ -104,12 +105,11 @@ def _user_setup(model: nn.Module, train: Any, test: Any, forget_classes: Any, fo
     return _UserSetup(data, scenario, classifier, user_module, factory, seed)
 
 
-def _compose(method: str, device: str, hparams: dict[str, Any], recipe: str | None) -> Any:
-    """The ``unlearn`` config with ``method=NAME``, the device's trainer and, where given, ``recipe=NAME``;
-    ``hparams`` override the method's top-level settings (unknown names are refused by the Job)."""
-    from omegaconf import OmegaConf, open_dict
-
-    from duck.pipeline.config import compose, conf_dir
+def _presets(method: str, device: str, hparams: dict[str, Any], recipe: str | None) -> dict[str, Any]:
+    """The packaged presets an API job is made of, read without composing a job config: the method's
+    (``conf/method/NAME.yaml``, with ``hparams`` over its top-level values), the device's trainer and, where
+    given, the recipe; ``{"method": ..., "trainer": ..., "recipe": ...}``."""
+    from duck.pipeline.config import conf_dir, preset
 
     if not isinstance(method, str) or not (conf_dir() / "method" / f"{method}.yaml").is_file():
         from duck.unlearn import list_unlearners
@@ -117,17 +117,11 @@ def _compose(method: str, device: str, hparams: dict[str, Any], recipe: str | No
         raise DuckInputError(f"unknown method {method!r}; choose one of: {', '.join(list_unlearners())}")
     if device not in DEVICES:
         raise DuckInputError(f"device={device!r}; choose one of {', '.join(DEVICES)}")
-    overrides = [f"method={method}", f"trainer={DEVICES[device]}", "audit=false"]
-    if recipe is not None:
-        if not isinstance(recipe, str) or not (conf_dir() / "recipe" / f"{recipe}.yaml").is_file():
-            raise DuckInputError(f"recipe={recipe!r} is not a packaged recipe; choose one of: "
-                                 + ", ".join(sorted(p.stem for p in (conf_dir() / "recipe").glob("*.yaml"))))
-        overrides.append(f"recipe={recipe}")
-    cfg = compose("unlearn", overrides)
-    with open_dict(cfg):
-        for key, value in hparams.items():
-            OmegaConf.update(cfg, f"method.{key}", value, force_add=True)
-    return cfg
+    if recipe is not None and (not isinstance(recipe, str) or not (conf_dir() / "recipe" / f"{recipe}.yaml").is_file()):
+        raise DuckInputError(f"recipe={recipe!r} is not a packaged recipe; choose one of: "
+                             + ", ".join(sorted(p.stem for p in (conf_dir() / "recipe").glob("*.yaml"))))
+    return {"method": {**preset("method", method), **hparams}, "trainer": preset("trainer", DEVICES[device]),
+            "recipe": None if recipe is None else preset("recipe", recipe)}
 
 
 def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str] | int | str | None = None,
@@ -159,12 +153,10 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
     :class:`~duck.unlearn.UnlearnResult`: ``.model`` (the unlearned copy, of the input's own type),
     ``.metrics`` (the ``metrics.json`` record: ``acc``, ``aus``, ``time_s``, ``reached_target``, ...) and
     ``.state_dict()`` (the input model's own key names)."""
-    from omegaconf import OmegaConf
-
     from duck.pipeline.config import Trust
     from duck.pipeline.job import Job, method_settings, resolve_accelerator
     from duck.pipeline.stages import check_inputs, check_original, evaluate, unlearn_model
-    from duck.schema import Flag
+    from duck.schema import Flag, plain
     from duck.training import Recipe
     from duck.unlearn.registry import resolve_method_cfg
 
@@ -174,18 +166,18 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
     if data.test is None and scenario.forget_target_rule == "test_accuracy":
         raise DuckInputError(f"{'forget_fraction' if scenario.kind == 'homogeneous_removal' else 'forget_ids'}= needs "
                              "test=: the forget set should end as accurate as unseen data, the original's test accuracy")
-    cfg = _compose(method, device, hparams, recipe)
-    torch_device = resolve_accelerator(str(cfg.trainer.accelerator))
+    cfg = _presets(method, device, hparams, recipe)
+    torch_device = resolve_accelerator(str(cfg["trainer"]["accelerator"]))
     name, method_cfg = method_settings(cfg)
+    hp = resolve_method_cfg(method_cfg, data.name, scenario.kind, name)
+    trust = Trust.parse({"min_acc_factor": min_acc_factor, "expect_acc": expect_acc, "expect_acc_tol": expect_acc_tol})
     job = Job(command="unlearn", data=data, scenario=scenario, model_name=classifier.arch,
-              model_factory=setup.factory, device=torch_device,
-              trainer_cfg=OmegaConf.to_container(cfg.trainer, resolve=True),
-              recipe=Recipe.from_cfg(OmegaConf.to_container(cfg.recipe, resolve=True)) if recipe else None,
-              method=name, hparams=resolve_method_cfg(method_cfg, data.name, scenario.kind, name),
-              trust=Trust.parse({"min_acc_factor": min_acc_factor, "expect_acc": expect_acc,
-                                 "expect_acc_tol": expect_acc_tol}),
+              model_factory=setup.factory, device=torch_device, trainer_cfg=cfg["trainer"],
+              recipe=Recipe.from_cfg(cfg["recipe"]) if recipe else None, method=name, hparams=hp, trust=trust,
               input_check=Flag()(input_check, "input_check"), interface="python", seed=setup.seed,
-              progress=bool(progress), config=OmegaConf.to_container(cfg, resolve=True))
+              progress=bool(progress),
+              config={"method": {"name": name, **plain(hp)}, "trainer": cfg["trainer"], "recipe": cfg["recipe"],
+                      "seed": setup.seed, **plain(trust)})
     classifier.to(torch_device)
     stats = check_inputs(job, classifier) or {}
     original_acc = evaluate(job, classifier)
@@ -213,11 +205,10 @@ def audit(model: nn.Module, train: Any, test: Any, *, forget_classes: Sequence[i
     (``n_shadow=64``, ``variant="online"``, ...). ``cache_dir``: where the bank is kept (default
     ``$DUCK_CACHE_DIR`` or ``~/.cache/duck-unlearn``). Returns the audited model's ``audit.json`` record (the
     LiRA result with its verdict, the SVM MIA, the references' headline numbers)."""
-    from omegaconf import OmegaConf, open_dict
-
     from attacks.audit import AuditSettings, audit_models, check_audit_data
-    from duck.pipeline.config import compose, conf_dir
+    from duck.pipeline.config import conf_dir, preset
     from duck.pipeline.job import resolve_accelerator
+    from duck.pipeline.references import default_cache_dir
     from duck.training import Recipe
 
     if test is None:
@@ -231,11 +222,7 @@ def audit(model: nn.Module, train: Any, test: Any, *, forget_classes: Sequence[i
         raise DuckInputError(f"device={device!r}; choose one of {', '.join(DEVICES)}")
     setup = _user_setup(model, train, test, forget_classes, forget_ids, forget_fraction, head=head, seed=seed,
                         threads=threads, normalization=normalization)
-    cfg = compose("audit", [f"recipe={recipe}", f"trainer={DEVICES[device]}", "scenario=none"])
-    with open_dict(cfg):
-        for key, value in attack.items():
-            OmegaConf.update(cfg, f"attack.{key}", value, force_add=True)
-    settings = AuditSettings.from_cfg(OmegaConf.to_container(cfg.attack, resolve=True))
+    settings = AuditSettings.from_cfg(attack)  # its defaults are conf/attack/lira.yaml's (a test keeps them equal)
     if settings.forgetting["enabled"]:
         raise DuckInputError("forgetting= reruns a method: use duck.unlearn, or duck-run / duck-unlearn audit=true")
     check_audit_data(settings, len(setup.data.test), setup.scenario)
@@ -245,10 +232,10 @@ def audit(model: nn.Module, train: Any, test: Any, *, forget_classes: Sequence[i
             wrapped = _user_setup(ref, train, test, forget_classes, forget_ids, forget_fraction, head=head,
                                   seed=seed, threads=threads, normalization=normalization).classifier
             models[name] = wrapped
-    torch_device = resolve_accelerator(str(cfg.trainer.accelerator))
-    audits = audit_models(settings, setup.data, setup.scenario, models,
-                          recipe=Recipe.from_cfg(OmegaConf.to_container(cfg.recipe, resolve=True)),
+    trainer_cfg = preset("trainer", DEVICES[device])
+    audits = audit_models(settings, setup.data, setup.scenario, models, recipe=Recipe.from_cfg(preset("recipe", recipe)),
                           model_factory=setup.factory, augment=setup.data.augment,
-                          cache_dir=cache_dir or cfg.cache_dir, device=torch_device, seed=setup.seed,
-                          trainer_cfg=OmegaConf.to_container(cfg.trainer, resolve=True), progress=bool(progress))
+                          cache_dir=cache_dir or str(default_cache_dir()),
+                          device=resolve_accelerator(str(trainer_cfg["accelerator"])), seed=setup.seed,
+                          trainer_cfg=trainer_cfg, progress=bool(progress))
     return audits["unlearned"]

@@ -92,6 +92,27 @@ def test_forget_ids_fraction_and_exactly_one_forget_keyword(user_setup):
         duck.unlearn(model, train)
 
 
+def test_the_api_builds_its_job_from_the_presets_without_composing_a_config(user_setup, monkeypatch):
+    """duck.unlearn reads the method, trainer and recipe presets and parses them as the command line does, but composes
+    no Hydra config (issue 37); the method config it records is the resolved hyperparameters."""
+    import duck.pipeline.config as pipeline_config
+
+    monkeypatch.setattr(pipeline_config, "compose", lambda *a, **k: pytest.fail("the API composed a config"))
+    model, train, test, _ = user_setup
+    r = duck.unlearn(model, train, test=test, forget_classes=[2], method="finetune", epochs=1, lr=0.05)
+    assert r.metrics["method"] == "finetune" and r.metrics["hparams"]["lr"] == 0.05 and r.metrics["hparams"]["epochs"] == 1
+
+
+def test_the_audit_settings_defaults_are_the_packaged_lira_preset():
+    """duck.audit parses its attack keywords with AuditSettings alone: its defaults must be conf/attack/lira.yaml's."""
+    from attacks.audit import AuditSettings
+    from duck.pipeline.config import preset
+    from duck.schema import plain
+
+    packaged = preset("attack", "lira")
+    assert packaged.pop("name") == "lira" and plain(AuditSettings.from_cfg({})) == packaged
+
+
 def test_without_a_test_set_the_training_splits_are_measured(user_setup):
     model, train, _, _ = user_setup
     r = duck.unlearn(model, train, forget_classes=[2], max_epochs=2)

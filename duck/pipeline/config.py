@@ -43,6 +43,24 @@ def hydra_config_path() -> str:
     return str(conf_dir()) if os.environ.get("DUCK_CONF_DIR") else f"pkg://{CONF_PACKAGE}"
 
 
+def preset(group: str, name: str) -> dict[str, Any]:
+    """The packaged preset ``conf/<group>/<name>.yaml`` as plain values (interpolations resolved), with the presets
+    of its own group that its ``defaults`` list builds on (``method/duck_reinit.yaml`` on ``method/duck.yaml``):
+    what the Python API reads instead of composing a job config. An unknown name is refused listing the
+    group's presets."""
+    folder = conf_dir() / group
+    path = folder / f"{name}.yaml" if isinstance(name, str) and name.isidentifier() else None
+    if path is None or not path.is_file():
+        raise DuckInputError(f"{group}={name!r} is not a packaged {group}; choose one of: "
+                             + ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))))
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    base: dict[str, Any] = {}
+    for entry in raw.pop("defaults", None) or []:
+        if isinstance(entry, str) and entry != "_self_":
+            base.update(preset(group, entry))
+    return {**base, **raw}
+
+
 def container(node: Any) -> Any:
     """A config node as plain Python (interpolations resolved); anything else unchanged."""
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node

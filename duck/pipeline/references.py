@@ -22,12 +22,14 @@ from duck.pipeline.job import Job
 from duck.unlearn import ModelBank, ReferenceModels, get_unlearner_class
 
 
-def _cache_dir(job: Job) -> Path:
-    """The job's cache directory; the API's jobs name none: ``$DUCK_CACHE_DIR`` or ``~/.cache/duck-unlearn``, as
-    the command-line jobs default to."""
-    if job.cache_dir is not None:
-        return Path(job.cache_dir)
+def default_cache_dir() -> Path:
+    """``$DUCK_CACHE_DIR`` or ``~/.cache/duck-unlearn``, as the command-line jobs default to (``cache_dir``)."""
     return Path(os.environ.get("DUCK_CACHE_DIR") or Path.home() / ".cache" / "duck-unlearn")
+
+
+def _cache_dir(job: Job) -> Path:
+    """The job's cache directory; the API's jobs name none: :func:`default_cache_dir`."""
+    return Path(job.cache_dir) if job.cache_dir is not None else default_cache_dir()
 
 
 def _bank_settings(job: Job) -> dict[str, Any]:
