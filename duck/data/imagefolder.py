@@ -214,13 +214,13 @@ class ImageFolderData(DataSettings):
     test_split: str = option("test", SPLIT, "the test split's folder under root")
     img_size: int = option(32, IMG_SIZE, "images are resized to img_size x img_size")
     in_chans: int = option(3, IN_CHANS, "channels the images are read with")
-    mean: list[float] | None = option(None, NORM, "per-channel normalisation mean (null: ImageNet's)")
-    std: list[float] | None = option(None, NORM, "per-channel normalisation SD (null: ImageNet's)")
+    mean: tuple[float, ...] | None = option(None, NORM, "per-channel normalisation mean (null: ImageNet's)")
+    std: tuple[float, ...] | None = option(None, NORM, "per-channel normalisation SD (null: ImageNet's)")
     augment: list[str] = option((), AUGMENT, "train-time augmentation on the device: any of [crop, flip]")
 
-    def __post_init__(self) -> None:
-        check_norm(self.mean, "data.mean", self.in_chans, IMAGENET_MEAN, positive=False)
-        check_norm(self.std, "data.std", self.in_chans, IMAGENET_STD, positive=True)
+    def __post_init__(self) -> None:  # per channel (data.in_chans), as floats; null: ImageNet's
+        object.__setattr__(self, "mean", check_norm(self.mean, "data.mean", self.in_chans, IMAGENET_MEAN, False))
+        object.__setattr__(self, "std", check_norm(self.std, "data.std", self.in_chans, IMAGENET_STD, True))
 
 
 @register_dataset("imagefolder", ImageFolderData)
@@ -231,8 +231,7 @@ def imagefolder(options: ImageFolderData) -> DatasetSplits:
     if not root:
         raise DuckInputError("data.root is not set for imagefolder; pass data.root=DIR with DIR/train/<class>/...")
     root_p = Path(root).expanduser()
-    mean_t = check_norm(options.mean, "data.mean", in_chans, IMAGENET_MEAN, positive=False)  # as floats
-    std_t = check_norm(options.std, "data.std", in_chans, IMAGENET_STD, positive=True)
+    mean_t, std_t = options.mean, options.std
     resolved(root_p, "data.root")  # a loop of links: one line, not pathlib's RuntimeError
     if resolved(root_p / train_split, "data.train_split") == resolved(root_p / test_split, "data.test_split"):
         raise DuckInputError(

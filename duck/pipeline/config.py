@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 
 from duck.errors import DuckInputError
-from duck.schema import Either, Flag, Integer, Real, Settings, option, settings
+from duck.schema import Check, Either, Flag, Integer, Real, Settings, option, settings
 from duck.utils import JOB_SEED_MAX
 
 #: the Python package that holds the config tree (the repository's top-level ``conf/``, shipped as package
@@ -66,6 +66,12 @@ def container(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
+def _cache_dir(value: Any, key: str) -> str:
+    from duck.store import check_cache_dir  # numpy and the store's codecs: not on the command line's fast path
+
+    return str(check_cache_dir(value))  # ~ expanded
+
+
 @settings
 class JobSettings(Settings):
     """The top-level settings every job config shares (``conf/{train,unlearn,audit,run}.yaml``); the other
@@ -82,6 +88,9 @@ class JobSettings(Settings):
     progress: Any = option("auto", Either(("auto",), Flag()), "progress bars (auto: only on a terminal)")
     input_check: bool = option(True, Flag(), "refuse data prepared differently from the original's training")
     threads: Any = option("auto", THREADS, "torch intra-op threads (auto: 1 on machines with at most 4 cores)")
+    cache_dir: Any = option(None, Either((None,), Check(_cache_dir, "a directory path, not a file")),
+                            "where originals, oracles and banks are cached (the configs: $DUCK_CACHE_DIR or "
+                            "~/.cache/duck-unlearn)")
 
 
 @settings

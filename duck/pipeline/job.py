@@ -30,7 +30,6 @@ from duck.models import Classifier, create_model
 from duck.pipeline.config import JobSettings, Trust, configure_threads, container, resolve_progress
 from duck.privacy.shareable import ShareableSettings
 from duck.schema import SEED, Either, Integer, Settings, option, settings
-from duck.store import check_cache_dir
 from duck.training import Recipe, check_data_parallel, check_trainer_settings, data_parallel_size
 from duck.unlearn import get_unlearner_class
 from duck.unlearn.config import MethodSettings
@@ -157,7 +156,7 @@ class Job:
                   data_cfg=data_identity(cfg), model_cfg=container(cfg.model), recipe_cfg=recipe_cfg,
                   method=method, hparams=hparams,
                   recipe=Recipe.from_cfg(recipe_cfg) if cfg.get("recipe") is not None else None,
-                  cache_dir=check_cache_dir(cfg.cache_dir) if cfg.get("cache_dir") is not None else None,
+                  cache_dir=None if settings.cache_dir is None else Path(settings.cache_dir),
                   audit=AuditOptions(attack_settings, share, analysis) if attack_settings is not None else None)
         if method is not None:
             get_unlearner_class(method).check_trainer_cfg(job.trainer_cfg)
@@ -297,13 +296,12 @@ def resolve_accelerator(acc: str) -> torch.device:
 
 
 def check_report_options(cfg: DictConfig) -> tuple[AuditSettings, ShareableSettings, AnalysisSettings]:
-    """The data-free audit options (``attack.*``, ``report.shareable.*``, ``report.analysis.*``, the cache
-    directory): ``(attack settings, shareable settings, analysis settings)``."""
+    """The data-free audit options (``attack.*``, ``report.shareable.*``, ``report.analysis.*``): ``(attack
+    settings, shareable settings, analysis settings)``."""
     settings = AuditSettings.from_cfg(container(cfg.attack))
     report_cfg = container(cfg.report) if cfg.get("report") is not None else {}
     share = ShareableSettings.parse(report_cfg.get("shareable"))
     analysis = AnalysisSettings.parse(report_cfg.get("analysis"))
-    check_cache_dir(cfg.cache_dir)
     return settings, share, analysis
 
 
