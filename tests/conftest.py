@@ -191,12 +191,7 @@ def record_batch_ids(unlearner) -> list:
 
 def method_file_keys(path: Path) -> dict:
     """The settings a method config file defines, with those of the method configs its ``defaults`` list
-    builds on (``duck_reinit.yaml`` on ``duck.yaml``)."""
-    from omegaconf import OmegaConf
+    builds on (``duck_reinit.yaml`` on ``duck.yaml``): :func:`duck.pipeline.config.preset` of the file."""
+    from duck.pipeline.config import preset
 
-    raw = OmegaConf.to_container(OmegaConf.load(path))
-    keys: dict = {}
-    for entry in raw.pop("defaults", None) or []:
-        if isinstance(entry, str) and entry != "_self_" and (path.parent / f"{entry}.yaml").is_file():
-            keys.update(method_file_keys(path.parent / f"{entry}.yaml"))
-    return {**keys, **raw}
+    return preset(path.parent.name, path.stem)
