@@ -322,6 +322,3 @@ class DeletableKMeansBase:
                 f"X has {Xq.shape[1]} features but this {self._name} was fitted on {self.n_features_in_}"
             )
         return assign(Xq, self.cluster_centers_)[0]
-
-    def _labels_of_alive(self, centers: torch.Tensor) -> torch.Tensor:
-        return assign(self._X[self._alive_rows()], centers)[0]
