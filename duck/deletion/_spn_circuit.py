@@ -213,7 +213,7 @@ def sample(c: Circuit, n: int, generator: torch.Generator, device: torch.device)
         if lv.prod_nodes.numel():
             active[lv.prod_edge_child] = active[lv.prod_nodes[lv.prod_edge_parent]]
         if lv.sum_nodes.numel():
-            u = torch.rand(lv.sum_edge_child.numel(), n, generator=generator, dtype=torch.float64).to(device)
+            u = torch.rand(lv.sum_edge_child.numel(), n, generator=generator, dtype=torch.float64, device="cpu").to(device)
             keys = lv.sum_edge_logw[:, None] - torch.log(-torch.log(u.clamp_min(1e-300)))  # (Es, n) Gumbel
             parent = lv.sum_edge_parent[:, None].expand(-1, n)
             best = torch.full((lv.sum_nodes.numel(), n), -math.inf, dtype=torch.float64, device=device)
@@ -222,11 +222,11 @@ def sample(c: Circuit, n: int, generator: torch.Generator, device: torch.device)
             active[lv.sum_edge_child] = active[lv.sum_nodes[lv.sum_edge_parent]] & chosen
     out = torch.zeros(c.n_vars, n, dtype=torch.float64, device=device)  # (V, n)
     if c.gauss_nodes.numel():
-        z = torch.randn(c.gauss_nodes.numel(), n, generator=generator, dtype=torch.float64).to(device)
+        z = torch.randn(c.gauss_nodes.numel(), n, generator=generator, dtype=torch.float64, device="cpu").to(device)
         values = c.gauss_mean[:, None] + c.gauss_std[:, None] * z  # (Lg, n)
         out.index_add_(0, c.gauss_vars, torch.where(active[c.gauss_nodes], values, 0.0))
     if c.cat_nodes.numel():
-        u = torch.rand(c.cat_nodes.numel(), n, generator=generator, dtype=torch.float64).to(device)
+        u = torch.rand(c.cat_nodes.numel(), n, generator=generator, dtype=torch.float64, device="cpu").to(device)
         cum = c.cat_log_probs.exp().cumsum(dim=1)  # (Lc, Kmax), non-decreasing
         # inverse CDF: the number of cumulative masses <= u * total, by binary search (O(Lc n) memory)
         codes = torch.searchsorted(cum, (u * cum[:, -1:]).contiguous(), right=True)  # (Lc, n)
