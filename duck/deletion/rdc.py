@@ -160,9 +160,9 @@ def _whitening(cov: torch.Tensor, rcond: float = EIG_RCOND) -> tuple[torch.Tenso
     """``Cxx^{-1/2}`` of every variable on its top-r eigen-directions, and their eigenvalues.
     (V, k, k) -> P (V, k, r), eigenvalues (V, r) (0 in a dropped column)
 
-    Directions whose eigenvalue is below ``rcond`` times the largest (all, for a constant variable) are
-    zeroed; ``r`` is the largest number kept by any variable (the sine features of a Gaussian variable span
-    about 3 usable directions, so this shrinks the pairwise step ~10x).
+    Directions whose eigenvalue is not above ``rcond`` times the largest (all, for a constant variable) are
+    zeroed (an exact tie is dropped); ``r`` is the largest number kept by any variable (the sine features of a
+    Gaussian variable span about 3 usable directions, so this shrinks the pairwise step ~10x).
     """
     evals, evecs = torch.linalg.eigh(cov)  # (V, k), (V, k, k) ascending
     top = evals[:, -1:].clamp_min(0.0)  # (V, 1)
@@ -316,8 +316,8 @@ class Features:
         return cov
 
     def whitened(self, rcond: float = EIG_RCOND) -> Features:
-        """The features whitened per variable (step 3's ``Cxx^{-1/2}``, eigen-directions below ``rcond`` times
-        the largest eigenvalue dropped); raw features only."""
+        """The features whitened per variable (step 3's ``Cxx^{-1/2}``, eigen-directions not above ``rcond``
+        times the largest eigenvalue dropped); raw features only."""
         if self.whitening is not None:
             raise ValueError("these features are already whitened")
         P, evals = _whitening(self.covariances(), rcond)  # (V, k, r), (V, r)
