@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.sparse.csgraph import connected_components
+from test_rdc import mixed_data, projections  # the shared data: Gaussian, x^2, categoricals, ties
 
 from duck.deletion.rdc import (
     EIG_RCOND,
@@ -18,7 +19,6 @@ from duck.deletion.rdc import (
     certificate_pairs,
     components_still_hold,
     dependency_components,
-    draw_projections,
     pair_sides,
     rdc_from_whitened,
     rdc_lower_bounds,
@@ -28,18 +28,6 @@ from duck.deletion.rdc import (
     whiten,
     whitened_features,
 )
-
-
-def projections(cats: list[int], k: int = 10, seed: int = 0) -> torch.Tensor:
-    return draw_projections(torch.Generator().manual_seed(seed), cats, k)
-
-
-def mixed_data(n: int, seed: int) -> tuple[np.ndarray, list[int]]:
-    """Gaussian x, independent y, x^2 + noise, two categoricals (one a function of x), a rounded y."""
-    rng = np.random.default_rng(seed)
-    x, y = rng.normal(size=n), rng.normal(size=n)
-    X = np.column_stack([x, y, x**2 + 0.1 * rng.normal(size=n), (x > 0) + 2.0 * (x > 1), rng.integers(0, 3, n), np.round(y, 1)])
-    return X, [0, 0, 0, 4, 3, 0]
 
 
 def test_two_rows_of_identical_variables_have_rdc_one():
