@@ -206,10 +206,10 @@ class _BatchSource:
         """The draws one epoch of model ``k``'s loader makes from its generator, and its batches."""
         n = len(self.subsets[k])
         nb, width = batch_shape(n, self.batch_size)
-        torch.empty((), dtype=torch.int64).random_(generator=gen)  # the loader iterator's base seed
-        perm = torch.randperm(n, generator=gen)  # RandomSampler
+        torch.empty((), dtype=torch.int64, device="cpu").random_(generator=gen)  # the loader iterator's base seed
+        perm = torch.randperm(n, generator=gen, device="cpu")  # RandomSampler
         if 0 < n < self.batch_size:  # a partial last batch is closed by exhausting the sampler: one more draw
-            torch.randperm(n, generator=gen)
+            torch.randperm(n, generator=gen, device="cpu")
         return self.subsets[k][perm[: nb * width]].view(nb, width)
 
     def _gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

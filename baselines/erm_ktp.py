@@ -62,7 +62,7 @@ def learn_erm_mask(z: torch.Tensor, y: torch.Tensor, head: nn.Linear, num_classe
     mask = torch.full((z.shape[1], num_classes), 0.5, device=z.device, requires_grad=True)
     opt = torch.optim.SGD([mask], lr=lr, momentum=0.9)
     for _ in range(int(epochs)):
-        order = torch.randperm(len(y), generator=generator).to(z.device)
+        order = torch.randperm(len(y), generator=generator, device="cpu").to(z.device)
         for start in range(0, len(y), batch_size):
             rows = order[start:start + batch_size]
             gated = z[rows] * mask[:, y[rows]].T  # (B, D): each sample gated by its class's mask

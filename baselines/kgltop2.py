@@ -88,7 +88,7 @@ def masked_layers(model: nn.Module, layers: str) -> list[tuple[str, nn.Parameter
 def retain_subset(retain_idx: np.ndarray, n: int, seed: int) -> np.ndarray:
     """``n`` retain ids drawn without replacement with ``seed`` (all of them if there are fewer), as the
     reference's ``randperm(len(retain))[:len(forget)]``."""
-    perm = torch.randperm(len(retain_idx), generator=torch.Generator().manual_seed(int(seed)))[:n]
+    perm = torch.randperm(len(retain_idx), generator=torch.Generator().manual_seed(int(seed)), device="cpu")[:n]
     return np.asarray(retain_idx)[perm.numpy()]
 
 

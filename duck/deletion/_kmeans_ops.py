@@ -51,7 +51,7 @@ def make_generator(*keys: int) -> torch.Generator:
 
 def uniforms(generator: torch.Generator, n: int) -> torch.Tensor:
     """``n`` draws from U[0, 1) as float64 on the CPU."""
-    return torch.rand(n, generator=generator, dtype=torch.float64)
+    return torch.rand(n, generator=generator, dtype=torch.float64, device="cpu")
 
 
 def host_take(t: torch.Tensor, index: np.ndarray, dim: int = 0) -> np.ndarray:

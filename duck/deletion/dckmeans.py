@@ -144,7 +144,7 @@ class DCKMeans(DeletableKMeansBase):
                      if self.width == "auto" else self.width)
             n_leaves = self._check_leaf_count(width, n, replayed=False)
             node_seed = self.seed
-            draws = torch.randint(n_leaves, (n,), generator=make_generator(self.seed, _LEAF_TAG)).numpy()
+            draws = torch.randint(n_leaves, (n,), generator=make_generator(self.seed, _LEAF_TAG), device="cpu").numpy()
             leaves = np.empty_like(draws)
             leaves[np.argsort(row_ids, kind="stable")] = draws  # the i-th smallest id takes draw i: any row order
         else:

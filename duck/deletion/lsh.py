@@ -166,9 +166,10 @@ class LSHIndex:
                 f"{MAX_PROJECTION_VALUES} (2 GiB of float64); lower k or L"
             )
         gen = torch.Generator().manual_seed(self.seed)
-        self.projections = torch.randn(self.L * self.k, self.dim, generator=gen, dtype=torch.float64).to(self.device)
-        self.offsets = (torch.rand(self.L * self.k, generator=gen, dtype=torch.float64) * self.w).to(self.device)
-        self.multipliers = torch.randint(1, _PRIME, (2, self.L, self.k), generator=gen).to(self.device)
+        cpu = {"generator": gen, "device": "cpu"}  # drawn on the CPU: one seed, the same index on any device
+        self.projections = torch.randn(self.L * self.k, self.dim, dtype=torch.float64, **cpu).to(self.device)
+        self.offsets = (torch.rand(self.L * self.k, dtype=torch.float64, **cpu) * self.w).to(self.device)
+        self.multipliers = torch.randint(1, _PRIME, (2, self.L, self.k), **cpu).to(self.device)
         self._points = torch.zeros((0, self.dim), dtype=torch.float64, device=self.device)  # (N, dim)
         self._keys = torch.zeros((0, self.L), dtype=torch.int64, device=self.device)  # (N, L); -1 once removed
         self._alive = torch.zeros(0, dtype=torch.bool, device=self.device)  # (N,)

@@ -95,8 +95,8 @@ def draw_projections(
     """
     dims = np.maximum(np.asarray(n_categories, dtype=np.int64), 1)  # D_v
     d_max = int(dims.max())
-    W = torch.randn(len(dims), d_max + 1, k, generator=generator, dtype=torch.float64)
-    used = torch.arange(d_max + 1)[None, :] <= torch.from_numpy(dims)[:, None]  # (V, Dmax+1)
+    W = torch.randn(len(dims), d_max + 1, k, generator=generator, dtype=torch.float64, device="cpu")
+    used = torch.arange(d_max + 1, device="cpu")[None, :] <= torch.from_numpy(dims)[:, None]  # (V, Dmax+1)
     return (W * used[:, :, None]).to(dtype)
 
 

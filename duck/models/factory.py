@@ -237,7 +237,7 @@ def _custom_model(num_classes: int, in_chans: int, img_size: int, target: Any, h
         given = ", ".join(f"{k}={v!r}" for k, v in args.items())
         raise DuckInputError(f"cannot build {target}({given}): {error_line(e)}; fix the model.* settings") from None
     # a fixed random batch, not zeros: on zeros an op after the head (a ReLU with positive biases) can go unseen
-    example = torch.randn(2, in_chans, img_size, img_size, generator=torch.Generator().manual_seed(0))
+    example = torch.randn(2, in_chans, img_size, img_size, generator=torch.Generator().manual_seed(0), device="cpu")
     clf = wrap_model(net, head=head, example=example, arch=CUSTOM, target=target)
     if clf.num_classes != num_classes:
         fix = (f"its constructor ignores num_classes={num_classes}" if "num_classes" in named else

@@ -307,6 +307,7 @@ def top_h_without_replacement(
         raise DuckInputError(f"h={h!r} must be an integer between 1 and the number of candidates ({u.numel()})")
     logits = exponential_mechanism_logits(u, check_eps(eps) / int(h), sensitivity)
     gen = make_generator(seed)
-    uniform = torch.rand(u.shape, generator=gen, dtype=torch.float64).clamp_min(torch.finfo(torch.float64).tiny)
+    uniform = torch.rand(u.shape, generator=gen, dtype=torch.float64, device=gen.device).cpu()
+    uniform = uniform.clamp_min(torch.finfo(torch.float64).tiny)
     gumbel = -torch.log(-torch.log(uniform))
     return torch.topk(logits + gumbel, int(h)).indices.tolist()

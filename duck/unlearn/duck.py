@@ -40,7 +40,7 @@ def class_centroids(z: torch.Tensor, y: torch.Tensor, max_per_class: int | None 
     for c in class_ids.tolist():
         members = (y == c).nonzero().flatten()
         if max_per_class is not None and len(members) > max_per_class:
-            perm = torch.randperm(len(members), generator=generator)[:max_per_class].to(members.device)
+            perm = torch.randperm(len(members), generator=generator, device="cpu")[:max_per_class].to(members.device)
             members = members[perm]
         rows.append(z[members].mean(0))
     return torch.stack(rows), class_ids
