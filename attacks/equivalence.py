@@ -293,8 +293,9 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
                              calibrations: dict[str, Calibration] | None = None
                              ) -> tuple[dict[str, Any], dict[str, Calibration]]:
     """:func:`forgetting_verdict` and the calibrations it used (``method``, ``retrain``, ``none``); the controls'
-    calibrations given in ``calibrations`` are reused (they depend on the bank and the controls only, so one pair
-    serves every method audited against the same models)."""
+    calibrations given in ``calibrations`` are reused. They depend on the bank, the controls and the settings
+    (``margin``, ``level``, ``replicates``, ``seed``, ``max_examples``, ``shifts``), not on the method: one pair serves
+    every method audited against the same models with the same settings; the caller keeps those settings equal."""
     margin, level = _check_margin_level(margin, level)
     if int(replicates) < 20:
         raise DuckInputError(f"replicates must be >= 20 (splits per shift of the calibration), got {replicates}")
@@ -452,9 +453,11 @@ def read_margins(path: Any) -> dict[str, np.ndarray]:
     for k in given:
         acc = np.asarray(arrays[k], dtype=np.float64).reshape(-1)
         side = "unlearned" if k.endswith("unlearned") else "retrained"
-        if acc.size != out[side].shape[0] or not np.isfinite(acc).all() or (acc < 0).any() or (acc > 1).any():
+        bad = acc[~((acc >= 0) & (acc <= 1))]  # NaN fails both comparisons
+        if acc.size != out[side].shape[0] or bad.size:
+            got = f"{acc.size} values" if acc.size != out[side].shape[0] else f"{float(bad[0])!r}"
             raise DuckInputError(f"margins={path}: '{k}' must hold one accuracy in [0, 1] per model of "
-                                 f"'{side}' ({out[side].shape[0]}), got {acc.size} values")
+                                 f"'{side}' ({out[side].shape[0]}), got {got}")
         out[k] = acc
     return out
 

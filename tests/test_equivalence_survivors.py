@@ -1,0 +1,302 @@
+"""The forgetting verdict's bookkeeping (attacks/equivalence.py, ALGORITHMS.md §11) that the main equivalence
+tests leave open: F over every forget example when the tests score a subset (checked against a hand-computed
+ε), F's interval and spread at the estimate, the grid-end flags of the interval, the models a side for an
+interval touching the margin, the keyword arguments of ``forgetting_verdict`` reaching the record, the utility
+ratios at their boundaries, and every refusal of a margins file asserted with its whole message."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from test_equivalence import _calibration  # a calibration with hand-set location z and F samples
+
+import attacks.equivalence as eq
+from attacks.epsilon import forgetting_quality
+from attacks.equivalence import (
+    _models_to_decide,
+    _set_record,
+    forgetting_verdict,
+    quality,
+    read_margins,
+    utility_ratios,
+    verdict_and_calibrations,
+)
+from duck.errors import DuckInputError
+
+Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
+Z90 = 1.6448536269514722
+
+
+def _refused(msg: str):
+    return pytest.raises(DuckInputError, match=f"^{re.escape(msg)}$")
+
+
+def _split_audit(n_models: int = 6, n_examples: int = 10, seed: int = 0) -> dict[str, np.ndarray]:
+    """A bank of Gaussian φ and a method whose runs equal the bank on the first half of the examples (identical
+    samples: every rule has TPR = FPR, so ε = 0, 1 point) and lie 100 above it on the second half (a threshold
+    separates them: ε = ∞, clipped to 50, 0 points): F over all examples is 1/2 exactly."""
+    rng = np.random.default_rng(seed)
+    bank = rng.standard_normal((n_models, n_examples))
+    method = bank.copy()
+    method[:, n_examples // 2:] += 100.0
+    return {"unlearned": method, "retrained": bank,
+            "retrain_control": rng.standard_normal((n_models, n_examples)),
+            "none_control": 3.0 + 0.7 * rng.standard_normal((n_models, n_examples))}
+
+
+# --- F ---------------------------------------------------------------------------------------------------------
+
+
+def test_quality_is_the_mean_bucket_points_by_hand():
+    """N = 4 runs: ε_max = ⌈ln 3⌉ = 2, buckets [0, .5), [.5, 1), ... worth 1, 1/2, 1/4, 1/8. Example 0: the
+    runs equal the bank (ε = 0, 1 point); example 1: the runs lie above every bank model (ε = 50, 0 points)."""
+    bank = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    runs = bank + np.array([0.0, 10.0])
+    assert quality(runs, bank) == pytest.approx(0.5, abs=1e-12)
+    assert quality(bank, bank) == pytest.approx(1.0, abs=1e-12)
+    assert quality(bank + 10.0, bank) == 0.0
+
+
+def test_quality_matches_the_epsilon_module_on_random_sets():
+    rng = np.random.default_rng(5)
+    runs, bank = rng.standard_normal((6, 30)) + 0.5, rng.standard_normal((9, 30))
+    assert quality(runs, bank) == pytest.approx(forgetting_quality(runs, bank), abs=1e-12)
+
+
+def test_f_is_reported_over_every_example_when_the_tests_score_a_subset():
+    """10 examples, the tests score 3 of them (F on 3 examples is a multiple of 1/3, never 1/2): the record's F is
+    the hand-computed 1/2 over all 10, the controls' F theirs over all 10 too."""
+    a = _split_audit()
+    rec, cals = verdict_and_calibrations(a["unlearned"], a["retrained"], a["retrain_control"], a["none_control"],
+                                         replicates=20, max_examples=3, shifts=(-1.0, 0.0, 1.0))
+    assert rec["calibration"]["examples_scored"] == 3 and rec["n_examples"] == 10
+    assert cals["method"].observed in (0.0, 1 / 3, 2 / 3, 1.0)  # the subset's F: not the answer
+    assert rec["quality"] == pytest.approx(0.5, abs=1e-12)
+    for name in ("retrain_control", "none_control"):
+        expected = forgetting_quality(a[name], a["retrained"])
+        assert rec["controls"][name.split("_")[0]]["quality"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_f_is_taken_from_the_calibration_when_it_scored_every_example(monkeypatch):
+    """The calibration already scored all examples: the record reports its F and does not score ε a second
+    time (``quality`` is never called)."""
+    calls = []
+    monkeypatch.setattr(eq, "quality", lambda *args: calls.append(args) or 0.0)
+    a = _split_audit()
+    rec, cals = verdict_and_calibrations(a["unlearned"], a["retrained"], a["retrain_control"], a["none_control"],
+                                         replicates=20, max_examples=10, shifts=(-1.0, 0.0, 1.0))
+    assert calls == []
+    assert rec["quality"] == cals["method"].observed == pytest.approx(0.5, abs=1e-12)
+    assert rec["controls"]["none"]["quality"] == cals["none"].observed
+
+
+# --- F's interval and the grid's ends ----------------------------------------------------------------------------
+
+
+def test_quality_sd_is_the_spread_at_the_nearest_share_f_ran_at():
+    """Split F with standard deviations 0.01, 0.02, 0.03 at f = -0.5, 0, 0.5."""
+    cal = _calibration([-1.0, 0.0, 1.0], [10, 0, -10], [-0.5, 0.0, 0.5], [0.5] * 3,
+                       np.array([[0.01], [0.02], [0.03]]), 0.5)
+    for f, sd in ((0.45, 0.03), (0.3, 0.03), (-0.45, 0.01), (-0.3, 0.01), (0.1, 0.02), (-0.1, 0.02), (2.0, 0.03)):
+        assert cal.quality_sd(f) == pytest.approx(sd, rel=1e-9), f
+
+
+@pytest.mark.parametrize("level,z", [(0.95, Z95), (0.9, Z90)])
+def test_quality_interval_is_f_plus_minus_z_times_the_spread_at_the_estimate(level, z):
+    """Location z = 10, 0, -10 at f = -1, 0, 1: the estimate is 0; F's splits there have SD 0.02 (0.01 and 0.03
+    at ±0.5): F's interval is F ∓ z_{(1+level)/2} · 0.02, clipped to [0, 1]."""
+    cal = _calibration([-1.0, 0.0, 1.0], [10, 0, -10], [-0.5, 0.0, 0.5], [0.5] * 3,
+                       np.array([[0.01], [0.02], [0.03]]), 0.5)
+    rec = _set_record("method", np.zeros((8, 40)), np.zeros((8, 40)), cal, 0.25, level)
+    assert rec["shift"] == pytest.approx(0.0, abs=1e-12) and rec["quality"] == 0.5
+    np.testing.assert_allclose(rec["quality_ci"], [0.5 - z * 0.02, 0.5 + z * 0.02], rtol=0, atol=1e-9)
+    low = _calibration([-1.0, 0.0, 1.0], [10, 0, -10], [0.0], [0.01], 0.02, 0.01)
+    ci = _set_record("method", np.zeros((8, 40)), np.zeros((8, 40)), low, 0.25, level)["quality_ci"]
+    assert ci[0] == 0.0 and ci[1] == pytest.approx(0.01 + z * 0.02, abs=1e-9)
+
+
+def test_shift_beyond_flags_only_the_ends_of_the_grid():
+    """An interval about [-0.19, 0.19] inside the grid [-1, 1] touches neither end (nor the middle share 0); a
+    location beyond the grid puts estimate, low and high all at the end it points to."""
+    inside = _calibration([-1.0, 0.0, 1.0], [10, 0, -10], [0.0], [0.2], 0.01, 0.2)
+    rec = _set_record("method", np.zeros((8, 40)), np.zeros((8, 40)), inside, 0.25, 0.95)
+    assert -0.2 < rec["shift_ci"][0] < -0.18 and 0.18 < rec["shift_ci"][1] < 0.2
+    assert rec["shift_beyond"] == []
+    above = _calibration([-1.0, 0.0, 1.0], [30, 20, 10], [1.0], [0.2], 0.01, 0.2)
+    rec = _set_record("method", np.zeros((8, 40)), np.zeros((8, 40)), above, 0.25, 0.95)
+    assert rec["shift_ci"] == [1.0, 1.0] and rec["shift_beyond"] == ["estimate", "low", "high"]
+    below = _calibration([-1.0, 0.0, 1.0], [-10, -20, -30], [-1.0], [0.2], 0.01, 0.2)
+    rec = _set_record("method", np.zeros((8, 40)), np.zeros((8, 40)), below, 0.25, 0.95)
+    assert rec["shift"] == -1.0 and rec["shift_beyond"] == ["estimate", "low", "high"]
+
+
+# --- models a side ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("effect", [
+    {"estimate": 0.125, "low": 0.0, "high": 0.25},  # the interval touches the margin from inside
+    {"estimate": 0.5, "low": 0.25, "high": 0.75},  # from outside
+    {"estimate": -0.125, "low": -0.25, "high": 0.0}])  # on the over-forgetting side
+def test_an_interval_touching_the_margin_needs_one_model_more(effect):
+    """Half-width = distance to the margin (dyadic, exact): (half / gap)² N = N models would only reach the
+    margin again; the answer is the next count, N + 1."""
+    for n in (4, 8, 32):
+        assert _models_to_decide(effect, 0.25, n) == n + 1
+
+
+# --- forgetting_verdict's arguments -------------------------------------------------------------------------------
+
+
+def test_forgetting_verdict_passes_every_argument_on():
+    """Each keyword argument shows in the record: the level, the seed, the examples scored (max_examples), the
+    grid (shifts with 0 and ±margin), the utility loss allowed; the record is verdict_and_calibrations'."""
+    a = _split_audit(n_examples=12)
+    acc = {"retain": ([0.85] * 6, [1.0] * 6), "test": ([1.0] * 6, [1.0] * 6)}
+    args = (a["unlearned"], a["retrained"], a["retrain_control"], a["none_control"])
+    kw = dict(margin=0.3, level=0.9, replicates=20, seed=3, max_examples=5, shifts=(-1.0, 0.0, 1.0),
+              accuracies=acc, max_utility_loss=0.2)
+    rec = forgetting_verdict(*args, **kw)
+    assert rec["level"] == 0.9 and rec["margin"] == 0.3
+    assert rec["calibration"]["seed"] == 3 and rec["calibration"]["examples_scored"] == 5
+    assert rec["calibration"]["shifts"] == [-1.0, -0.3, 0.0, 0.3, 1.0]
+    assert rec["utility"]["max_loss"] == 0.2 and rec["utility"]["exceeded"] == []  # 0.85 is within 20 %
+    assert rec == verdict_and_calibrations(*args, **kw)[0]
+    default = forgetting_verdict(*args, replicates=20, shifts=(-1.0, 0.0, 1.0))
+    assert default["calibration"]["seed"] == 0 and default["level"] == 0.95
+    assert default == verdict_and_calibrations(*args, replicates=20, shifts=(-1.0, 0.0, 1.0))[0]
+
+
+# --- utility ratios -----------------------------------------------------------------------------------------------
+
+
+def test_utility_ratios_by_hand():
+    """RA_U / RA_R = 0.4375 / 0.5 = 0.875 (dyadic, exact); TA 0.75 / 1 = 0.75 = 1 − 0.25 exactly: fell exactly
+    the allowed loss, not more."""
+    out = utility_ratios({"retain": ([0.375, 0.5], [0.5, 0.5]), "test": ([0.75], [1.0, 1.0])}, 0.25)
+    assert out == {"max_loss": 0.25, "exceeded": [], "retain_ratio": 0.875, "test_ratio": 0.75, "ok": True}
+    out = utility_ratios({"retain": ([0.375, 0.5], [0.5, 0.5]), "test": ([0.75], [1.0])}, 0.1)
+    assert out["exceeded"] == ["retain", "test"] and out["max_loss"] == 0.1 and not out["ok"]
+
+
+def test_utility_ratios_allow_no_loss_at_all():
+    """max_utility_loss = 0 is in [0, 1): equal accuracies pass, any drop is exceeded."""
+    assert utility_ratios({"retain": ([1.0], [1.0]), "test": ([0.5], [0.5])}, 0)["ok"]
+    assert utility_ratios({"retain": ([1.0], [1.0]), "test": ([0.49], [0.5])}, 0.0)["exceeded"] == ["test"]
+
+
+def test_utility_ratios_are_computed_in_float64():
+    """float16 accuracies 0.9 and 0.8 are 0.89990234375 and 0.7998046875 exactly; their float64 mean
+    0.849853515625 is not a float16 (a float16 mean would round it)."""
+    mine, ref = np.array([0.9, 0.8], dtype=np.float16), np.array([1.0, 1.0], dtype=np.float16)
+    out = utility_ratios({"retain": (mine, ref), "test": (mine, ref)}, 0.05)
+    assert out["retain_ratio"] == out["test_ratio"] == (0.89990234375 + 0.7998046875) / 2
+
+
+@pytest.mark.parametrize("loss", [1, 1.5, -0.1])
+def test_utility_loss_outside_zero_one_is_refused(loss):
+    with _refused(f"max_utility_loss must be in [0, 1), got {loss}"):
+        utility_ratios({"retain": ([1.0], [1.0]), "test": ([1.0], [1.0])}, loss)
+
+
+def test_utility_ratios_refuse_missing_or_empty_accuracies():
+    with _refused("accuracies needs a 'test' entry: (method models' accuracies, retrained models' accuracies)"):
+        utility_ratios({"retain": ([1.0], [1.0])}, 0.05)
+    for bad in (([], [1.0]), ([1.0], []), ([1.0], [0.0, 0.0])):  # no runs, no bank, a bank mean of 0
+        with _refused("the 'retain' accuracies must be non-empty with a positive retrained mean"):
+            utility_ratios({"retain": bad, "test": ([1.0], [1.0])}, 0.05)
+
+
+# --- margins files ------------------------------------------------------------------------------------------------
+
+ALL_NAMES = ['unlearned', 'retrained', 'retrain_control', 'none_control', 'retain_acc_unlearned',
+             'retain_acc_retrained', 'test_acc_unlearned', 'test_acc_retrained']
+
+
+def _margins(n_unlearned: int = 6, n_bank: int = 8, n_examples: int = 5, seed: int = 0) -> dict[str, np.ndarray]:
+    """φ arrays with N = 6 runs and R = 8 bank models (so a mix-up of the two sides shows) on 5 examples."""
+    rng = np.random.default_rng(seed)
+    return {"unlearned": rng.standard_normal((n_unlearned, n_examples)),
+            "retrained": rng.standard_normal((n_bank, n_examples)),
+            "retrain_control": rng.standard_normal((n_bank, n_examples)),
+            "none_control": rng.standard_normal((n_bank, n_examples))}
+
+
+def _accuracies(n_unlearned: int = 6, n_bank: int = 8) -> dict[str, np.ndarray]:
+    return {"retain_acc_unlearned": np.linspace(0.0, 1.0, n_unlearned), "retain_acc_retrained": np.ones(n_bank),
+            "test_acc_unlearned": np.full(n_unlearned, 0.5), "test_acc_retrained": np.full(n_bank, 0.75)}
+
+
+def test_accuracies_are_one_float64_per_model_of_their_side(tmp_path):
+    """N = 6 runs, R = 8 bank models: each accuracy array is checked against its own side; a column (6, 1) of
+    float16, a uint8 vector and an accuracy of exactly 0 (in [0, 1]) come back as float64 vectors."""
+    acc = _accuracies()
+    acc["retain_acc_unlearned"] = acc["retain_acc_unlearned"].astype(np.float16).reshape(6, 1)
+    acc["retain_acc_retrained"] = np.ones(8, dtype=np.uint8)
+    path = tmp_path / "m.npz"
+    np.savez(path, **_margins(), **acc)
+    out = read_margins(path)
+    assert sorted(out) == sorted(ALL_NAMES)
+    for k, n in (("retain_acc_unlearned", 6), ("retain_acc_retrained", 8), ("test_acc_unlearned", 6),
+                 ("test_acc_retrained", 8)):
+        assert out[k].shape == (n,) and out[k].dtype == np.float64, k
+        np.testing.assert_array_equal(out[k], np.asarray(acc[k], dtype=np.float64).reshape(-1))
+    assert out["retain_acc_unlearned"][0] == 0.0
+
+
+@pytest.mark.parametrize("key,values,got", [
+    ("retain_acc_unlearned", np.full(5, 0.5), "5 values"),  # one per example, not per run
+    ("test_acc_retrained", np.full(6, 0.5), "6 values"),  # as many as the runs, not the bank
+    ("test_acc_unlearned", np.array([0.5, 0.5, np.nan, 0.5, 0.5, 0.5]), "nan"),  # the offending value itself
+    ("retain_acc_retrained", np.array([1.0] * 7 + [np.inf]), "inf"),
+    ("retain_acc_unlearned", np.array([0.5] * 5 + [-0.01]), "-0.01"),
+    ("test_acc_retrained", np.array([0.5] * 7 + [1.01]), "1.01")])
+def test_accuracies_outside_zero_one_or_of_the_wrong_size_are_refused(tmp_path, key, values, got):
+    side, n = ("unlearned", 6) if key.endswith("unlearned") else ("retrained", 8)
+    acc = _accuracies()
+    acc[key] = values
+    path = tmp_path / "m.npz"
+    np.savez(path, **_margins(), **acc)
+    with _refused(f"margins={path}: '{key}' must hold one accuracy in [0, 1] per model of '{side}' ({n}), got "
+                  f"{got}"):
+        read_margins(path)
+
+
+def test_margins_file_refusals_say_what_is_wrong(tmp_path):
+    nope = tmp_path / "nope.npz"
+    with _refused(f"margins={nope}: no such file; pass margins=PATH to an .npz of φ arrays (unlearned, retrained, "
+                  "retrain_control, none_control; docs/formats.md)"):
+        read_margins(nope)
+    few = tmp_path / "few.npz"
+    np.savez(few, unlearned=np.zeros((3, 4)))
+    with _refused(f"margins={few} lacks the array(s) ['retrained', 'retrain_control', 'none_control']; it must hold "
+                  "['unlearned', 'retrained', 'retrain_control', 'none_control'] (φ, models × forget examples)"):
+        read_margins(few)
+    extra = tmp_path / "extra.npz"
+    np.savez(extra, **_margins(), notes=np.zeros(3))
+    with _refused(f"margins={extra} holds unknown array(s) ['notes']; known: {ALL_NAMES}"):
+        read_margins(extra)
+    flags = tmp_path / "flags.npz"
+    np.savez(flags, **{**_margins(), "retrained": np.ones((8, 5), dtype=bool)})
+    with _refused(f"margins={flags}: array 'retrained' has dtype bool; φ must be numbers"):
+        read_margins(flags)
+    flat = tmp_path / "flat.npz"
+    np.savez(flat, **{**_margins(), "retrain_control": np.zeros(5)})
+    with _refused("margins array 'retrain_control' must be a (models, examples) array of φ, got shape (5,)"):
+        read_margins(flat)
+    part = tmp_path / "part.npz"
+    np.savez(part, **_margins(), retain_acc_unlearned=np.ones(6))
+    with _refused(f"margins={part} holds ['retain_acc_unlearned'] but not ['retain_acc_retrained', "
+                  "'test_acc_retrained', 'test_acc_unlearned']: give all four accuracy arrays or none"):
+        read_margins(part)
+
+
+def test_a_pickled_array_is_refused_unread(tmp_path):
+    """Object arrays need pickle: never loaded; the message names numpy's exception type."""
+    obj = tmp_path / "obj.npz"
+    np.savez(obj, **_margins(), none_control_meta=np.array([{"a": 1}], dtype=object))
+    head = re.escape(f"margins={obj} is not a readable .npz of arrays (ValueError: ")
+    tail = re.escape("); write it with numpy.savez (no pickled objects)")
+    with pytest.raises(DuckInputError, match=f"^{head}.*allow_pickle.*{tail}$"):
+        read_margins(obj)
