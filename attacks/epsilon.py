@@ -24,9 +24,10 @@ rules can produce (:func:`epsilon_table`).
   holds a block ``z_i .. z_j`` of the sorted values iff ``l ∈ (z_{i−1}, z_i]`` and ``r ∈ [z_j, z_{j+1})``; with
   ``r`` in the right ends' range and ``l`` within ``r − w ± 2``, the blocks some real ``(l, r)`` reaches are an
   upper set and the blocks that a grid point must reach (gaps wider than the grids' steps) a lower one. Where
-  the two give the same ε — nearly every example — it is the reference's; the others go through
-  :func:`example_epsilon`. ``tests/test_epsilon.py`` checks both against the reference's outputs and a
-  rule-by-rule evaluation on random and tied samples.
+  the two give the same ε — nearly every example — it is the reference's; for the others the blocks in
+  between are settled exactly, each against its right ends' grids of left ends (:func:`_blocks_reached`).
+  ``tests/test_epsilon.py`` checks both paths against the reference's outputs and a rule-by-rule evaluation on
+  random and tied samples.
 """
 
 from __future__ import annotations
@@ -358,8 +359,8 @@ _CHUNK_ENTRIES = 1 << 21
 def epsilons(unlearned: np.ndarray, retrained: np.ndarray, delta: float = DELTA) -> np.ndarray:
     """ε(x) for every example: ``unlearned`` / ``retrained`` are φ ``(models, examples)``; per example the set
     with the larger median is the positive one (the retrained set only when its median is strictly larger, as
-    in the reference). Batched (module docstring); the few examples whose ε the batched bounds leave open go
-    through :func:`example_epsilon`."""
+    in the reference). Batched (module docstring); the blocks the batched bounds leave open are settled exactly
+    by :func:`_blocks_reached`."""
     u, r = _check_pair(unlearned, retrained)
     n = u.shape[1]
     out = np.empty(n)

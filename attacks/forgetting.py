@@ -126,7 +126,9 @@ def klom_median_interval(unlearned: np.ndarray, retrained: np.ndarray, level: fl
     """``(median KLOM, low, high)``: the median over examples of :func:`klom` with a delete-one-pair jackknife
     over the models (KLOM needs as many models a side, so model i of both sets is left out together; the
     two sets are independent, so any pairing serves) and the normal interval ``θ̂ ± z·SE`` clipped at 0
-    (:func:`jackknife_normal_interval`). ``None`` where KLOM is undefined on every example."""
+    (:func:`jackknife_normal_interval`). ``None`` where KLOM is undefined on every example; ``low`` and ``high``
+    ``None`` where fewer than two leave-one-out medians exist (two models a side: a fit of one model a side has no
+    KLOM), not a zero-width interval that would read as exact."""
     u, r = _check_pair(unlearned, retrained)
     k = u.shape[0]
     if r.shape[0] != k:
@@ -140,8 +142,10 @@ def klom_median_interval(unlearned: np.ndarray, retrained: np.ndarray, level: fl
     theta = median(np.arange(k))
     if math.isnan(theta):
         return None, None, None
-    loo = np.array([median(np.delete(np.arange(k), i)) for i in range(k)]) if k > 2 else np.array([theta])
+    loo = np.array([median(np.delete(np.arange(k), i)) for i in range(k)]) if k > 2 else np.array([])
     loo = loo[~np.isnan(loo)]
+    if loo.size < 2:  # no spread to estimate
+        return theta, None, None
     return (theta, *jackknife_normal_interval(theta, loo, level, (0.0, math.inf)))
 
 

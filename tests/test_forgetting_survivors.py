@@ -1,0 +1,198 @@
+"""The forgetting measures of attacks/forgetting.py (ALGORITHMS.md §10 (b), (c) and the final score) where the
+main tests leave room: ``binned_kl``'s settings and its real-valued inputs against a histogram counted by hand,
+the final score's division by the retrained accuracies and its refusal in full, the default level of KLOM's
+median interval against the delete-one-pair jackknife written out, every field of the KLOM summary (defined,
+undefined and read back from JSON), the clip of a U-LiRA AUC difference's interval to [−1, 1], and the score-0
+tie of U-LiRA's per-example accuracy."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+from test_forgetting import REFERENCE  # the reference implementations' outputs on hand-made samples
+
+from attacks.forgetting import (
+    UliraScores,
+    binned_kl,
+    final_score,
+    jackknife_normal_interval,
+    klom,
+    klom_median_interval,
+    summarize,
+    ulira_difference,
+)
+from duck.errors import DuckInputError
+
+Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
+
+
+def _refused(msg: str, exc: type[Exception] = DuckInputError):
+    return pytest.raises(exc, match=f"^{re.escape(msg)}$")
+
+
+def _kl_by_hand(p: list[float], q: list[float], bins: int, eps: float, clip: float) -> float:
+    """The reference's ``compute_binned_KL_div`` spelled out with loops: clip, ``bins`` equal bins over the pooled
+    range (a value counts in bin i when edge i <= value < edge i+1; the pooled maximum falls beyond the last edge
+    and is dropped), Q's empty bins floored at ``eps`` where P has mass, both renormalised, Σ p log(p / q)."""
+    p = [min(max(v, -clip), clip) for v in p]
+    q = [min(max(v, -clip), clip) for v in q]
+    lo, hi = min(p + q), max(p + q)
+    hi = lo + 1 if lo >= hi else hi
+    edges = np.linspace(lo, hi, bins + 1)
+
+    def hist(values: list[float]) -> list[float]:
+        counts = [0] * bins
+        for v in values:
+            above = sum(e <= v for e in edges)  # np.digitize: the edges at or below v
+            if 1 <= above <= bins:
+                counts[above - 1] += 1
+        return [c / sum(counts) for c in counts]
+
+    hp, hq = hist(p), hist(q)
+    hq = [max(b, eps) if a > 0 else b for a, b in zip(hp, hq, strict=True)]
+    sp, sq = sum(hp), sum(hq)
+    return sum(a / sp * math.log((a / sp) / (b / sq)) for a, b in zip(hp, hq, strict=True) if a > 0)
+
+
+# --- binned KL ---------------------------------------------------------------------------------------------------
+
+
+def test_binned_kl_honours_bins_floor_and_clip_against_a_histogram_by_hand():
+    """Seven bins, a floor of 1e-3 and a clip of ±5 (values at ±8 count as ±5, unlike the default clip of 100):
+    ``binned_kl`` equals the histogram counted by hand, and differs from the unclipped samples' KL."""
+    p = [-8.0, -1.0, 0.2, 0.4, 1.5, 2.5, 8.0, 3.0]
+    q = [-2.0, -1.5, 0.3, 0.3, 0.6, 1.0, 9.0, 4.5]
+    want = _kl_by_hand(p, q, bins=7, eps=1e-3, clip=5.0)
+    assert binned_kl(p, q, bins=7, eps=1e-3, clip=5.0) == pytest.approx(want, rel=1e-12)
+    assert binned_kl(p, q, bins=7, eps=1e-3) == pytest.approx(_kl_by_hand(p, q, 7, 1e-3, 100.0), rel=1e-12)
+    assert want != pytest.approx(_kl_by_hand(p, q, 7, 1e-3, 100.0), rel=1e-3)  # the clip matters here
+
+
+def test_binned_kl_of_lists_equals_the_reference_klom_of_one_example():
+    """Plain Python lists, one example of a reference case: the value the reference implementation stored."""
+    case = REFERENCE[sorted(REFERENCE)[0]]
+    u, r = np.array(case["unlearned"]), np.array(case["retrained"])
+    assert binned_kl(u[:, 0].tolist(), r[:, 0].tolist()) == pytest.approx(case["klom"][0], rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("side", ["p", "q"])
+def test_binned_kl_refuses_complex_values_on_either_side(side):
+    """φ is a real margin: complex values are refused by the conversion to float64, not cast to their real
+    part (which NumPy does, with a warning only, once they sit in a complex array)."""
+    real, cplx = [0.0, 0.5, 1.0], [0.0, 0.5 + 1j, 1.0]
+    args = (cplx, real) if side == "p" else (real, cplx)
+    with _refused("float() argument must be a string or a real number, not 'complex'", TypeError):
+        binned_kl(*args)
+
+
+# --- final score -------------------------------------------------------------------------------------------------
+
+
+def test_final_score_divides_by_the_retrained_accuracies():
+    """F × (RA_U / RA_R) × (TA_U / TA_R) by hand with RA_R = 1/4: 0.8 × (0.5 / 0.25) × (0.6 / 0.8) = 1.2; and
+    scaling both retain accuracies (or both test accuracies) by one factor leaves the ratio, so the score, as is."""
+    assert final_score(0.8, [0.4, 0.6], [0.25, 0.25], [0.6], [0.7, 0.9]) == pytest.approx(1.2, rel=1e-12)
+    base = final_score(0.5, [0.3], [0.6], [0.4], [0.5])
+    assert base == pytest.approx(0.5 * 0.5 * 0.8, rel=1e-12)
+    assert final_score(0.5, [0.15], [0.3], [0.4], [0.5]) == pytest.approx(base, rel=1e-12)
+    assert final_score(0.5, [0.3], [0.6], [0.2], [0.25]) == pytest.approx(base, rel=1e-12)
+
+
+@pytest.mark.parametrize("ra_r,ta_r", [([0.5], [0.0]), ([0.4, 0.6], [0.2, -0.2]), ([0.0], [0.5]),
+                                       ([-0.1], [0.5])])
+def test_final_score_refuses_a_retrained_mean_accuracy_of_zero_or_below(ra_r, ta_r):
+    """A mean test accuracy of exactly 0 (one of two models at −0.2 and 0.2) is refused, as is a retain one."""
+    with _refused("the retrained models' mean retain and test accuracies must be > 0 for the final score"):
+        final_score(0.5, [0.5], ra_r, [0.5], ta_r)
+
+
+# --- KLOM median interval ----------------------------------------------------------------------------------------
+
+
+def test_klom_median_interval_defaults_to_the_95_percent_jackknife_interval_by_hand():
+    """The median KLOM over examples, its K delete-one-pair medians (model i of both sets left out), the
+    jackknife SE² = (K−1)/K Σ (θ₋ᵢ − mean)² and θ ± 1.95996·SE: a shifted set keeps the interval above 0,
+    so neither end is clipped."""
+    rng = np.random.default_rng(4)
+    u, r = rng.normal(1.5, 1.0, (8, 40)), rng.normal(0.0, 1.0, (8, 40))
+    theta = float(np.median(klom(u, r)))
+    loo = np.array([np.median(klom(np.delete(u, i, axis=0), np.delete(r, i, axis=0))) for i in range(8)])
+    half = Z95 * math.sqrt(7 / 8 * ((loo - loo.mean()) ** 2).sum())
+    assert theta - half > 0
+    got = klom_median_interval(u, r)
+    assert got == pytest.approx((theta, theta - half, theta + half), rel=1e-9)
+    assert all(math.isfinite(v) for v in got)
+
+
+def test_klom_median_interval_with_two_models_a_side_gives_no_interval():
+    """Two models a side: a leave-one-out fit holds one model a side, where KLOM is undefined, so the spread of
+    the median cannot be estimated; the median is reported without an interval rather than as (θ, θ, θ)."""
+    rng = np.random.default_rng(5)
+    u, r = rng.normal(1.5, 1.0, (2, 30)), rng.normal(0.0, 1.0, (2, 30))
+    theta, low, high = klom_median_interval(u, r)
+    assert theta == float(np.median(klom(u, r))) and low is None and high is None
+
+
+# --- KLOM summary --------------------------------------------------------------------------------------------------
+
+
+def test_summary_of_defined_values_is_the_median_and_the_95th_percentile_by_hand():
+    """0, 1, ..., 20 with linear interpolation: the median is 10 and the 95th percentile 0.95 × 20 = 19 (the 96th
+    would be 19.2); the record holds exactly the four fields."""
+    assert summarize(np.arange(21.0)) == {"median": 10.0, "p95": 19.0, "n": 21, "undefined": 0}
+    rec = summarize(np.array([3.0, np.nan, 1.0, 2.0]))  # defined 1, 2, 3: p95 = 1 + 0.95 × 2 = 2.9
+    assert rec == {"median": 2.0, "p95": pytest.approx(2.9, rel=1e-12), "n": 4, "undefined": 1}
+
+
+def test_summary_of_nothing_defined_keeps_every_field():
+    assert summarize(np.full(3, np.nan)) == {"median": None, "p95": None, "n": 3, "undefined": 3}
+
+
+def test_summary_of_values_read_back_from_json_counts_null_as_undefined():
+    """A KLOM file whose undefined values were written as JSON null: they count as undefined, the others as
+    numbers (median of 0.5 and 1.5 is 1.0)."""
+    rec = summarize(json.loads("[0.5, null, 1.5, null]"))
+    assert rec == {"median": 1.0, "p95": pytest.approx(0.5 + 0.95, rel=1e-12), "n": 4, "undefined": 2}
+
+
+# --- U-LiRA --------------------------------------------------------------------------------------------------------
+
+
+def test_ulira_difference_interval_is_clipped_to_the_range_of_an_auc_difference():
+    """Two AUCs in [0, 1] differ by at most 1 either way: leave-one-pair-out differences ±0.8 give a jackknife
+    half-width of 1.96 × √(3/4 × 4 × 0.64) ≈ 2.72 around 0, clipped to exactly [−1, 1] on both sides; swapping
+    method and control negates the value and mirrors the interval."""
+    method, control = (0.5, np.array([0.9, 0.1, 0.9, 0.1])), (0.5, np.array([0.1, 0.9, 0.1, 0.9]))
+    half = Z95 * math.sqrt(3 / 4 * 4 * 0.8 ** 2)
+    assert half > 2.0
+    assert ulira_difference(method, control) == {"value": 0.0, "ci": [-1.0, 1.0]}
+    # off-centre: 0.7 - 0.2 = 0.5 with the same spread: the lower end clips at −1, the upper at 1
+    d = ulira_difference((0.7, np.array([0.9, 0.1, 0.9, 0.1])), (0.2, np.array([0.1, 0.9, 0.1, 0.9])))
+    assert d["value"] == pytest.approx(0.5) and d["ci"] == [-1.0, 1.0]
+    # a narrow one is not clipped: θ ± z·SE as jackknife_normal_interval gives it with unbounded limits
+    m2, c2 = (0.6, np.array([0.62, 0.58, 0.61, 0.59])), (0.5, np.array([0.5, 0.5, 0.5, 0.5]))
+    lo, hi = jackknife_normal_interval(0.1, m2[1] - c2[1], 0.95, (-math.inf, math.inf))
+    assert ulira_difference(m2, c2)["ci"] == pytest.approx([lo, hi], rel=1e-12) and -1 < lo < hi < 1
+    swapped = ulira_difference(control, (0.5, method[1]))
+    assert swapped["value"] == 0.0 and swapped["ci"] == [-1.0, 1.0]
+
+
+def test_ulira_per_example_accuracy_calls_a_score_of_zero_retrained():
+    """The threshold is 0 with unlearned strictly above: an unlearned model scored exactly 0 is a miss, a retrained
+    one scored 0 a hit; checked against a per-example count written out, on scores with many exact zeros."""
+    tie = UliraScores(scores=np.zeros(4), is_unlearned=np.array([True, True, False, False]),
+                      pair=np.arange(4), example=np.array([0, 1, 2, 2]))
+    np.testing.assert_array_equal(tie.per_example_accuracy(), [0.0, 0.0, 1.0])
+    rng = np.random.default_rng(2)
+    scores = rng.choice([-1.0, 0.0, 2.0], 60)
+    labels, example = rng.random(60) < 0.5, rng.integers(0, 7, 60)
+    s = UliraScores(scores=scores, is_unlearned=labels, pair=np.zeros(60, dtype=int), example=example)
+    want = []
+    for x in np.unique(example):
+        hits = [(sc > 0) if lab else (sc <= 0) for sc, lab, e in zip(scores, labels, example, strict=True) if e == x]
+        want.append(sum(hits) / len(hits))
+    np.testing.assert_allclose(s.per_example_accuracy(), want, rtol=0, atol=1e-15)
