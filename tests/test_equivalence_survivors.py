@@ -2,7 +2,10 @@
 tests leave open: F over every forget example when the tests score a subset (checked against a hand-computed
 ε), F's interval and spread at the estimate, the grid-end flags of the interval, the models a side for an
 interval touching the margin, the keyword arguments of ``forgetting_verdict`` reaching the record, the utility
-ratios at their boundaries, and every refusal of a margins file asserted with its whole message."""
+ratios at their boundaries, every refusal of a margins file asserted with its whole message, the original's
+shift δ̂ per example by hand, each φ argument named in its refusals, the calibrations run with the verdict's
+settings (the grid with 0 and ±margin, replicates, seed, level), q on hand-computed F, and the rule's exact
+words (no power, the grid-end marks ≥ / ≤, an interval inside the grid quoted plain)."""
 
 from __future__ import annotations
 
@@ -300,3 +303,166 @@ def test_a_pickled_array_is_refused_unread(tmp_path):
     tail = re.escape("); write it with numpy.savez (no pickled objects)")
     with pytest.raises(DuckInputError, match=f"^{head}.*allow_pickle.*{tail}$"):
         read_margins(obj)
+
+
+# --- the original's shift and the settings of the calibrations ---------------------------------------------------
+
+
+def test_original_shift_is_per_example_by_hand():
+    """δ̂_x = mean of the none control on x − mean of the bank and the retrain control on x, example by example:
+    retrained means (0 + 2 + 1) / 3 = 1 and (10 + 10 + 13) / 3 = 11, none means 6 and 25: δ̂ = (5, 14). A scalar
+    mean over all examples on either side (15.5 or 6) would give another vector."""
+    bank = np.array([[0.0, 10.0], [2.0, 10.0]])
+    ctrl = np.array([[1.0, 13.0]])
+    none = np.array([[5.0, 20.0], [7.0, 30.0]])
+    delta = eq.original_shift(bank, ctrl, none)
+    assert delta.shape == (2,)
+    np.testing.assert_array_equal(delta, [5.0, 14.0])
+
+
+@pytest.mark.parametrize("name", ["unlearned", "retrained", "retrain_control", "none_control"])
+def test_each_phi_array_is_named_in_its_refusal(name):
+    """A flat vector, a single model and a NaN in one of the four arrays: the refusal names that argument."""
+    ok = np.arange(20.0).reshape(4, 5)
+    arrays = {"unlearned": ok, "retrained": ok, "retrain_control": ok, "none_control": ok}
+    with _refused(f"{name} must be a (models, examples) array of φ, got shape (5,)"):
+        forgetting_verdict(**{**arrays, name: np.zeros(5)})
+    with _refused(f"{name} needs at least 2 models and 1 example, got shape (1, 5)"):
+        forgetting_verdict(**{**arrays, name: ok[:1]})
+    nan = ok.copy()
+    nan[2, 3] = np.nan
+    with _refused(f"{name} holds NaN or infinite values: φ must be finite margins"):
+        forgetting_verdict(**{**arrays, name: nan})
+
+
+def test_the_calibrations_are_calibrate_run_with_the_verdicts_settings():
+    """Each set's calibration is :func:`calibrate` of that set against the bank, with δ̂ from the controls, the
+    given shares plus 0 and ±margin (0 added when the shares lack it), and the verdict's replicates, seed and
+    level: F's test ran ``replicates`` splits at shares inside the location's interval at that level."""
+    rng = np.random.default_rng(7)
+    mu, sd = rng.normal(0, 2, 20), rng.uniform(0.5, 1.5, 20)
+    draw = lambda shift, s=1.0: mu + shift * sd + s * sd * rng.standard_normal((6, 20))
+    u, bank, ctrl, none = draw(0.6), draw(0.0), draw(0.0), draw(3.0, 0.7)
+    rec, cals = verdict_and_calibrations(u, bank, ctrl, none, margin=0.3, level=0.5, replicates=20, seed=3,
+                                         shifts=(-1.0, -0.5, 0.5, 1.0))
+    grid = (-1.0, -0.5, -0.3, 0.0, 0.3, 0.5, 1.0)
+    assert rec["calibration"]["shifts"] == list(grid)
+    delta = eq.original_shift(bank, ctrl, none)
+    for name, phi in (("method", u), ("retrain", ctrl), ("none", none)):
+        cal = cals[name]
+        direct = eq.calibrate(phi, bank, delta, shifts=grid, replicates=20, seed=3, level=0.5)
+        assert cal.samples.shape == (cal.f_shifts.size, 20), name
+        np.testing.assert_array_equal(cal.shifts, grid)
+        np.testing.assert_array_equal(cal.location_z, direct.location_z)
+        np.testing.assert_array_equal(cal.f_shifts, direct.f_shifts)
+        np.testing.assert_array_equal(cal.samples, direct.samples)
+        x, accept = cal.interval(0.5)
+        if accept.any():
+            lo, hi = x[accept].min(), x[accept].max()  # f_points rounds the shares to 6 decimals
+            assert lo - 1e-6 <= cal.f_shifts.min() and cal.f_shifts.max() <= hi + 1e-6, name
+    wide = eq.calibrate(u, bank, delta, shifts=grid, replicates=20, seed=3, level=0.95)
+    assert not np.array_equal(wide.f_shifts, cals["method"].f_shifts)  # the level matters here
+    other = eq.calibrate(u, bank, delta, shifts=grid, replicates=20, seed=0, level=0.5)
+    assert not np.array_equal(other.location_z, cals["method"].location_z)  # and so does the seed
+
+
+# --- q ------------------------------------------------------------------------------------------------------------
+
+
+def test_q_puts_the_methods_f_on_the_scale_from_none_to_the_retrain_control():
+    """F by hand (8 examples; runs equal to the bank: 1 point, 100 above it: 0 points): the method 1/2, the
+    retrain control (the bank itself) 1, the none control (equal on 2 examples of 8) 1/4; q = (1/2 − 1/4) /
+    (1 − 1/4) = 1/3, its interval F's interval on the same scale. Controls the wrong way round (F_retrain 0 <
+    F_none 1): no scale, q is None."""
+    rng = np.random.default_rng(11)
+    bank = rng.standard_normal((6, 8))
+    method, none = bank.copy(), bank.copy()
+    method[:, 4:] += 100.0
+    none[:, 2:] += 100.0
+    rec = forgetting_verdict(method, bank, bank.copy(), none, replicates=20, shifts=(-1.0, 0.0, 1.0))
+    assert rec["quality"] == pytest.approx(0.5, abs=1e-12)
+    assert rec["controls"]["retrain"]["quality"] == pytest.approx(1.0, abs=1e-12)
+    assert rec["controls"]["none"]["quality"] == pytest.approx(0.25, abs=1e-12)
+    assert rec["controls"]["retrain"]["set"] == "retrain" and rec["controls"]["none"]["set"] == "none"
+    assert rec["quality_normalised"] == pytest.approx(1 / 3, abs=1e-12)
+    np.testing.assert_allclose(rec["quality_normalised_ci"], [(b - 0.25) / 0.75 for b in rec["quality_ci"]],
+                               rtol=0, atol=1e-12)
+    swapped = forgetting_verdict(method, bank, bank + 100.0, bank.copy(), replicates=20, shifts=(-1.0, 0.0, 1.0))
+    assert swapped["controls"]["retrain"]["quality"] == 0.0
+    assert swapped["controls"]["none"]["quality"] == pytest.approx(1.0, abs=1e-12)
+    assert swapped["quality_normalised"] is None and swapped["quality_normalised_ci"] is None
+
+
+# --- the rule's words ---------------------------------------------------------------------------------------------
+
+SHIFT_WORDS = ("of the original's shift away from retrained models (negative: moved past them; margin ±0.25, "
+               "95 % interval)")
+
+
+def _hand_cal(shifts, location_z, observed=0.3):
+    """A calibration on ``shifts`` with the location z ``location_z(f)`` and F's splits centred on the set's own F
+    at f = 0 (so F accepts there: consistent)."""
+    s = np.asarray(shifts, dtype=float)
+    return _calibration(s, location_z(s), [0.0], [observed], 0.01, observed)
+
+
+def _verdict_on(monkeypatch, method_z, none_z, **kw):
+    """The verdict with hand-made calibrations: the controls' given (reused), the method's from a stand-in for
+    ``calibrate`` on the grid the verdict asks for (the only calibration it runs)."""
+    grids = []
+
+    def fake_calibrate(phi, bank, delta, **k):
+        grids.append(k["shifts"])
+        return _hand_cal(k["shifts"], method_z)
+
+    monkeypatch.setattr(eq, "calibrate", fake_calibrate)
+    rng = np.random.default_rng(0)
+    phi = [rng.standard_normal((8, 40)) for _ in range(4)]
+    retrain = _hand_cal([-1.0, 0.0, 1.0], lambda f: -10 * f)  # about [-0.19, 0.19]: within the margin
+    none = _hand_cal([-1.0, 0.0, 1.0], none_z)
+    rec, _ = verdict_and_calibrations(*phi, calibrations={"retrain": retrain, "none": none}, replicates=20, **kw)
+    assert len(grids) == 1
+    return rec
+
+
+def test_the_no_power_rule_quotes_the_none_controls_interval(monkeypatch):
+    """The none control's location z = 10 (0.1 − f) on [-1, 1]: its estimate 0.10, its interval the f (steps of
+    0.01) with |z| <= 1.96, [-0.09, 0.29]: it holds the margin 0.25 (inconclusive), so the audit has no power; its
+    numbers are quoted plain (no grid-end marks)."""
+    rec = _verdict_on(monkeypatch, lambda f: -10 * f, lambda f: 10 * (0.1 - f))
+    assert rec["controls"]["none"]["decision"] == "inconclusive"
+    assert rec["verdict"] == "inconclusive" and rec["power"] is False
+    assert rec["rule"] == (
+        "no power: the none control (models trained with the forget set) is not shown farther from retraining "
+        "than the margin (its equivalent shift 0.10 [-0.09, 0.29]); the original barely moved these examples, or N "
+        "and R are too small: raise attack.forgetting.n_unlearned / n_retrained, or audit a forget set the model "
+        "memorises")
+
+
+def test_the_rule_marks_the_grid_end_the_method_lies_beyond(monkeypatch):
+    """Shares up to ±0.5 (the grid -0.5, -0.25, 0, 0.25, 0.5 with the margin): a location z of one sign at every
+    share puts the estimate and both ends at the grid's end it points to, written "≥ 0.50" above and
+    "≤ -0.50" below; both lie beyond the margin: not forgotten (the none control, beyond f = 1, gives power)."""
+    none_far = lambda f: 30 - 10 * f
+    above = _verdict_on(monkeypatch, lambda f: 20 - 10 * f, none_far, shifts=(-0.5, 0.0, 0.5))
+    assert above["power"] is True and above["shift_beyond"] == ["estimate", "low", "high"]
+    assert above["verdict"] == "not_forgotten"
+    assert above["rule"] == (f"the method keeps an equivalent ≥ 0.50 [≥ 0.50, ≥ 0.50] {SHIFT_WORDS}: farther from "
+                             "retraining than the margin")
+    below = _verdict_on(monkeypatch, lambda f: -20 - 10 * f, none_far, shifts=(-0.5, 0.0, 0.5))
+    assert below["verdict"] == "not_forgotten" and below["shift"] == -0.5
+    assert below["rule"] == (f"the method keeps an equivalent ≤ -0.50 [≤ -0.50, ≤ -0.50] {SHIFT_WORDS}: farther "
+                             "from retraining than the margin")
+
+
+def test_the_rule_quotes_an_interval_inside_the_grid_plain(monkeypatch):
+    """Location z = k (0.05 − f) with k = 1.96 / 0.121 on the grid from -0.5 to 0.5 (steps of 0.0025 between the
+    shares): the estimate 0.05, the interval 0.05 ∓ 0.121 cut to the steps, [-0.07, 0.17]; inside ±0.25:
+    forgotten, the numbers quoted without grid-end marks."""
+    k = Z95 / 0.121
+    rec = _verdict_on(monkeypatch, lambda f: k * (0.05 - f), lambda f: 30 - 10 * f, shifts=(-0.5, 0.0, 0.5))
+    assert rec["shift"] == pytest.approx(0.05, abs=1e-9) and rec["shift_beyond"] == []
+    np.testing.assert_allclose(rec["shift_ci"], [-0.07, 0.17], rtol=0, atol=1e-9)
+    assert rec["verdict"] == "forgotten"
+    assert rec["rule"] == (f"the method keeps an equivalent 0.05 [-0.07, 0.17] {SHIFT_WORDS}: closer to retraining "
+                           "than the margin")
