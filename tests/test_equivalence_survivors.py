@@ -439,6 +439,26 @@ def test_the_no_power_rule_quotes_the_none_controls_interval(monkeypatch):
         "memorises")
 
 
+def test_f_vetoing_the_none_control_is_not_power(monkeypatch):
+    """Power is the location's (module docstring): the none control's location interval [-0.09, 0.29] holds the
+    margin, so the intervals cannot tell ±0.25 from the original's imprint. Its F's splits centred at 0.9, far from
+    its observed F of 0.3 (sd 0.01), make F reject it (inconsistent: decision not_forgotten) — that says the sets
+    differ, not that the audit could have shown a method within the margin: still no power, inconclusive."""
+    def fake_calibrate(phi, bank, delta, **k):
+        return _hand_cal(k["shifts"], lambda f: -10 * f)  # the method: about [-0.19, 0.19], inside the margin
+
+    monkeypatch.setattr(eq, "calibrate", fake_calibrate)
+    rng = np.random.default_rng(0)
+    phi = [rng.standard_normal((8, 40)) for _ in range(4)]
+    s = np.array([-1.0, 0.0, 1.0])
+    retrain = _hand_cal(s, lambda f: -10 * f)
+    none = _calibration(s, 10 * (0.1 - s), [0.0], [0.9], 0.01, 0.3)
+    rec, _ = verdict_and_calibrations(*phi, calibrations={"retrain": retrain, "none": none}, replicates=20)
+    assert rec["controls"]["none"]["consistent"] is False and rec["controls"]["none"]["decision"] == "not_forgotten"
+    assert rec["controls"]["none"]["shift_ci"][0] < 0.25 < rec["controls"]["none"]["shift_ci"][1]
+    assert rec["power"] is False and rec["verdict"] == "inconclusive" and rec["rule"].startswith("no power: ")
+
+
 def test_the_rule_marks_the_grid_end_the_method_lies_beyond(monkeypatch):
     """Shares up to ±0.5 (the grid -0.5, -0.25, 0, 0.25, 0.5 with the margin): a location z of one sign at every
     share puts the estimate and both ends at the grid's end it points to, written "≥ 0.50" above and
