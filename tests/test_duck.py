@@ -375,3 +375,15 @@ def test_manual_optimisation_methods_refuse_clipping_and_accumulation(run_cli, s
                                     "data.n_test=120", "model=smallcnn", "model.width=8", "trainer=cpu",
                                     f"method={method}", f"+trainer.{key}={value}", "progress=false")
     assert code == 2 and f"trainer.{key}={value} cannot be used with method '{method}'" in err, err
+
+
+def test_class_centroids_draw_only_for_classes_above_the_cap():
+    """A class with exactly ``max_per_class`` members is averaged whole without a draw, so the next class's
+    subset is the generator's first permutation (a draw for the full class would shift it)."""
+    z = torch.arange(9, dtype=torch.float64).view(9, 1) ** 2  # distinct values: any other subset has another mean
+    y = torch.tensor([0, 0, 0, 1, 1, 1, 1, 1, 1])
+    mu, ids = class_centroids(z, y, max_per_class=3, generator=torch.Generator().manual_seed(4))
+    first = torch.randperm(6, generator=torch.Generator().manual_seed(4))[:3]
+    assert ids.tolist() == [0, 1]
+    assert mu[0, 0] == z[:3].mean()
+    assert mu[1, 0] == z[3:][first].mean()
