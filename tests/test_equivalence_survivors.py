@@ -486,3 +486,5 @@ def test_the_rule_quotes_an_interval_inside_the_grid_plain(monkeypatch):
     assert rec["verdict"] == "forgotten"
     assert rec["rule"] == (f"the method keeps an equivalent 0.05 [-0.07, 0.17] {SHIFT_WORDS}: closer to retraining "
                            "than the margin")
+    assert rec["models_to_decide"] is None  # decided: no count of models to ask for
+    assert (rec["n_unlearned"], rec["n_retrained"], rec["n_examples"]) == (8, 8, 40)  # models, not examples
