@@ -35,7 +35,8 @@ coverage and width against the Monte-Carlo spread) are simulated by :mod:`attack
 docs/audit.md shows them.
 
 **Large forget sets.** The tests score at most ``max_examples`` examples (a fixed random subset; the same for
-every set of an audit); F is reported over all of them.
+every set of an audit); F is reported over all of them, its interval with the subset's spread (wider than F
+over all examples needs: conservative).
 """
 
 from __future__ import annotations
