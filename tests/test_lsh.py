@@ -666,3 +666,13 @@ def test_no_query_gives_an_empty_result_and_a_low_acceptance_rate_is_learnt_in_o
     for seed in range(4):
         out = index.sample(np.zeros((1, 2)), 0.5, "uniform", 100, seed=seed)
         assert (out >= 0).all() and index.last_sample_stats.rounds == 2, seed
+
+
+def test_index_defaults_are_seed_0_and_the_automatic_device():
+    """``LSHIndex(dim, k, L, w)`` is the seed-0 index on the device "auto" picks (the CPU here): the same hash
+    functions as with both stated."""
+    plain, stated = LSHIndex(4, 3, 5, 1.0), LSHIndex(4, 3, 5, 1.0, seed=0, device="auto")
+    assert plain.seed == 0 and plain.device == stated.device
+    for name in ("projections", "offsets", "multipliers"):
+        assert torch.equal(getattr(plain, name), getattr(stated, name)), name
+    assert not torch.equal(plain.projections, LSHIndex(4, 3, 5, 1.0, seed=1).projections)
