@@ -4,23 +4,16 @@ reference construction from the documented generators, mass conservation, empty 
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 import torch
+from refusals import refused
 
 from duck.deletion import DCKMeans
 from duck.deletion._kmeans_ops import kmeans_plusplus, lloyd, make_generator
 from duck.deletion.dckmeans import auto_width
-from duck.errors import DuckInputError
 
 F64 = dict(device="cpu", dtype=torch.float64)
-
-
-def refused(message: str):
-    """``pytest.raises`` for a DuckInputError whose message is exactly ``message``."""
-    return pytest.raises(DuckInputError, match=f"^{re.escape(message)}$")
 
 
 def all_nodes_equal(a: DCKMeans, b: DCKMeans) -> bool:

@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+from refusals import refused
 from test_equivalence import _calibration  # a calibration with hand-set location z and F samples
 
 import attacks.equivalence as eq
@@ -30,10 +31,6 @@ from duck.errors import DuckInputError
 
 Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
 Z90 = 1.6448536269514722
-
-
-def _refused(msg: str):
-    return pytest.raises(DuckInputError, match=f"^{re.escape(msg)}$")
 
 
 def _split_audit(n_models: int = 6, n_examples: int = 10, seed: int = 0) -> dict[str, np.ndarray]:
@@ -199,15 +196,15 @@ def test_utility_ratios_are_computed_in_float64():
 
 @pytest.mark.parametrize("loss", [1, 1.5, -0.1])
 def test_utility_loss_outside_zero_one_is_refused(loss):
-    with _refused(f"max_utility_loss must be in [0, 1), got {loss}"):
+    with refused(f"max_utility_loss must be in [0, 1), got {loss}"):
         utility_ratios({"retain": ([1.0], [1.0]), "test": ([1.0], [1.0])}, loss)
 
 
 def test_utility_ratios_refuse_missing_or_empty_accuracies():
-    with _refused("accuracies needs a 'test' entry: (method models' accuracies, retrained models' accuracies)"):
+    with refused("accuracies needs a 'test' entry: (method models' accuracies, retrained models' accuracies)"):
         utility_ratios({"retain": ([1.0], [1.0])}, 0.05)
     for bad in (([], [1.0]), ([1.0], []), ([1.0], [0.0, 0.0])):  # no runs, no bank, a bank mean of 0
-        with _refused("the 'retain' accuracies must be non-empty with a positive retrained mean"):
+        with refused("the 'retain' accuracies must be non-empty with a positive retrained mean"):
             utility_ratios({"retain": bad, "test": ([1.0], [1.0])}, 0.05)
 
 
@@ -261,36 +258,36 @@ def test_accuracies_outside_zero_one_or_of_the_wrong_size_are_refused(tmp_path, 
     acc[key] = values
     path = tmp_path / "m.npz"
     np.savez(path, **_margins(), **acc)
-    with _refused(f"margins={path}: '{key}' must hold one accuracy in [0, 1] per model of '{side}' ({n}), got "
+    with refused(f"margins={path}: '{key}' must hold one accuracy in [0, 1] per model of '{side}' ({n}), got "
                   f"{got}"):
         read_margins(path)
 
 
 def test_margins_file_refusals_say_what_is_wrong(tmp_path):
     nope = tmp_path / "nope.npz"
-    with _refused(f"margins={nope}: no such file; pass margins=PATH to an .npz of φ arrays (unlearned, retrained, "
+    with refused(f"margins={nope}: no such file; pass margins=PATH to an .npz of φ arrays (unlearned, retrained, "
                   "retrain_control, none_control; docs/formats.md)"):
         read_margins(nope)
     few = tmp_path / "few.npz"
     np.savez(few, unlearned=np.zeros((3, 4)))
-    with _refused(f"margins={few} lacks the array(s) ['retrained', 'retrain_control', 'none_control']; it must hold "
+    with refused(f"margins={few} lacks the array(s) ['retrained', 'retrain_control', 'none_control']; it must hold "
                   "['unlearned', 'retrained', 'retrain_control', 'none_control'] (φ, models × forget examples)"):
         read_margins(few)
     extra = tmp_path / "extra.npz"
     np.savez(extra, **_margins(), notes=np.zeros(3))
-    with _refused(f"margins={extra} holds unknown array(s) ['notes']; known: {ALL_NAMES}"):
+    with refused(f"margins={extra} holds unknown array(s) ['notes']; known: {ALL_NAMES}"):
         read_margins(extra)
     flags = tmp_path / "flags.npz"
     np.savez(flags, **{**_margins(), "retrained": np.ones((8, 5), dtype=bool)})
-    with _refused(f"margins={flags}: array 'retrained' has dtype bool; φ must be numbers"):
+    with refused(f"margins={flags}: array 'retrained' has dtype bool; φ must be numbers"):
         read_margins(flags)
     flat = tmp_path / "flat.npz"
     np.savez(flat, **{**_margins(), "retrain_control": np.zeros(5)})
-    with _refused("margins array 'retrain_control' must be a (models, examples) array of φ, got shape (5,)"):
+    with refused("margins array 'retrain_control' must be a (models, examples) array of φ, got shape (5,)"):
         read_margins(flat)
     part = tmp_path / "part.npz"
     np.savez(part, **_margins(), retain_acc_unlearned=np.ones(6))
-    with _refused(f"margins={part} holds ['retain_acc_unlearned'] but not ['retain_acc_retrained', "
+    with refused(f"margins={part} holds ['retain_acc_unlearned'] but not ['retain_acc_retrained', "
                   "'test_acc_retrained', 'test_acc_unlearned']: give all four accuracy arrays or none"):
         read_margins(part)
 
@@ -325,13 +322,13 @@ def test_each_phi_array_is_named_in_its_refusal(name):
     """A flat vector, a single model and a NaN in one of the four arrays: the refusal names that argument."""
     ok = np.arange(20.0).reshape(4, 5)
     arrays = {"unlearned": ok, "retrained": ok, "retrain_control": ok, "none_control": ok}
-    with _refused(f"{name} must be a (models, examples) array of φ, got shape (5,)"):
+    with refused(f"{name} must be a (models, examples) array of φ, got shape (5,)"):
         forgetting_verdict(**{**arrays, name: np.zeros(5)})
-    with _refused(f"{name} needs at least 2 models and 1 example, got shape (1, 5)"):
+    with refused(f"{name} needs at least 2 models and 1 example, got shape (1, 5)"):
         forgetting_verdict(**{**arrays, name: ok[:1]})
     nan = ok.copy()
     nan[2, 3] = np.nan
-    with _refused(f"{name} holds NaN or infinite values: φ must be finite margins"):
+    with refused(f"{name} holds NaN or infinite values: φ must be finite margins"):
         forgetting_verdict(**{**arrays, name: nan})
 
 

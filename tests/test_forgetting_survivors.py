@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import numpy as np
 import pytest
+from refusals import refused
 from test_forgetting import REFERENCE  # the reference implementations' outputs on hand-made samples
 
 from attacks.forgetting import (
@@ -25,13 +25,8 @@ from attacks.forgetting import (
     summarize,
     ulira_difference,
 )
-from duck.errors import DuckInputError
 
 Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
-
-
-def _refused(msg: str, exc: type[Exception] = DuckInputError):
-    return pytest.raises(exc, match=f"^{re.escape(msg)}$")
 
 
 def _kl_by_hand(p: list[float], q: list[float], bins: int, eps: float, clip: float) -> float:
@@ -85,7 +80,7 @@ def test_binned_kl_refuses_complex_values_on_either_side(side):
     part (which NumPy does, with a warning only, once they sit in a complex array)."""
     real, cplx = [0.0, 0.5, 1.0], [0.0, 0.5 + 1j, 1.0]
     args = (cplx, real) if side == "p" else (real, cplx)
-    with _refused("float() argument must be a string or a real number, not 'complex'", TypeError):
+    with refused("float() argument must be a string or a real number, not 'complex'", TypeError):
         binned_kl(*args)
 
 
@@ -106,7 +101,7 @@ def test_final_score_divides_by_the_retrained_accuracies():
                                        ([-0.1], [0.5])])
 def test_final_score_refuses_a_retrained_mean_accuracy_of_zero_or_below(ra_r, ta_r):
     """A mean test accuracy of exactly 0 (one of two models at −0.2 and 0.2) is refused, as is a retain one."""
-    with _refused("the retrained models' mean retain and test accuracies must be > 0 for the final score"):
+    with refused("the retrained models' mean retain and test accuracies must be > 0 for the final score"):
         final_score(0.5, [0.5], ra_r, [0.5], ta_r)
 
 

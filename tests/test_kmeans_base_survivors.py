@@ -7,11 +7,11 @@ too-large hint names float64 only where it helps."""
 from __future__ import annotations
 
 import copy
-import re
 
 import numpy as np
 import pytest
 import torch
+from refusals import refused
 
 from duck.deletion import DCKMeans, KMeansPP, QKMeans
 from duck.errors import DuckInputError
@@ -29,11 +29,6 @@ def blobs() -> np.ndarray:
     """Three separated blobs of 10 rows in 2-D."""
     rng = np.random.default_rng(0)
     return np.concatenate([rng.normal(size=(10, 2)) + c for c in ([0.0, 0.0], [8.0, 0.0], [0.0, 8.0])])
-
-
-def refused(message: str):
-    """``pytest.raises`` for a DuckInputError whose message is exactly ``message``."""
-    return pytest.raises(DuckInputError, match=f"^{re.escape(message)}$")
 
 
 def unknown(ids: list[int], name: str) -> str:

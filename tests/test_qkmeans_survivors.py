@@ -8,18 +8,17 @@ seeds, storage compaction, and the CUDA placement of every stored tensor."""
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
+from refusals import refused
 from test_kmeans_qkmeans import models_equal, naive_qkmeans  # the reference Alg. 1 and model equality, shared
 
 from duck.deletion import QKMeans
 from duck.deletion._kmeans_ops import kmeans_plusplus, make_generator, uniforms
 from duck.deletion.qkmeans import balanced_means, check_replay_draws
-from duck.errors import DuckInputError
 from duck.utils import resolve_device
 
 F64 = dict(device="cpu", dtype=torch.float64)
@@ -27,11 +26,6 @@ LATTICE_ADVICE = (
     "a finer lattice is below the dtype's resolution, a coarser one collapses every centroid to one point or "
     "overflows; choose eps in that range (typically a fraction of the clusters' spread)"
 )
-
-
-def refused(message: str):
-    """``pytest.raises`` for a DuckInputError whose message is exactly ``message``."""
-    return pytest.raises(DuckInputError, match=f"^{re.escape(message)}$")
 
 
 def state(seed_ids, phases, eps_phase=0.5, n_reseeds=0) -> dict:
