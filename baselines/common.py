@@ -91,9 +91,8 @@ class BaselineUnlearner(Unlearner):
         """``optimizer: sgd | adam`` with ``lr``, ``momentum`` (SGD) and ``weight_decay`` from the config."""
         hp = self.hp
         lr = float(hp["lr"])
-        name = str(hp.get("optimizer", "sgd")).lower()
         wd = float(hp.get("weight_decay", 0.0))
-        if name == "adam":
+        if hp.get("optimizer") == "adam":  # checked by the settings (sgd | adam); a method without the field: SGD
             return torch.optim.Adam(params, lr=lr, weight_decay=wd)
         return torch.optim.SGD(params, lr=lr, momentum=float(hp.get("momentum", 0.0)), weight_decay=wd)
 
@@ -137,8 +136,8 @@ class BaselineUnlearner(Unlearner):
     def stopping_rule(self) -> ForgetAccuracyStop:
         """DUCK's stopping rule (seeds/003 §III): stop once ``A_f <= target``; with ``min_epochs`` (NegGrad+,
         SalUn) not before that many epochs, so the rule extends the method's own recipe up to ``epochs``."""
-        return ForgetAccuracyStop(self, self.forget_target(float(self.hp.get("tolerance", 0.01))),
-                                  every=str(self.hp.get("stop_check", "epoch")), after_epochs=self.min_epochs())
+        return ForgetAccuracyStop(self, self.forget_target(float(self.hp["tolerance"])),
+                                  every=str(self.hp["stop_check"]), after_epochs=self.min_epochs())
 
     def min_epochs(self) -> int:
         """``method.min_epochs`` (null: 0): epochs run before the stopping rule may stop (checked with the other

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -24,7 +26,10 @@ from baselines.ssd import dampen, fisher_diagonal
 from duck.data.base import TensorImageDataset
 from duck.data.scenarios import build_scenario
 from duck.metrics import split_accuracies
+from duck.schema import option
+from duck.schema import settings as settings_class
 from duck.unlearn import UnlearnData, create_unlearner
+from duck.unlearn.config import POSITIVE, MethodSettings
 
 
 def cr_data(synthetic, model, classes=(1,)):
@@ -851,6 +856,43 @@ def test_references_are_frozen_eval_copies_outside_the_module(synthetic, synthet
     ref = u.add_reference("teacher", u.model)
     assert u.references == {"teacher": ref} and ref is not u.model and not ref.training
     assert len(list(u.parameters())) == n_params  # not a registered submodule: never optimised
+
+
+@settings_class
+class LrOnly(MethodSettings):
+    method_name: ClassVar[str] = "lr_only"
+    lr: float = option(0.25, POSITIVE, "learning rate")
+
+
+def test_a_method_declaring_only_lr_trains_with_plain_sgd():
+    """A method whose settings declare neither ``optimizer`` nor ``momentum`` nor ``weight_decay`` (kgltop1 lacks
+    ``optimizer``; bad_teacher and the matching methods ``momentum``) gets SGD without momentum or decay, not Adam
+    and not a default of its neighbours (kills build_optimizer 20, 22, 25, 45, 47, 50: another or no default)."""
+    from baselines.common import BaselineUnlearner
+
+    param = nn.Parameter(torch.ones(2))
+    opt = BaselineUnlearner.build_optimizer(SimpleNamespace(hp=LrOnly.parse({})), [param])
+    assert type(opt) is torch.optim.SGD
+    assert (opt.defaults["lr"], opt.defaults["momentum"], opt.defaults["weight_decay"]) == (0.25, 0.0, 0.0)
+    for name, kind in (("sgd", torch.optim.SGD), ("adam", torch.optim.Adam)):  # the field, where declared, decides
+        hp = get_settings("finetune").parse({"optimizer": name, "lr": 0.5, "momentum": 0.0, "weight_decay": 0.0})
+        assert type(BaselineUnlearner.build_optimizer(SimpleNamespace(hp=hp), [param])) is kind
+
+
+def get_settings(method):
+    from duck.unlearn import get_unlearner_class
+
+    return get_unlearner_class(method).params
+
+
+def test_min_epochs_without_an_epochs_field_is_not_capped():
+    """The stopping rule's own settings (no ``epochs`` field: the cap is the method's) accept any ``min_epochs``
+    with ``stop_at_target`` (kills StopAtTargetParams.__post_init__ 11: a missing ``epochs`` must read as no
+    cap, not raise)."""
+    from baselines.common import StopAtTargetParams
+
+    params = StopAtTargetParams.parse({"min_epochs": 40, "stop_at_target": True})
+    assert (params.min_epochs, params.stop_at_target) == (40, True)
 
 
 def test_stopping_rule_classes_and_epochs_of_the_family(synthetic, synthetic_model):

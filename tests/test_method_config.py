@@ -42,6 +42,11 @@ class ToyParams(MethodSettings):
     other: int | None = option(None, Either((None,), COUNT), "a value whose null means something")
 
 
+@settings
+class NoOptions(MethodSettings):
+    method_name: ClassVar[str] = "bare"
+
+
 PRESETS = {"class_removal": {"default": {"lr": 0.1, "epochs": 5}, "digits": {"lr": 0.2}},
            "homogeneous_removal": {"default": {"lr": 0.01, "epochs": 7}}}
 
@@ -200,6 +205,25 @@ def test_resolved_parameters_are_read_only_and_survive_copies():
     with pytest.raises(TypeError):
         params["lr"] = 1.0  # type: ignore[index]
     assert hash(params) == hash(copy.deepcopy(params))
+
+
+def test_the_hash_follows_the_values():
+    """Equal settings hash alike however they were built; settings that differ in one value hash apart (a constant
+    hash, e.g. of ``None`` instead of the values, is refused: kills ``__hash__`` 1, 2, 6)."""
+    lrs = [0.01 * (i + 1) for i in range(20)]
+    hashes = {hash(ToyParams.parse({"lr": lr, "epochs": 3})) for lr in lrs}
+    assert len(hashes) == len(lrs)
+    assert hash(ToyParams.parse({"lr": 0.5, "epochs": 3})) == hash(ToyParams.resolve(
+        {"lr": None, "epochs": 3, "presets": {"class_removal": {"default": {"lr": 0.5}}}}, "digits", "targeted"))
+    milestones = get_unlearner_class("finetune").params
+    assert hash(milestones.parse({"milestones": [2, 5]})) == hash(milestones.parse({"milestones": (2, 5)}))
+
+
+def test_a_method_without_hyperparameters_says_so_when_given_one():
+    with pytest.raises(DuckInputError) as e:
+        NoOptions.parse({"lr": 0.1})
+    assert str(e.value) == ("method 'bare' has no hyperparameter(s) ['lr']; its hyperparameters are: (none) "
+                            "(conf/method/bare.yaml)")
 
 
 def hyperparameter_tables() -> str:

@@ -94,12 +94,12 @@ class MethodSettings(Settings):
         if isinstance(cfg, cls):
             return cfg
         cfg = dict(config_values(cfg) or {})
-        name = cfg.pop("name", cls.method_name)
+        name = cfg.pop("name", None)
         if name not in (cls.method_name, None):
             raise DuckInputError(f"method config {name!r} given to method {cls.method_name!r}; pass "
                                  f"{cls.method_name!r}'s config")
         presets = cfg.pop("presets", None) or {}
-        family = presets.get(scenario_family(scenario_kind), {}) or {}
+        family = presets.get(scenario_family(scenario_kind)) or {}
         preset = {**(family.get("default") or {}), **(family.get(dataset) or {})}
         out = {k: (preset.get(k) if v is None and k in preset else v) for k, v in cfg.items()}
         for k, v in preset.items():
@@ -126,5 +126,5 @@ class MethodSettings(Settings):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
-    def __hash__(self) -> int:
-        return hash(json.dumps(plain(self), sort_keys=True))
+    def __hash__(self) -> int:  # the values as JSON (lists are not hashable); the fields' order is the class's
+        return hash(json.dumps(plain(self)))
