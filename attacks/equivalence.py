@@ -269,8 +269,9 @@ def forgetting_verdict(unlearned: Any, retrained: Any, retrain_control: Any, non
                        max_utility_loss: float = DEFAULT_MAX_UTILITY_LOSS) -> dict[str, Any]:
     """The verdict record (module docstring) from φ arrays ``(models, examples)`` on the forget examples,
     computed anywhere: the method's N runs from one original (``unlearned``), the retrain bank of R models
-    (``retrained``), the retrain control (at least N more models retrained with other seeds) and the ``none``
-    control (originals trained with the forget set, their own seeds).
+    (``retrained``), the retrain control (N more models retrained with other seeds) and the ``none`` control
+    (N originals trained with the forget set, their own seeds); controls of another size are refused (F's
+    buckets and the ε a set can reach depend on its number of models).
 
     ``accuracies`` (optional): ``{"retain": (RA_U, RA_R), "test": (TA_U, TA_R)}``, per-model accuracies of the
     method's and the bank's models: the record then carries the utility ratios and says which fell more than
@@ -305,6 +306,10 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
     if not (u.shape[1] == bank.shape[1] == ctrl.shape[1] == none.shape[1]):
         raise DuckInputError(f"all four φ arrays must hold the same forget examples, got {u.shape[1]}, "
                              f"{bank.shape[1]}, {ctrl.shape[1]} and {none.shape[1]} examples")
+    if not (ctrl.shape[0] == none.shape[0] == u.shape[0]):
+        raise DuckInputError(f"the controls must hold as many models as the method's set ({u.shape[0]}), got "
+                             f"retrain_control {ctrl.shape[0]} and none_control {none.shape[0]}: F's buckets and "
+                             "the ε a set can reach depend on its number of models, and q compares the three")
     grid = tuple(sorted(set(shifts) | {0.0, float(margin), -float(margin)}))
     delta = original_shift(bank, ctrl, none)
     cals = {k: v for k, v in (calibrations or {}).items() if k != "method"}

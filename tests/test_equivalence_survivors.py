@@ -332,6 +332,20 @@ def test_each_phi_array_is_named_in_its_refusal(name):
         forgetting_verdict(**{**arrays, name: nan})
 
 
+@pytest.mark.parametrize("n_ctrl, n_none", [(3, 4), (4, 5), (5, 5)])
+def test_controls_of_another_size_than_the_method_are_refused(n_ctrl, n_none):
+    """The controls hold as many models as the method's set (the pipeline's N more retrained models and N
+    originals): F's buckets end at ⌈ln(N − 1)⌉ and the ε a set can reach grow with its models, so q, which puts
+    the method's F between the controls', would mix scales. Fewer or more models in either control are refused
+    before any calibration."""
+    rng = np.random.default_rng(0)
+    u, bank = rng.standard_normal((4, 6)), rng.standard_normal((8, 6))
+    with refused(f"the controls must hold as many models as the method's set (4), got retrain_control {n_ctrl} "
+                 f"and none_control {n_none}: F's buckets and the ε a set can reach depend on its number of "
+                 "models, and q compares the three"):
+        forgetting_verdict(u, bank, rng.standard_normal((n_ctrl, 6)), rng.standard_normal((n_none, 6)))
+
+
 def test_the_calibrations_are_calibrate_run_with_the_verdicts_settings():
     """Each set's calibration is :func:`calibrate` of that set against the bank, with δ̂ from the controls, the
     given shares plus 0 and ±margin (0 added when the shares lack it), and the verdict's replicates, seed and

@@ -89,3 +89,29 @@ def test_the_report_opens_with_the_verdict_and_cites_papers_by_name(tmp_path):
     assert "seeds/" not in md and "ALGORITHMS.md" not in md
     page = paths["html"].read_text()
     assert "<strong>Forgotten.</strong>" in page and "**" not in page
+
+
+def test_f_at_two_models_reads_as_undefined_not_zero():
+    """With N = 2 the ε buckets end at ⌈ln(2 − 1)⌉ = 0: every set scores F = 0 whatever its margins (attacks/epsilon
+    ``epsilon_points``), so the tables print "—" with the reason instead of a 0.000 that reads as "told apart";
+    from N = 3 (buckets up to ⌈ln 2⌉ = 1) F is printed with its interval."""
+    import numpy as np
+
+    import duck
+    from duck.pipeline.audit import margins_markdown, quality_text
+
+    assert quality_text(0.0, [0.0, 0.0], 2) == "— (N = 2: no ε bucket)"
+    assert quality_text(0.25, [0.125, 0.5], 3) == "0.250 [0.125, 0.500]"
+    assert quality_text(0.25, None, 3) == "0.250"
+    rng = np.random.default_rng(0)
+    draw = lambda n, shift=0.0: shift + rng.standard_normal((n, 30))
+    record = duck.forgetting_verdict(draw(2), draw(8), draw(2), draw(2, 3.0), replicates=20)
+    assert record["quality"] == 0.0 and record["controls"]["none"]["quality"] == 0.0  # no bucket: 0 for every set
+    rows = [line for line in margins_markdown({**record, "method": "m"}, "m.npz").splitlines()
+            if line.startswith("| m ") or line.startswith("| control")]
+    assert len(rows) == 3 and all(row.endswith("| — (N = 2: no ε bucket) |") for row in rows)
+    block = copy.deepcopy(BLOCK)
+    for s in (block, *block["controls"].values()):
+        s["n_models"] = 2
+    table = sections(forgetting_markdown(block))[1]
+    assert table.count("— (N = 2: no ε bucket)") == 1 + len(block["controls"])

@@ -317,6 +317,14 @@ def verdict_sentence(block: dict[str, Any]) -> str:
             f"{margin:g} % allowed; to decide, {more}.")
 
 
+def quality_text(quality: float, ci: list[float] | None, n_models: int) -> str:
+    """F with its interval where there is one; "—" for a set of two models, whose buckets end at ⌈ln(2 − 1)⌉ = 0:
+    every ε earns 0 points there, so F = 0 says nothing (attacks/epsilon.py ``epsilon_points``)."""
+    if n_models <= 2:
+        return "— (N = 2: no ε bucket)"
+    return f"{quality:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
 def forgetting_markdown(block: dict[str, Any]) -> str:
     """The forgetting audit as a report section: the verdict in one sentence, the evidence table (each set's
     equivalent shift with its interval, its decision, F, the final score, KLOM, accuracies), then the details."""
@@ -324,8 +332,7 @@ def forgetting_markdown(block: dict[str, Any]) -> str:
         return "—" if v is None else f"{v:.3f}"
 
     def row(name: str, s: dict[str, Any]) -> str:
-        ci = s.get("quality_ci")
-        f = f"{s['quality']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+        f = quality_text(s["quality"], s.get("quality_ci"), s["n_models"])
         k = s["klom"]
 
         def median(split: dict[str, Any]) -> str:  # with its jackknife interval where there is one
@@ -389,11 +396,11 @@ def margins_markdown(record: dict[str, Any], source: str) -> str:
     """The report of ``duck-audit margins=FILE``: the verdict sentence, each set's imprint kept and F, and how
     it was decided."""
     rows = [f"| {record['method']} (N = {record['n_unlearned']}) | {_shift_text(record)} | "
-            f"{record['verdict'].replace('_', ' ')} | {record['quality']:.3f} [{record['quality_ci'][0]:.3f}, "
-            f"{record['quality_ci'][1]:.3f}] |"]
+            f"{record['verdict'].replace('_', ' ')} | "
+            f"{quality_text(record['quality'], record['quality_ci'], record['n_unlearned'])} |"]
     for name, c in record["controls"].items():
         rows.append(f"| control: {name} (N = {c['n_models']}) | {_shift_text(c)} | {c['decision'].replace('_', ' ')} "
-                    f"| {c['quality']:.3f} [{c['quality_ci'][0]:.3f}, {c['quality_ci'][1]:.3f}] |")
+                    f"| {quality_text(c['quality'], c['quality_ci'], c['n_models'])} |")
     rule = record["rule"][:1].upper() + record["rule"][1:]
     utility = record.get("utility")
     util = ""

@@ -2,8 +2,8 @@
 anywhere — on another machine, by another tool — without training or loading any model.
 
 The file (docs/formats.md): ``unlearned`` (N runs of the method from one original), ``retrained`` (the bank of
-R models retrained without the forget set), ``retrain_control`` (at least N more retrained models) and
-``none_control`` (models trained with the forget set), each ``(models, forget examples)``; optionally the
+R models retrained without the forget set), ``retrain_control`` (N more retrained models) and
+``none_control`` (N models trained with the forget set), each ``(models, forget examples)``; optionally the
 per-model retain and test accuracies of the unlearned and the retrained models (the utility ratios). The options
 are ``attack.forgetting``'s (margin, ci_level, replicates, calibration_examples, max_utility_loss, seed).
 Writes ``audit.json`` (the verdict record under ``forgetting``), ``report.md`` and ``report.html``.
