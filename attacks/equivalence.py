@@ -81,6 +81,17 @@ def _phi(values: Any, name: str) -> np.ndarray:
     return arr
 
 
+def _check_sets(u: np.ndarray, bank: np.ndarray, ctrl: np.ndarray, none: np.ndarray) -> None:
+    """The four sets over the same forget examples; the controls as large as the method's set."""
+    if not (u.shape[1] == bank.shape[1] == ctrl.shape[1] == none.shape[1]):
+        raise DuckInputError(f"all four φ arrays must hold the same forget examples, got {u.shape[1]}, "
+                             f"{bank.shape[1]}, {ctrl.shape[1]} and {none.shape[1]} examples")
+    if not (ctrl.shape[0] == none.shape[0] == u.shape[0]):
+        raise DuckInputError(f"the controls must hold as many models as the method's set ({u.shape[0]}), got "
+                             f"retrain_control {ctrl.shape[0]} and none_control {none.shape[0]}: F's buckets and "
+                             "the ε a set can reach depend on its number of models, and q compares the three")
+
+
 def quality(unlearned: np.ndarray, retrained: np.ndarray) -> float:
     """F of ``unlearned`` against ``retrained`` (φ ``(models, examples)``), on the unlearned set's bucket scale."""
     return float(epsilon_points(epsilons(unlearned, retrained), unlearned.shape[0]).mean())
@@ -303,13 +314,7 @@ def verdict_and_calibrations(unlearned: Any, retrained: Any, retrain_control: An
         raise DuckInputError(f"replicates must be >= 20 (splits per shift of the calibration), got {replicates}")
     u, bank = _phi(unlearned, "unlearned"), _phi(retrained, "retrained")
     ctrl, none = _phi(retrain_control, "retrain_control"), _phi(none_control, "none_control")
-    if not (u.shape[1] == bank.shape[1] == ctrl.shape[1] == none.shape[1]):
-        raise DuckInputError(f"all four φ arrays must hold the same forget examples, got {u.shape[1]}, "
-                             f"{bank.shape[1]}, {ctrl.shape[1]} and {none.shape[1]} examples")
-    if not (ctrl.shape[0] == none.shape[0] == u.shape[0]):
-        raise DuckInputError(f"the controls must hold as many models as the method's set ({u.shape[0]}), got "
-                             f"retrain_control {ctrl.shape[0]} and none_control {none.shape[0]}: F's buckets and "
-                             "the ε a set can reach depend on its number of models, and q compares the three")
+    _check_sets(u, bank, ctrl, none)
     grid = tuple(sorted(set(shifts) | {0.0, float(margin), -float(margin)}))
     delta = original_shift(bank, ctrl, none)
     cals = {k: v for k, v in (calibrations or {}).items() if k != "method"}
@@ -456,6 +461,7 @@ def read_margins(path: Any) -> dict[str, np.ndarray]:
         if arrays[k].dtype.kind not in "fiu":
             raise DuckInputError(f"margins={path}: array '{k}' has dtype {arrays[k].dtype}; φ must be numbers")
         out[k] = _phi(arrays[k], f"margins array '{k}'")
+    _check_sets(*(out[k] for k in MARGIN_ARRAYS))  # before the run directory is made (the CLI reads the file first)
     given = [k for k in ACCURACY_ARRAYS if k in arrays]
     if given and len(given) != len(ACCURACY_ARRAYS):
         raise DuckInputError(f"margins={path} holds {given} but not {sorted(set(ACCURACY_ARRAYS) - set(given))}: "

@@ -215,12 +215,13 @@ ALL_NAMES = ['unlearned', 'retrained', 'retrain_control', 'none_control', 'retai
 
 
 def _margins(n_unlearned: int = 6, n_bank: int = 8, n_examples: int = 5, seed: int = 0) -> dict[str, np.ndarray]:
-    """φ arrays with N = 6 runs and R = 8 bank models (so a mix-up of the two sides shows) on 5 examples."""
+    """φ arrays with N = 6 runs (and controls) and R = 8 bank models (so a mix-up of the two sides shows) on 5
+    examples."""
     rng = np.random.default_rng(seed)
     return {"unlearned": rng.standard_normal((n_unlearned, n_examples)),
             "retrained": rng.standard_normal((n_bank, n_examples)),
-            "retrain_control": rng.standard_normal((n_bank, n_examples)),
-            "none_control": rng.standard_normal((n_bank, n_examples))}
+            "retrain_control": rng.standard_normal((n_unlearned, n_examples)),
+            "none_control": rng.standard_normal((n_unlearned, n_examples))}
 
 
 def _accuracies(n_unlearned: int = 6, n_bank: int = 8) -> dict[str, np.ndarray]:
@@ -290,6 +291,16 @@ def test_margins_file_refusals_say_what_is_wrong(tmp_path):
     with refused(f"margins={part} holds ['retain_acc_unlearned'] but not ['retain_acc_retrained', "
                   "'test_acc_retrained', 'test_acc_unlearned']: give all four accuracy arrays or none"):
         read_margins(part)
+    small = tmp_path / "small.npz"  # refused on reading, before duck-audit makes its run directory
+    np.savez(small, **{**_margins(), "none_control": np.zeros((2, 5))})
+    with refused("the controls must hold as many models as the method's set (6), got retrain_control 6 and "
+                 "none_control 2: F's buckets and the ε a set can reach depend on its number of models, and q "
+                 "compares the three"):
+        read_margins(small)
+    narrow = tmp_path / "narrow.npz"
+    np.savez(narrow, **{**_margins(), "retrained": np.zeros((8, 4))})
+    with refused("all four φ arrays must hold the same forget examples, got 5, 4, 5 and 5 examples"):
+        read_margins(narrow)
 
 
 def test_a_pickled_array_is_refused_unread(tmp_path):
