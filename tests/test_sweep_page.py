@@ -97,6 +97,18 @@ def test_forgetting_fields_read_the_audit_block():
     assert fields["F_normalised"] == BLOCK["quality_normalised"] and fields["verdict"] == "forgotten"
     assert fields["runs_time_s"] == pytest.approx(sum(BLOCK["unlearning_s"]) / 4)
     assert set(fields["controls_F"]) == {"retrain", "none"}
+    assert (fields["F"], fields["F_ci"]) == (BLOCK["quality"], BLOCK["quality_ci"])
+    assert fields["controls_F"]["none"] == {"F": BLOCK["controls"]["none"]["quality"],
+                                            "F_ci": BLOCK["controls"]["none"]["quality_ci"]}
+
+
+def test_f_of_a_two_model_set_is_left_blank():
+    """At N = 2 the ε buckets end at ⌈ln 1⌉ = 0 and every set scores F = 0: the sweep page shows "—", not 0.000."""
+    pair = {**BLOCK, "n_models": 2, "controls": {k: {**c, "n_models": 2} for k, c in BLOCK["controls"].items()}}
+    fields = forgetting_fields(pair)
+    assert (fields["F"], fields["F_ci"]) == (None, None) and value_text(fields, "F") == "—"
+    assert fields["controls_F"] == {"retrain": {"F": None, "F_ci": None}, "none": {"F": None, "F_ci": None}}
+    assert fields["imprint_kept"] == BLOCK["shift"]  # the verdict's evidence is still there
 
 
 def test_compare_records_make_the_same_page(tmp_path: Path):

@@ -28,15 +28,19 @@ def forgetting_fields(block: Mapping[str, Any]) -> dict[str, Any]:
     """The forgetting columns of one run from its audit's ``forgetting`` block: the imprint kept (the verdict's
     equivalent shift, with its interval), F (with its interval), q (F normalised between the controls), the final
     score, KLOM on the forget examples (median), U-LiRA's AUC where it ran, the verdict, the mean time of the
-    audit's N unlearning runs, and the controls' F."""
-    out = {"F": block["quality"], "F_ci": block.get("quality_ci"), "final_score": block["final_score"],
+    audit's N unlearning runs, and the controls' F (F is None for a set of 2 models: its ε buckets end at 0)."""
+    def f_of(s: Mapping[str, Any]) -> dict[str, Any]:  # F is undefined for a set of 2 models (no ε bucket): "—"
+        defined = s.get("n_models", 3) > 2
+        return {"F": s["quality"] if defined else None, "F_ci": s.get("quality_ci") if defined else None}
+
+    out = {**f_of(block), "final_score": block["final_score"],
            "klom_forget": block["klom"]["forget"]["median"], "F_normalised": block.get("quality_normalised"),
            "F_normalised_ci": block.get("quality_normalised_ci"), "imprint_kept": block.get("shift"),
            "imprint_kept_ci": block.get("shift_ci"), "verdict": block["verdict"], "margin": block.get("margin"),
            "runs_time_s": (sum(block["unlearning_s"]) / len(block["unlearning_s"])) if block.get("unlearning_s") else None}
     if "ulira" in block:
         out["ulira_auc"] = block["ulira"]["auc"]
-    out["controls_F"] = {name: {"F": c["quality"], "F_ci": c.get("quality_ci")} for name, c in block["controls"].items()}
+    out["controls_F"] = {name: f_of(c) for name, c in block["controls"].items()}
     return out
 
 
