@@ -21,7 +21,7 @@ that the benchmark's ``run.py::load_klom`` calls ``kl_from_margins(oracle_margin
 **(c) U-LiRA** (Hayes et al. 2024, "Inexact unlearning needs more careful evaluations to avoid a false sense of
 privacy"): per forget example, Gaussians fitted to the unlearned models' φ (μ_U, σ_U) and the retrained
 models' (μ_R, σ_R); a model's score on x is ``log N(φ; μ_U, σ_U) − log N(φ; μ_R, σ_R)`` (high: looks
-unlearned rather than never trained on). :func:`ulira_loo` scores shadow pairs leaving one out.
+unlearned rather than never trained on). :func:`ulira_scores` scores shadow pairs leaving one out.
 """
 
 from __future__ import annotations
@@ -69,8 +69,7 @@ def _binned_kl_columns(p: np.ndarray, q: np.ndarray, bins: int = KLOM_BINS, eps:
     bins as counts of edges at or below a value, ``scipy.stats.entropy``'s normalisation and ``rel_entr``)."""
     from scipy.special import rel_entr
 
-    p = np.clip(np.asarray(p, dtype=np.float64), -clip, clip)
-    q = np.clip(np.asarray(q, dtype=np.float64), -clip, clip)
+    p, q = np.clip(p, -clip, clip), np.clip(q, -clip, clip)  # float64 (models, examples): binned_kl, klom
     start = np.minimum(p.min(axis=0), q.min(axis=0))
     end = np.maximum(p.max(axis=0), q.max(axis=0))
     end = np.where(start >= end, start + 1, end)
@@ -80,13 +79,16 @@ def _binned_kl_columns(p: np.ndarray, q: np.ndarray, bins: int = KLOM_BINS, eps:
     def probs(x: np.ndarray) -> np.ndarray:
         idx = (x.T[:, :, None] >= edges[:, None, :]).sum(axis=2)  # np.digitize(x, edges) per column
         counts = np.bincount((cols[:, None] * (bins + 2) + idx).ravel(), minlength=len(cols) * (bins + 2))
-        counts = counts.reshape(len(cols), bins + 2)[:, 1:bins + 1].astype(np.float64)
-        total = counts.sum(axis=1, keepdims=True)
-        return np.divide(counts, total, out=np.zeros_like(counts), where=total > 0)
+        counts = counts.reshape(len(cols), bins + 2)[:, 1:bins + 1]
+        return counts / counts.sum(axis=1, keepdims=True)
 
-    p_prob, q_prob = probs(p), probs(q)
-    q_safe = np.where(p_prob > 0, np.maximum(q_prob, eps), q_prob)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    # a side whose every value sits at the pooled maximum (beyond the last edge) has an empty histogram: 0/0, NaN,
+    # as in the reference (stats.entropy of NaN), on either side; an empty retrained histogram read as zeros was
+    # floored to eps on P's support, a uniform Q there, and scored retrained models far above every unlearned
+    # one as KL 0 ("identical")
+    with np.errstate(invalid="ignore"):
+        p_prob, q_prob = probs(p), probs(q)
+        q_safe = np.where(p_prob > 0, np.maximum(q_prob, eps), q_prob)
         pk = p_prob / p_prob.sum(axis=1, keepdims=True)
         qk = q_safe / q_safe.sum(axis=1, keepdims=True)
         return rel_entr(pk, qk).sum(axis=1)
@@ -111,8 +113,8 @@ def klom(unlearned: np.ndarray, retrained: np.ndarray) -> np.ndarray:
 def summarize(values: np.ndarray) -> dict[str, float | int | None]:
     """Median and 95th percentile (KLOM per split) over the examples where KLOM is defined; ``undefined``
     counts the others: the reference's binning drops a value equal to the pooled maximum, so when every
-    unlearned value sits there (N identical runs of a deterministic method above all retrained ones) the
-    unlearned histogram is empty and the KL divergence is NaN, in the reference as here."""
+    unlearned value sits there (N identical runs of a deterministic method above all retrained ones), or every
+    retrained value, that side's histogram is empty and the KL divergence is NaN, in the reference as here."""
     v = np.asarray(values, dtype=np.float64)
     ok = v[~np.isnan(v)]
     if ok.size == 0:
@@ -229,8 +231,8 @@ def ulira_scores(phi_u: np.ndarray, phi_r: np.ndarray, in_mask: np.ndarray, fixe
     and never seen by ``R_k``). For each k the Gaussians are fitted on the other pairs where x was IN, and
     ``U_k`` (positives) and ``R_k`` (negatives) are scored on the examples IN for k: an attacker's AUC of 0.5
     means it cannot tell the method from retraining."""
-    phi_u, phi_r = np.asarray(phi_u, dtype=np.float64), np.asarray(phi_r, dtype=np.float64)
-    mask = np.asarray(in_mask, dtype=bool)
+    # fit_gaussians and GaussianFit.score compute in float64 and read the mask as truth values
+    phi_u, phi_r, mask = np.asarray(phi_u), np.asarray(phi_r), np.asarray(in_mask)
     if phi_u.shape != phi_r.shape or phi_u.shape != mask.shape:
         raise DuckInputError(f"U-LiRA needs phi and IN masks of one shape (pairs, examples), got {phi_u.shape}, "
                              f"{phi_r.shape} and {mask.shape}")
@@ -250,13 +252,6 @@ def ulira_scores(phi_u: np.ndarray, phi_r: np.ndarray, in_mask: np.ndarray, fixe
         raise DuckInputError("U-LiRA found no forget example in any shadow's training data")
     return UliraScores(np.concatenate(scores), np.concatenate(labels), np.concatenate(pairs),
                        np.concatenate(examples))
-
-
-def ulira_loo(phi_u: np.ndarray, phi_r: np.ndarray, in_mask: np.ndarray, fixed_variance: bool = False
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(scores, is_unlearned, pair)`` of :func:`ulira_scores`."""
-    s = ulira_scores(phi_u, phi_r, in_mask, fixed_variance)
-    return s.scores, s.is_unlearned, s.pair
 
 
 def ulira_pair_aucs(phi_u: np.ndarray, phi_r: np.ndarray, in_mask: np.ndarray, fixed_variance: bool = False

@@ -235,7 +235,7 @@ def test_jackknife_normal_interval_of_a_mean_equals_the_textbook_standard_error(
 def test_ulira_on_synthetic_gaussians_with_a_known_answer():
     """Unlearned shadows shifted by 2 sd from retrained ones: U-LiRA separates them (AUC = Φ(2/√2) ≈ 0.92 in
     the limit); the same distribution: AUC near 0.5."""
-    from attacks.forgetting import ulira_loo, ulira_pair_jackknife
+    from attacks.forgetting import ulira_pair_jackknife, ulira_scores
     from attacks.roc import auc_score
     from attacks.shadow import keep_matrix
 
@@ -245,11 +245,12 @@ def test_ulira_on_synthetic_gaussians_with_a_known_answer():
     mu = rng.normal(0, 3, f)  # per-example means: the statistic is per example
     r = mu + rng.normal(0, 1, (e, f))
     u_far, u_same = mu + 2 + rng.normal(0, 1, (e, f)), mu + rng.normal(0, 1, (e, f))
-    scores, labels, pairs = ulira_loo(u_far, r, mask)
+    far = ulira_scores(u_far, r, mask)
+    scores, labels, pairs = far.scores, far.is_unlearned, far.pair
     assert labels.sum() == (~labels).sum() == mask.sum()  # every IN pair scored once a side
     assert 0.85 < auc_score(scores, labels) < 0.97 and set(pairs.tolist()) == set(range(e))
-    scores, labels, pairs = ulira_loo(u_same, r, mask)
-    auc = auc_score(scores, labels)
+    same = ulira_scores(u_same, r, mask)
+    auc = auc_score(same.scores, same.is_unlearned)
     assert abs(auc - 0.5) < 0.05
     est, lo, hi = ulira_pair_jackknife(u_same, r, mask)
     assert est == auc and lo <= auc <= hi and lo <= 0.5 <= hi

@@ -191,3 +191,89 @@ def test_ulira_per_example_accuracy_calls_a_score_of_zero_retrained():
         hits = [(sc > 0) if lab else (sc <= 0) for sc, lab, e in zip(scores, labels, example, strict=True) if e == x]
         want.append(sum(hits) / len(hits))
     np.testing.assert_allclose(s.per_example_accuracy(), want, rtol=0, atol=1e-15)
+
+
+# --- issue 39, session q: the survivors of a fresh run ------------------------------------------------------------
+
+
+def test_binned_kl_clips_the_retrained_side_from_below_too():
+    """A retrained value at −500 counts as −clip (the pooled range starts at −5, not at −500): against the
+    histogram counted by hand (kills ``_binned_kl_columns`` 15: q's lower clip dropped)."""
+    p = [-1.0, 0.0, 0.5, 1.0, 2.0, 3.0]
+    q = [-500.0, -0.5, 0.5, 1.5, 2.5, 4.0]
+    want = _kl_by_hand(p, q, bins=6, eps=1e-4, clip=5.0)
+    assert binned_kl(p, q, bins=6, eps=1e-4, clip=5.0) == pytest.approx(want, rel=1e-12)
+    assert want != pytest.approx(_kl_by_hand(p, q, 6, 1e-4, 500.0), rel=1e-3)  # the clip matters here
+
+
+@pytest.mark.parametrize("side", ["unlearned", "retrained"])
+def test_an_empty_histogram_on_either_side_is_undefined_without_a_warning(side):
+    """Every value of one side at the pooled maximum (beyond the last edge, dropped by the reference's
+    ``np.digitize`` binning): that histogram is empty and KLOM is NaN, as the reference's ``stats.entropy`` of a
+    0/0 histogram gives, counted as undefined by the summary. Retrained models far above every unlearned one
+    used to score 0 (an empty Q floored to ε on P's support is uniform there), which reads as "identical"
+    (kills ``_binned_kl_columns`` 109, 111). No RuntimeWarning escapes (kills 129, 131: the 0/0 not silenced)."""
+    import warnings
+
+    spread = np.array([[0.0, 5.0], [1.0, 6.0], [2.0, 7.0], [3.0, 8.0]])  # (models, examples)
+    top = np.full((4, 2), 10.0)
+    u, r = (top, spread) if side == "unlearned" else (spread, top)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        values = klom(u, r)
+        assert np.isnan(values).all()
+        assert math.isnan(binned_kl(u[:, 0], r[:, 0]))
+    assert summarize(values)["undefined"] == 2
+
+
+def test_klom_refusal_names_both_model_counts():
+    """Three unlearned and four retrained models over five examples: the counts are the models, not the
+    examples (kills ``klom`` 7-9 and ``klom_median_interval`` 12)."""
+    rng = np.random.default_rng(0)
+    u, r = rng.standard_normal((3, 5)), rng.standard_normal((4, 5))
+    message = "KLOM compares as many unlearned as retrained models, got 3 and 4"
+    with refused(message):
+        klom(u, r)
+    with refused(message):
+        klom_median_interval(u, r)
+
+
+def test_klom_median_interval_with_three_models_and_one_undefined_leave_one_out():
+    """Three models a side, where leaving model 2 out leaves two unlearned runs both at the pooled maximum on
+    every example (KLOM undefined there): the two defined leave-one-out medians still give an interval (kills
+    ``klom_median_interval`` 41: ``k > 3``; 46, 47: three medians required). Both equal θ, so the jackknife
+    interval is (θ, θ); and no RuntimeWarning for the undefined subset (kills 22: ``np.median`` of nothing)."""
+    import warnings
+
+    u = np.array([[10.0, 10.0, 10.0], [10.0, 10.0, 10.0], [0.5, 1.5, 2.5]])
+    r = np.array([[0.0, 1.0, 2.0], [1.0, 2.0, 0.0], [2.0, 0.0, 1.0]])
+    assert np.isnan(klom(u[:2], r[:2])).all() and np.isfinite(klom(u, r)).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        theta, low, high = klom_median_interval(u, r)
+    assert theta == float(np.median(klom(u, r)))
+    assert (low, high) == (theta, theta)
+
+
+def test_klom_median_interval_of_identical_sets_is_zero_at_both_ends():
+    """Runs equal to the retrained models: KLOM 0 on every example and in every leave-one-out fit, so the
+    interval is (0, 0): its lower end is clipped at 0, not above it (kills ``klom_median_interval`` 56)."""
+    r = np.random.default_rng(2).standard_normal((5, 12))
+    assert klom_median_interval(r.copy(), r) == (0.0, 0.0, 0.0)
+
+
+def test_ulira_scores_fit_a_variance_per_side_unless_asked_to_share():
+    """Hayes et al.'s default: a Gaussian per side with its own variance; ``fixed_variance=True`` (LiRA's
+    offline option) one variance for both, which scores differently on sides of unequal spread (kills
+    ``ulira_scores`` 1: the default flipped)."""
+    from attacks.forgetting import ulira_scores
+    from attacks.shadow import keep_matrix
+
+    rng = np.random.default_rng(6)
+    mask = keep_matrix(8, 30, 0)
+    u, r = 1.0 + 3.0 * rng.standard_normal((8, 30)), rng.standard_normal((8, 30))
+    default, own, shared = (ulira_scores(u, r, mask).scores, ulira_scores(u, r, mask, False).scores,
+                            ulira_scores(u, r, mask, True).scores)
+    np.testing.assert_array_equal(default, own)
+    assert not np.allclose(default, shared)
+
