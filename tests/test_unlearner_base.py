@@ -1,0 +1,254 @@
+"""The Unlearner base class and the stopping rule (duck/unlearn/base.py) without training: what a DDP worker is
+sent and sends back, the forget-accuracy rule's checks on a stand-in trainer (when it measures, what it records,
+when it stops), the trainer settings a manual-optimisation method refuses, the setting named when a method
+diverges, the device it runs on, and the result of ``unlearn`` (issue 39: these paths were reached only by the
+DDP tests, which are too slow to run once per mutant)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from refusals import refused
+
+from duck.data.scenarios import build_scenario
+from duck.metrics import split_accuracies
+from duck.unlearn import UnlearnData, create_unlearner, get_unlearner_class
+from duck.unlearn.base import ForgetAccuracyStop, ReferenceModels, Unlearner
+
+
+def _data(synthetic, model, kind="class_removal"):
+    extra = {"forget_classes": [1]} if kind == "class_removal" else {"fraction": 0.1, "seed": 0}
+    sc = build_scenario(kind, synthetic.train.labels, synthetic.test.labels, 4, **extra)
+    return UnlearnData(synthetic.train, sc, 4, "synthetic", split_accuracies(model, synthetic, sc))
+
+
+def _finetune(synthetic, synthetic_model, **hp):
+    model = copy.deepcopy(synthetic_model)
+    data = _data(synthetic, model)
+    return create_unlearner("finetune", model, data, {"lr": 0.1, "batch_size": 32, "epochs": 1, **hp}, seed=0)
+
+
+# --- what a DDP worker receives -----------------------------------------------------------------------------------
+
+
+def test_a_worker_gets_the_data_without_the_model_factory_the_references_or_a_live_iterator(synthetic,
+                                                                                              synthetic_model):
+    """The model factory is a closure and the reference banks hold models: neither is sent to a DDP worker,
+    nor the parent's retain iterator; the rest of the data is the parent's (kills ``__getstate__`` 4-15)."""
+    u = _finetune(synthetic, synthetic_model)
+    u.data.model_factory = lambda: (lambda: None)  # a closure: not picklable
+    u.data.references = ReferenceModels(oracle=object())
+    u._retain_iter = iter([1, 2, 3])
+    state = u.__getstate__()
+    assert state["_retain_iter"] is None
+    assert state["data"].model_factory is None and state["data"].references is None
+    assert state["data"].train is u.data.train and state["data"].scenario is u.data.scenario
+    assert u.data.model_factory is not None and u.data.references is not None  # the parent keeps its own
+    for factory, refs in ((lambda: None, None), (None, ReferenceModels(oracle=object()))):  # either one alone
+        u.data.model_factory, u.data.references = factory, refs
+        dropped = u.__getstate__()["data"]
+        assert dropped.model_factory is None and dropped.references is None
+    u.data.model_factory = u.data.references = None
+    assert u.__getstate__()["data"] is u.data  # nothing to drop: the same object
+    clone = pickle.loads(pickle.dumps(u))
+    assert clone._retain_iter is None and clone.data.retain_idx.tolist() == u.data.retain_idx.tolist()
+
+
+def test_the_workers_state_comes_back_into_the_phase_and_its_stopping_rules(synthetic, synthetic_model):
+    """Worker 0's history, epochs and steps, and each stopping rule's outcome, in the order the rules were
+    given; a count of rules that differs is an error, not a silent partial restore."""
+    u = _finetune(synthetic, synthetic_model)
+    u.phase = "high"
+    rules = [ForgetAccuracyStop(u, 0.01), ForgetAccuracyStop(u, 0.5, every="batch")]
+    state = {"history": [{"phase": "high", "epoch": 1.0, "forget_acc": 0.2}],
+             "stops": [{"reached": 1, "epochs_done": 2}, {"reached": 0, "epochs_done": 3.5}],
+             "log": {"epochs": 3, "steps": 12}}
+    u._restore_worker_state(state, [object(), *rules])  # other callbacks are skipped
+    assert u.history == state["history"] and u.history is not state["history"]
+    assert u.phase_log == {"high": {"epochs": 3, "steps": 12}}
+    assert [(r.reached, r.epochs_done) for r in rules] == [(True, 2.0), (False, 3.5)]
+    assert all(type(r.reached) is bool and type(r.epochs_done) is float for r in rules)
+    with pytest.raises(ValueError):
+        u._restore_worker_state({**state, "stops": state["stops"][:1]}, rules)
+
+
+def test_worker_0_sends_its_phase_state_back(synthetic, synthetic_model):
+    """``on_train_end`` in worker 0 of a data-parallel run: the history, each stopping rule's outcome and the
+    epochs and steps go into the trainer's metrics; other workers and one-process runs send nothing."""
+    u = _finetune(synthetic, synthetic_model)
+    rule = ForgetAccuracyStop(u, 0.01)
+    rule.reached, rule.epochs_done = True, 1.5
+    u.history = [{"phase": "p", "epoch": 1.5, "forget_acc": 0.0}]
+    for world, rank, sent in ((2, 0, True), (2, 1, False), (1, 0, False)):
+        trainer = SimpleNamespace(global_rank=rank, callbacks=[object(), rule], callback_metrics={},
+                                  current_epoch=2, global_step=9)
+        u.world = world
+        u._trainer = trainer  # what Lightning's ``trainer`` property reads
+        u.on_train_end()
+        got = trainer.callback_metrics.get("_unlearner_worker_state")
+        if sent:
+            assert got == {"history": u.history, "stops": [{"reached": True, "epochs_done": 1.5}],
+                           "log": {"epochs": 2, "steps": 9}}
+        else:
+            assert got is None
+
+
+# --- the stopping rule ----------------------------------------------------------------------------------------
+
+
+class _Strategy:
+    def broadcast(self, value, src=0):
+        assert src == 0  # rank 0's measurement decides for every worker
+        return value
+
+
+def _trainer(epoch=0, batches=4):
+    return SimpleNamespace(strategy=_Strategy(), should_stop=False, current_epoch=epoch, num_training_batches=batches)
+
+
+def _measured(accuracies):
+    """A stand-in unlearner whose forget accuracy follows ``accuracies``, one value per measurement."""
+    values = iter(accuracies)
+    return SimpleNamespace(forget_accuracy=lambda: next(values), history=[], phase="high")
+
+
+def test_the_rule_checks_every_epoch_and_stops_at_the_target():
+    u = _measured([0.30, 0.011, 0.01])
+    rule = ForgetAccuracyStop(u, target=0.01)
+    for epoch in range(3):
+        trainer = _trainer(epoch)
+        rule.on_train_batch_end(trainer, None, None, None, 0)  # epoch rule: batches are not checked
+        rule.on_train_epoch_end(trainer, None)
+        if trainer.should_stop:
+            break
+    assert [h["forget_acc"] for h in u.history] == [0.30, 0.011, 0.01]  # 0.011 > 0.01: not yet; A_f <= target
+    assert [h["epoch"] for h in u.history] == [1.0, 2.0, 3.0] and {h["phase"] for h in u.history} == {"high"}
+    assert rule.reached and rule.epochs_done == 3.0 and trainer.should_stop
+
+
+def test_an_epoch_that_misses_the_target_still_counts_as_done():
+    rule = ForgetAccuracyStop(_measured([0.5, 0.4]), target=0.1)
+    for epoch in range(2):
+        trainer = _trainer(epoch)
+        rule.on_train_epoch_end(trainer, None)
+        assert not trainer.should_stop and rule.epochs_done == float(epoch + 1)
+    assert not rule.reached
+
+
+def test_the_batch_rule_measures_after_each_batch_at_its_share_of_the_epoch():
+    """``every="batch"``: after batch i of n in epoch e the rule records epoch e + (i + 1) / n (rounded to 4
+    places) and stops there; the epoch's end does not measure again."""
+    u = _measured([0.9, 0.6, 0.0])
+    rule = ForgetAccuracyStop(u, target=0.01, every="batch")
+    trainer = _trainer(epoch=1, batches=3)
+    for i in range(3):
+        rule.on_train_batch_end(trainer, None, None, None, i)
+    assert [h["epoch"] for h in u.history] == [1.3333, 1.6667, 2.0]
+    assert rule.reached and rule.epochs_done == pytest.approx(2.0) and trainer.should_stop
+    rule.on_train_epoch_end(trainer, None)
+    rule.on_train_batch_end(trainer, None, None, None, 0)
+    assert len(u.history) == 3 and rule.epochs_done == pytest.approx(2.0)  # reached: nothing more
+
+
+def test_a_loader_without_a_known_length_counts_as_one_batch_per_epoch():
+    u = _measured([0.5])
+    rule = ForgetAccuracyStop(u, target=0.01, every="batch")
+    rule.on_train_batch_end(_trainer(epoch=0, batches=0), None, None, None, 0)
+    assert u.history[0]["epoch"] == 1.0
+
+
+def test_the_rule_waits_for_min_epochs_then_measures():
+    """``after_epochs=2`` (NegGrad+ / SalUn ``min_epochs``): no measurement before epoch 2 ends, even by a batch
+    rule at 1.999..., then the usual rule."""
+    u = _measured([0.0, 0.0])
+    rule = ForgetAccuracyStop(u, target=0.01, after_epochs=2)
+    rule.on_train_epoch_end(_trainer(0), None)
+    assert u.history == [] and not rule.reached and rule.epochs_done == 1.0
+    rule.on_train_epoch_end(_trainer(1), None)
+    assert rule.reached and rule.epochs_done == 2.0 and len(u.history) == 1
+    early = ForgetAccuracyStop(_measured([0.0, 0.0]), target=0.01, every="batch", after_epochs=2)
+    trainer = _trainer(epoch=1, batches=1000)
+    early.on_train_batch_end(trainer, None, None, None, 998)  # 1.999
+    assert not early.reached and early.unlearner.history == []
+    early.on_train_batch_end(trainer, None, None, None, 999)  # 2.0
+    assert early.reached and early.epochs_done == 2.0
+
+
+def test_the_rule_defaults_and_refusal():
+    rule = ForgetAccuracyStop(_measured([]), target=np.float32(0.25))
+    assert (rule.every, rule.after_epochs, rule.reached, rule.epochs_done) == ("epoch", 0, False, 0.0)
+    assert type(rule.target) is float and type(rule.after_epochs) is int
+    with refused("stop_check='epochs': use 'epoch' or 'batch'"):
+        ForgetAccuracyStop(_measured([]), target=0.1, every="epochs")
+
+
+# --- settings, devices, the result --------------------------------------------------------------------------------
+
+
+def test_a_manual_optimisation_method_refuses_clipping_and_accumulation():
+    duck = get_unlearner_class("duck")
+    assert duck.manual_optimization
+    for key, value in (("gradient_clip_val", 1.0), ("accumulate_grad_batches", 2)):
+        with refused(f"trainer.{key}={value!r} cannot be used with method 'duck': it steps its optimiser itself "
+                     "(manual optimisation), which Lightning does not clip or accumulate; remove "
+                     f"trainer.{key}"):
+            duck.check_trainer_cfg({key: value})
+    for neutral in ({"gradient_clip_val": None}, {"gradient_clip_val": 0}, {"gradient_clip_val": 0.0},
+                    {"accumulate_grad_batches": 1}, {"accumulate_grad_batches": None}, {}, None):
+        duck.check_trainer_cfg(neutral)
+    get_unlearner_class("finetune").check_trainer_cfg({"gradient_clip_val": 1.0, "accumulate_grad_batches": 4})
+
+
+def test_the_divergence_error_names_the_learning_rates_the_method_has(synthetic, synthetic_model):
+    u = _finetune(synthetic, synthetic_model, lr=0.05)
+    assert u.divergence_setting() == "method.lr=0.05"
+    u.hp = {"lr": 0.1, "low_lr": 2e-4, "erm_lr": None}
+    assert u.divergence_setting() == "method.lr=0.1 / method.low_lr=0.0002"
+    u.hp = {"other": 1}
+    assert u.divergence_setting() == "the method's learning rate"
+
+
+def test_the_device_follows_the_accelerator(synthetic, synthetic_model):
+    u = _finetune(synthetic, synthetic_model)
+    cuda = torch.cuda.is_available()
+    for acc, want in (("cpu", "cpu"), ("gpu", "cuda" if cuda else "cpu"), ("cuda", "cuda" if cuda else "cpu"),
+                      ("auto", "cuda" if cuda else "cpu"), ("mps", "cpu")):
+        u.trainer_cfg = {"accelerator": acc}
+        assert u.trainer_device().type == want
+    u.trainer_cfg = {}
+    assert u.trainer_device().type == ("cuda" if cuda else "cpu")  # no accelerator: auto
+
+
+def test_the_batch_that_splits_over_workers_is_the_methods_batch_size(synthetic, synthetic_model):
+    u = _finetune(synthetic, synthetic_model, batch_size=48)
+    assert u.parallel_batch_size() == 48
+    u.hp = {"lr": 0.1}
+    assert u.parallel_batch_size() is None
+
+
+class _Scripted(Unlearner):
+    """A method whose run returns a fixed record (no training)."""
+
+    method_name = "scripted"
+
+    def run(self):
+        self.phase_log["only"] = {"epochs": 2, "steps": 5}
+        return {"epochs": 2, "reached_target": True, "note": "x"}
+
+
+def test_unlearn_times_the_run_and_moves_its_record_into_the_result(synthetic, synthetic_model):
+    model = copy.deepcopy(synthetic_model)
+    u = _Scripted(model, _data(synthetic, model), {}, seed=3)
+    result = u.unlearn()
+    assert (result.epochs, result.reached_target) == (2.0, True) and type(result.epochs) is float
+    assert result.info == {"note": "x", "phases": {"only": {"epochs": 2, "steps": 5}}}  # no one_off_s: needs none
+    assert result.model is model and not model.training and result.time_s >= 0
+    assert result.history is u.history
+    assert Unlearner.prepare(u) == 0.0
+    with pytest.raises(NotImplementedError):
+        Unlearner.run(u)
