@@ -277,3 +277,37 @@ def test_ulira_scores_fit_a_variance_per_side_unless_asked_to_share():
     np.testing.assert_array_equal(default, own)
     assert not np.allclose(default, shared)
 
+
+
+@pytest.mark.parametrize("fixed_variance", [False, True])
+def test_ulira_pair_jackknife_is_the_leave_one_pair_out_auc_refitted_by_hand(fixed_variance):
+    """The AUC of the leave-one-pair-out scores and, for each pair j, the AUC of the whole attack rerun on the
+    other pairs, with the variance option passed to every fit; then θ ± 1.95996·SE by default (level 0.95),
+    clipped to [0, 1] (kills ``ulira_pair_aucs`` 1, 10, 14, 29, 33 and ``ulira_pair_jackknife`` 1, 7: the
+    option dropped or its default flipped, another default level)."""
+    from attacks.forgetting import ulira_pair_aucs, ulira_pair_jackknife, ulira_scores
+    from attacks.roc import auc_score
+    from attacks.shadow import keep_matrix
+
+    rng = np.random.default_rng(9)
+    e = 8
+    mask = keep_matrix(e, 24, 2)
+    u, r = 0.4 + 2.5 * rng.standard_normal((e, 24)), rng.standard_normal((e, 24))
+
+    def auc_of(keep):
+        s = ulira_scores(u[keep], r[keep], mask[keep], fixed_variance)
+        return auc_score(s.scores, s.is_unlearned)
+
+    theta = auc_of(np.arange(e))
+    loo = np.array([auc_of(np.delete(np.arange(e), j)) for j in range(e)])
+    got_theta, got_loo = ulira_pair_aucs(u, r, mask, fixed_variance)
+    assert got_theta == theta
+    np.testing.assert_array_equal(got_loo, loo)
+    half = Z95 * math.sqrt((e - 1) / e * ((loo - loo.mean()) ** 2).sum())
+    want = (theta, max(0.0, theta - half), min(1.0, theta + half))
+    assert ulira_pair_jackknife(u, r, mask, fixed_variance=fixed_variance) == pytest.approx(want, rel=1e-12)
+    other = ulira_pair_aucs(u, r, mask, not fixed_variance)
+    assert other[0] != theta and not np.array_equal(other[1], loo)  # the option matters on these sides
+    if not fixed_variance:  # the default
+        assert ulira_pair_aucs(u, r, mask)[0] == theta
+        assert ulira_pair_jackknife(u, r, mask) == pytest.approx(want, rel=1e-12)
