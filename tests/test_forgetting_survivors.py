@@ -311,3 +311,188 @@ def test_ulira_pair_jackknife_is_the_leave_one_pair_out_auc_refitted_by_hand(fix
     if not fixed_variance:  # the default
         assert ulira_pair_aucs(u, r, mask)[0] == theta
         assert ulira_pair_jackknife(u, r, mask) == pytest.approx(want, rel=1e-12)
+
+
+def test_ulira_pair_jackknife_clips_at_an_auc_of_one():
+    """Shadows 2 sd apart on 6 examples: AUC 0.83 with a jackknife half-width past 1 − AUC, so the upper end is
+    exactly 1, the largest AUC there is (kills ``ulira_pair_jackknife`` 21: the clip at 2)."""
+    from attacks.forgetting import ulira_pair_aucs, ulira_pair_jackknife
+    from attacks.shadow import keep_matrix
+
+    rng = np.random.default_rng(0)
+    mask = keep_matrix(8, 6, 0)
+    u, r = 2.0 + rng.standard_normal((8, 6)), rng.standard_normal((8, 6))
+    theta, loo = ulira_pair_aucs(u, r, mask)
+    half = Z95 * math.sqrt(7 / 8 * ((loo - loo.mean()) ** 2).sum())
+    assert theta + half > 1.0 > theta - half > 0.0
+    assert ulira_pair_jackknife(u, r, mask) == pytest.approx((theta, theta - half, 1.0), rel=1e-12)
+
+
+# --- U-LiRA's Gaussians and scores (the survivors of session q's fresh run) ---------------------------------------
+
+
+def _moments_by_hand(x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column: the mean and the n − 1 standard deviation of the values where the mask is true, by loops."""
+    mu, sd = [], []
+    for j in range(x.shape[1]):
+        vals = [float(x[i, j]) for i in range(x.shape[0]) if m[i, j]]
+        mean = sum(vals) / len(vals)
+        mu.append(mean)
+        sd.append(math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)))
+    return np.array(mu), np.array(sd)
+
+
+def test_fit_gaussians_are_the_masked_moments_by_hand():
+    """Each side's per-example mean and SD over its masked-in models only (a masked-out value adds nothing to
+    either sum: kills ``fit_gaussians`` 30, 44), with no mask every model, floored at a quarter of the median
+    SD (one example with almost no spread is lifted to it: kills 62, ``SD_FLOOR_SHARE /``)."""
+    from attacks.forgetting import SD_FLOOR_SHARE, fit_gaussians
+
+    rng = np.random.default_rng(11)
+    u, r = 5.0 + rng.standard_normal((9, 7)), -3.0 + 2.0 * rng.standard_normal((9, 7))
+    r[:, 3] = 1.0 + 1e-9 * np.arange(9)  # almost constant: its SD is floored
+    mu_, mr_ = rng.random((9, 7)) < 0.6, rng.random((9, 7)) < 0.6
+    mu_[:2], mr_[:2] = True, True  # at least two models in every column
+    fit = fit_gaussians(u, r, mu_, mr_)
+    want_mu_u, want_sd_u = _moments_by_hand(u, mu_)
+    want_mu_r, want_sd_r = _moments_by_hand(r, mr_)
+    np.testing.assert_allclose(fit.mu_u, want_mu_u, rtol=1e-12)
+    np.testing.assert_allclose(fit.mu_r, want_mu_r, rtol=1e-12)
+    np.testing.assert_allclose(fit.sd_u, np.maximum(want_sd_u, SD_FLOOR_SHARE * np.median(want_sd_u)), rtol=1e-12)
+    floor_r = SD_FLOOR_SHARE * np.median(want_sd_r)
+    assert want_sd_r[3] < floor_r and fit.sd_r[3] == pytest.approx(floor_r, rel=1e-12)
+    np.testing.assert_allclose(fit.sd_r, np.maximum(want_sd_r, floor_r), rtol=1e-12)
+    whole = fit_gaussians(u, r)
+    np.testing.assert_allclose(whole.mu_u, u.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(whole.sd_u, np.maximum(u.std(axis=0, ddof=1),
+                                                      SD_FLOOR_SHARE * np.median(u.std(axis=0, ddof=1))), rtol=1e-12)
+
+
+def test_fit_gaussians_with_a_fixed_variance_pool_the_variances_per_side():
+    """``fixed_variance``: σ = √(mean over the examples of the per-example variances), one per side, as an
+    array over the examples (kills ``fit_gaussians`` 51: a 0-d σ)."""
+    from attacks.forgetting import fit_gaussians
+
+    rng = np.random.default_rng(12)
+    u, r = rng.standard_normal((6, 5)) * np.arange(1, 6), rng.standard_normal((6, 5))
+    fit = fit_gaussians(u, r, fixed_variance=True)
+    for sd, x in ((fit.sd_u, u), (fit.sd_r, r)):
+        assert sd.shape == (5,)
+        np.testing.assert_allclose(sd, np.full(5, math.sqrt(x.var(axis=0, ddof=1).mean())), rtol=1e-12)
+
+
+def test_fit_gaussians_compute_in_float64():
+    """float32 margins (what a model gives) are fitted in float64: the same moments, to the bit, as the float64
+    copies (kills ``fit_gaussians`` 76, 78, 85, 87: a side fitted in float32)."""
+    from attacks.forgetting import fit_gaussians
+
+    rng = np.random.default_rng(13)
+    u32, r32 = rng.standard_normal((6, 40)).astype(np.float32), rng.standard_normal((6, 40)).astype(np.float32)
+    want = fit_gaussians(u32.astype(np.float64), r32.astype(np.float64))
+    got = fit_gaussians(u32, r32)
+    for name in ("mu_u", "sd_u", "mu_r", "sd_r"):
+        assert getattr(got, name).dtype == np.float64
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+
+
+def test_fit_gaussians_need_two_models_per_example_on_each_side():
+    """Two masked-in models per example are enough (an SD has one degree of freedom; kills ``fit_gaussians`` 13,
+    14); one is refused with the whole message, on either side (kills 15-20)."""
+    from attacks.forgetting import fit_gaussians
+
+    rng = np.random.default_rng(14)
+    u, r = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    two = np.zeros((4, 3), dtype=bool)
+    two[:2] = True
+    fit = fit_gaussians(u, r, two, two)
+    np.testing.assert_allclose(fit.mu_u, u[:2].mean(axis=0), rtol=1e-12)
+    one = two.copy()
+    one[1, 2] = False
+    message = ("U-LiRA needs every example to be forgotten by at least 2 unlearned and absent from at least 2 "
+               "retrained models; use more shadow pairs")
+    with refused(message):
+        fit_gaussians(u, r, one, two)
+    with refused(message):
+        fit_gaussians(u, r, two, one)
+
+
+def test_gaussian_fit_scores_the_selected_examples():
+    """``score(φ, cols)`` uses the Gaussians of the examples ``cols`` only, in that order: the log-likelihood
+    ratio by scipy for those columns (kills ``GaussianFit.score`` 3: the selection ignored)."""
+    from scipy.stats import norm
+
+    from attacks.forgetting import GaussianFit
+
+    fit = GaussianFit(mu_u=np.array([0.0, 1.0, 2.0]), sd_u=np.array([1.0, 2.0, 3.0]),
+                      mu_r=np.array([-1.0, 0.0, 1.0]), sd_r=np.array([0.5, 1.0, 1.5]))
+    phi = np.array([0.3, -0.7])
+    cols = np.array([2, 0])
+    want = norm.logpdf(phi, [2.0, 0.0], [3.0, 1.0]) - norm.logpdf(phi, [1.0, -1.0], [1.5, 0.5])
+    np.testing.assert_allclose(fit.score(phi, cols), want, rtol=1e-12)
+
+
+def test_ulira_scores_bookkeeping_by_hand():
+    """Pair 0 holds no forget example (skipped, and the pairs after it still scored: kills ``ulira_scores`` 27,
+    ``break``), pair 1 exactly one (scored: kills 26), the others several: every IN (pair, example) is scored
+    once a side, the unlearned shadow first, with its pair and example recorded (kills 62, 63, 73)."""
+    from attacks.forgetting import fit_gaussians, ulira_scores
+
+    rng = np.random.default_rng(15)
+    e, f = 10, 6
+    mask = rng.random((e, f)) < 0.7
+    mask[0] = False
+    mask[1] = False
+    mask[1, 4] = True
+    mask[2:6] = True  # every example IN for at least four pairs besides the one left out
+    u, r = 1.0 + rng.standard_normal((e, f)), rng.standard_normal((e, f))
+    s = ulira_scores(u, r, mask)
+    want_scores, want_pairs, want_examples, want_labels = [], [], [], []
+    for k in range(e):
+        cols = np.flatnonzero(mask[k])
+        if cols.size == 0:
+            continue
+        rest = mask.copy()
+        rest[k] = False
+        fit = fit_gaussians(u[:, cols], r[:, cols], rest[:, cols], rest[:, cols])
+        want_scores += [fit.score(u[k, cols]), fit.score(r[k, cols])]
+        want_labels += [np.ones(cols.size, bool), np.zeros(cols.size, bool)]
+        want_pairs.append(np.full(2 * cols.size, k))
+        want_examples += [cols, cols]
+    np.testing.assert_array_equal(s.scores, np.concatenate(want_scores))
+    np.testing.assert_array_equal(s.is_unlearned, np.concatenate(want_labels))
+    np.testing.assert_array_equal(s.pair, np.concatenate(want_pairs))
+    np.testing.assert_array_equal(s.example, np.concatenate(want_examples))
+    assert 0 not in s.pair and (s.pair == 1).sum() == 2 and s.example[s.pair == 1].tolist() == [4, 4]
+    assert len(s.scores) == len(s.pair) == len(s.example) == 2 * int(mask.sum())
+    ints = ulira_scores(u, r, mask.astype(np.int64))  # a 0/1 mask is read as truth values (kills 29)
+    np.testing.assert_array_equal(ints.scores, s.scores)
+    np.testing.assert_array_equal(ints.example, s.example)
+
+
+def test_ulira_scores_refusals_in_full():
+    """A retrained array of another shape than the unlearned one and the mask is refused, naming the three
+    shapes (kills ``ulira_scores`` 16, 19: ``and``); no IN example in any pair is refused (kills 66-69)."""
+    from attacks.forgetting import ulira_scores
+
+    u, mask = np.zeros((8, 5)), np.ones((8, 5), dtype=bool)
+    with refused("U-LiRA needs phi and IN masks of one shape (pairs, examples), got (8, 5), (8, 4) and (8, 5)"):
+        ulira_scores(u, np.zeros((8, 4)), mask)
+    with refused("U-LiRA found no forget example in any shadow's training data"):
+        ulira_scores(u, u, np.zeros((8, 5), dtype=bool))
+
+
+def test_ulira_scores_pass_the_variance_option_to_every_fit():
+    """``fixed_variance=True`` reaches each leave-one-pair-out fit: the scores are those of fits with the pooled
+    variance (kills ``ulira_scores`` 36, 41)."""
+    from attacks.forgetting import fit_gaussians, ulira_scores
+    from attacks.shadow import keep_matrix
+
+    rng = np.random.default_rng(16)
+    mask = keep_matrix(8, 12, 3)
+    u, r = rng.standard_normal((8, 12)) * 3.0, rng.standard_normal((8, 12))
+    s = ulira_scores(u, r, mask, fixed_variance=True)
+    cols = np.flatnonzero(mask[0])
+    rest = mask.copy()
+    rest[0] = False
+    fit = fit_gaussians(u[:, cols], r[:, cols], rest[:, cols], rest[:, cols], fixed_variance=True)
+    np.testing.assert_array_equal(s.scores[:cols.size], fit.score(u[0, cols]))
