@@ -252,3 +252,80 @@ def test_unlearn_times_the_run_and_moves_its_record_into_the_result(synthetic, s
     assert Unlearner.prepare(u) == 0.0
     with pytest.raises(NotImplementedError):
         Unlearner.run(u)
+
+
+# --- the loaders and the retain stream ------------------------------------------------------------------------------
+
+
+def _order(loader):
+    return [int(i) for _, _, ids in loader for i in ids]
+
+
+def _batches(loader):
+    return [len(ids) for _, _, ids in loader]
+
+
+def test_the_retain_loader_shuffles_with_the_job_seed_and_keeps_the_last_batch(synthetic, synthetic_model):
+    """Defaults: shuffled by a generator seeded with the job's seed (+ 0), every retain sample once, the last
+    partial batch kept (kills ``retain_loader`` 2, 3: another default offset, ``drop_last``); ``drop_last=True``
+    drops it only when there is more than one batch (kills 18: ``or``)."""
+    from duck.data.loaders import make_loader
+
+    u = _finetune(synthetic, synthetic_model)
+    n = len(u.data.retain_idx)
+    assert n % 32 != 0
+    want = _order(make_loader(u.data.train, 32, shuffle=True, seed=u.seed, indices=u.data.retain_idx))
+    assert _order(u.retain_loader(32)) == want and sorted(want) == sorted(u.data.retain_idx.tolist())
+    assert _order(u.retain_loader(32, seed_offset=5)) == _order(
+        make_loader(u.data.train, 32, shuffle=True, seed=u.seed + 5, indices=u.data.retain_idx))
+    assert _batches(u.retain_loader(32, drop_last=True)) == [32] * (n // 32)
+    assert sum(_batches(u.retain_loader(n + 10, drop_last=True))) == n  # one batch: nothing dropped
+    assert _order(u.retain_loader(32, shuffle=False)) == u.data.retain_idx.tolist()
+
+
+def test_the_forget_loader_has_its_own_seed_and_splits_batches_per_worker(synthetic, synthetic_model):
+    """Forget batches shuffled with seed + 7919 + offset (kills ``forget_loader`` 1, 6, 11, 12, 18); under DDP
+    each of the workers takes batch / world of a batch unless ``per_worker=False`` (kills 3, 15-17)."""
+    from duck.data.loaders import make_loader
+
+    u = _finetune(synthetic, synthetic_model)
+    forget = u.data.forget_idx
+    for offset in (0, 5):
+        want = _order(make_loader(u.data.train, 8, shuffle=True, seed=u.seed + 7919 + offset, indices=forget))
+        assert _order(u.forget_loader(8, seed_offset=offset)) == want
+    assert _order(u.forget_loader(8)) != _order(u.forget_loader(8, seed_offset=5))
+    assert _order(u.forget_loader(8, shuffle=False)) == forget.tolist()
+    u.world = 2
+    assert _batches(u.forget_loader(8, shuffle=False))[0] == 4  # per worker by default
+    assert _batches(u.forget_loader(8, shuffle=False, per_worker=False))[0] == 8
+    assert _batches(u.retain_loader(8, shuffle=False))[0] == 4
+
+
+def test_the_retain_stream_is_the_workers_own_endless_reshuffled_loader(synthetic, synthetic_model):
+    """``next_retain_batch`` before ``start_retain_stream`` is a usage error, said in full (kills
+    ``next_retain_batch`` 4-6); one process draws retain batches with seed offset 104729 and drops the partial
+    batch, cycling on; DDP worker r with 104729 + 7727 r (kills 8-11, 21, 24)."""
+    from duck.data.loaders import make_loader
+
+    u = _finetune(synthetic, synthetic_model)
+    with pytest.raises(RuntimeError) as e:
+        u.next_retain_batch()
+    assert str(e.value) == "call start_retain_stream() before next_retain_batch()"
+    n_batches = len(u.data.retain_idx) // 16
+
+    def stream_ids(offset, count):
+        loader = make_loader(u.data.train, 16 // u.world, shuffle=True, seed=u.seed + offset,
+                             indices=u.data.retain_idx, drop_last=True)
+        out = []
+        while len(out) < count:
+            out += [ids.tolist() for _, _, ids in loader]
+        return out[:count]
+
+    u.start_retain_stream(16)
+    got = [u.next_retain_batch()[2].tolist() for _ in range(n_batches + 2)]  # past one pass: a new shuffle
+    assert got == stream_ids(104729, n_batches + 2) and got[n_batches] != got[0]
+    assert all(len(b) == 16 for b in got)
+    u.world = 2
+    u._trainer = SimpleNamespace(global_rank=1)
+    u.start_retain_stream(16)
+    assert [u.next_retain_batch()[2].tolist() for _ in range(3)] == stream_ids(104729 + 7727, 3)
