@@ -329,3 +329,45 @@ def test_the_retain_stream_is_the_workers_own_endless_reshuffled_loader(syntheti
     u._trainer = SimpleNamespace(global_rank=1)
     u.start_retain_stream(16)
     assert [u.next_retain_batch()[2].tolist() for _ in range(3)] == stream_ids(104729 + 7727, 3)
+
+
+def test_a_phase_runs_with_the_jobs_trainer_settings_and_a_named_divergence_guard(synthetic, synthetic_model):
+    """``fit_phase``: the job's ``trainer.*`` settings reach the phase's trainer (two batches an epoch here: kills
+    ``fit_phase`` 8, 13), no progress bar unless asked (15), a non-finite guard naming the method and the
+    learning rate to lower (3, 4), and the phase's epochs and steps logged."""
+    from duck.training import NonFiniteGuard
+
+    u = _finetune(synthetic, synthetic_model, lr=0.02)
+    u.trainer_cfg = {**u.trainer_cfg, "limit_train_batches": 2}
+    trainer = u.fit_phase("only", u.retain_loader(16), 2)
+    assert u.phase == "only" and u.phase_log == {"only": {"epochs": 2, "steps": 4}}
+    assert trainer.progress_bar_callback is None
+    guards = [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)]
+    assert [(g.what, g.setting) for g in guards] == [("unlearning with finetune", "method.lr=0.02")]
+
+
+def test_augmentation_applies_the_datas_names_and_nothing_without_them(synthetic, synthetic_model):
+    """``augment``: the data's augmentations on a batch (a flip, drawn from torch's stream: the same draw as
+    ``apply_augment`` with the same seed), the batch itself when there are none (kills ``augment`` 1-6)."""
+    from duck.data.augment import apply_augment
+
+    u = _finetune(synthetic, synthetic_model)
+    x = torch.arange(2 * 8 * 8, dtype=torch.float32).reshape(2, 1, 8, 8).repeat(4, 1, 1, 1)
+    assert u.augment(x) is x
+    u.data.augment = ("flip",)
+    torch.manual_seed(3)
+    want = apply_augment(x, ["flip"])
+    torch.manual_seed(3)
+    got = u.augment(x)
+    assert torch.equal(got, want) and not torch.equal(got, x)
+
+
+def test_the_stopping_target_defaults_to_one_percent_for_class_removal(synthetic, synthetic_model):
+    """Class removal: ``A_f <= 0 + tolerance`` with tolerance 0.01 by default (kills ``forget_target`` 1);
+    homogeneous removal: the original's test accuracy, whatever the tolerance."""
+    u = _finetune(synthetic, synthetic_model)
+    assert u.forget_target() == 0.01 and u.forget_target(0.2) == 0.2
+    model = copy.deepcopy(synthetic_model)
+    data = _data(synthetic, model, "homogeneous_removal")
+    h = create_unlearner("finetune", model, data, {"lr": 0.1, "batch_size": 32, "epochs": 1}, seed=0)
+    assert h.forget_target() == h.forget_target(0.3) == data.original_acc["test"]
