@@ -334,7 +334,7 @@ def test_the_retain_stream_is_the_workers_own_endless_reshuffled_loader(syntheti
 def test_a_phase_runs_with_the_jobs_trainer_settings_and_a_named_divergence_guard(synthetic, synthetic_model):
     """``fit_phase``: the job's ``trainer.*`` settings reach the phase's trainer (two batches an epoch here: kills
     ``fit_phase`` 8, 13), no progress bar unless asked (15), a non-finite guard naming the method and the
-    learning rate to lower (3, 4), and the phase's epochs and steps logged."""
+    learning rate to lower (3, 4), the phase's own trainer overrides (23), and the phase's epochs and steps logged."""
     from duck.training import NonFiniteGuard
 
     u = _finetune(synthetic, synthetic_model, lr=0.02)
@@ -344,6 +344,9 @@ def test_a_phase_runs_with_the_jobs_trainer_settings_and_a_named_divergence_guar
     assert trainer.progress_bar_callback is None
     guards = [cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)]
     assert [(g.what, g.setting) for g in guards] == [("unlearning with finetune", "method.lr=0.02")]
+    u.trainer_cfg = {k: v for k, v in u.trainer_cfg.items() if k != "limit_train_batches"}
+    u.fit_phase("short", u.retain_loader(16), 2, limit_train_batches=1)  # the phase's own overrides (kills 23)
+    assert u.phase_log["short"] == {"epochs": 2, "steps": 2}
 
 
 def test_augmentation_applies_the_datas_names_and_nothing_without_them(synthetic, synthetic_model):
