@@ -145,7 +145,10 @@ def diff_of(wd: Path, file: str, name: str) -> str:
 
 
 def mutated_lines(diff: str) -> list[str]:
-    return [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    """The lines a mutant adds; for a mutant that only deletes (an argument line dropped), ``deleted: LINE``."""
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return added or [f"deleted: {line[1:].strip()}" for line in diff.splitlines()
+                     if line.startswith("-") and not line.startswith("---")]
 
 
 def not_mutated(file: str) -> list[str]:

@@ -125,3 +125,19 @@ def test_custom_model_probe_batch(monkeypatch):
     expected = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     same(expected, seen[0])
     same(expected, seen[1])
+
+
+def test_spn_with_a_categorical_column():
+    """The categorical codes' domain check builds its tensor beside the data, not on the default device: an SPN
+    with a categorical column learns and scores under a non-CPU default (it raised "Tensor on device meta is not
+    on the expected device cpu")."""
+    from duck.deletion import learn_spn
+
+    rng = np.random.default_rng(0)
+    data = np.column_stack([rng.normal(size=40), rng.integers(0, 3, 40)])
+
+    def build_and_score():
+        spn = learn_spn(data, ["gaussian", "categorical"], min_instances=10, device="cpu")
+        return spn.log_likelihood(data)
+
+    same(build_and_score(), under_meta(build_and_score))

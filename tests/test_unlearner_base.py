@@ -374,3 +374,29 @@ def test_the_stopping_target_defaults_to_one_percent_for_class_removal(synthetic
     data = _data(synthetic, model, "homogeneous_removal")
     h = create_unlearner("finetune", model, data, {"lr": 0.1, "batch_size": 32, "epochs": 1}, seed=0)
     assert h.forget_target() == h.forget_target(0.3) == data.original_acc["test"]
+
+
+def test_a_data_parallel_phase_takes_worker_0s_state_from_the_trainer(synthetic, synthetic_model, monkeypatch):
+    """Under DDP (world 2) the phase trains through ``fit`` with the world size, then takes the history, epochs,
+    steps and each stopping rule's outcome that worker 0 left in the trainer's metrics, removing them from there
+    (kills ``fit_phase`` 33, 35-40); the trainer itself is a stand-in here (DDP runs in tests/test_ddp.py)."""
+    import duck.unlearn.base as base
+
+    u = _finetune(synthetic, synthetic_model)
+    u.world = 2
+    rule = ForgetAccuracyStop(u, 0.01)
+    sent = {"history": [{"phase": "ddp", "epoch": 1.0, "forget_acc": 0.0}],
+            "stops": [{"reached": True, "epochs_done": 1.0}], "log": {"epochs": 1, "steps": 3}}
+    calls = []
+
+    def fake_fit(trainer, module, loader, world=1):
+        calls.append((module, world))
+        trainer.callback_metrics[base.WORKER_STATE] = sent
+
+    monkeypatch.setattr(base, "build_trainer", lambda cfg, **kw: SimpleNamespace(callback_metrics={}, kw=kw))
+    monkeypatch.setattr(base, "fit", fake_fit)
+    trainer = u.fit_phase("ddp", u.retain_loader(16), 1, callbacks=[rule])
+    assert calls == [(u, 2)]
+    assert base.WORKER_STATE not in trainer.callback_metrics
+    assert u.history == sent["history"] and u.phase_log == {"ddp": {"epochs": 1, "steps": 3}}
+    assert (rule.reached, rule.epochs_done) == (True, 1.0)

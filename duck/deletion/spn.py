@@ -324,7 +324,7 @@ def _check_codes(X: torch.Tensor, n_categories: Sequence[int], name: str) -> Non
     if not cat_cols:
         return
     C = X[:, cat_cols]  # (m, Vc)
-    K = torch.tensor([n_categories[v] for v in cat_cols], dtype=X.dtype)  # (Vc,)
+    K = torch.tensor([n_categories[v] for v in cat_cols], dtype=X.dtype, device=X.device)  # (Vc,)
     bad = ~torch.isnan(C) & ((C != C.round()) | (C < 0) | (C >= K))
     if bool(bad.any()):
         j = int(bad.any(0).nonzero()[0])
