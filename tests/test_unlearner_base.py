@@ -400,3 +400,15 @@ def test_a_data_parallel_phase_takes_worker_0s_state_from_the_trainer(synthetic,
     assert base.WORKER_STATE not in trainer.callback_metrics
     assert u.history == sent["history"] and u.phase_log == {"ddp": {"epochs": 1, "steps": 3}}
     assert (rule.reached, rule.epochs_done) == (True, 1.0)
+
+
+def test_a_batch_rule_does_not_measure_again_at_the_epochs_end():
+    """``every="batch"`` that has not reached its target: the epoch's end only records the epochs done, it does
+    not measure A_f a second time (kills ``on_train_epoch_end`` 1: ``or``)."""
+    u = _measured([0.9, 0.8])
+    rule = ForgetAccuracyStop(u, target=0.01, every="batch")
+    trainer = _trainer(epoch=0, batches=2)
+    for i in range(2):
+        rule.on_train_batch_end(trainer, None, None, None, i)
+    rule.on_train_epoch_end(trainer, None)
+    assert [h["epoch"] for h in u.history] == [0.5, 1.0] and not rule.reached and rule.epochs_done == 1.0
