@@ -209,6 +209,8 @@ def test_the_divergence_error_names_the_learning_rates_the_method_has(synthetic,
     assert u.divergence_setting() == "method.lr=0.05"
     u.hp = {"lr": 0.1, "low_lr": 2e-4, "erm_lr": None}
     assert u.divergence_setting() == "method.lr=0.1 / method.low_lr=0.0002"
+    u.hp = {"erm_lr": 0.5, "lr": None}
+    assert u.divergence_setting() == "method.erm_lr=0.5"
     u.hp = {"other": 1}
     assert u.divergence_setting() == "the method's learning rate"
 
@@ -412,3 +414,97 @@ def test_a_batch_rule_does_not_measure_again_at_the_epochs_end():
         rule.on_train_batch_end(trainer, None, None, None, i)
     rule.on_train_epoch_end(trainer, None)
     assert [h["epoch"] for h in u.history] == [0.5, 1.0] and not rule.reached and rule.epochs_done == 1.0
+
+
+class _Seeded(Unlearner):
+    """Records what the run sees: the random streams, the worker-seeding flag; ``needs`` set per test."""
+
+    method_name = "seeded"
+
+    def prepare(self):
+        torch.rand(5), np.random.rand(5)
+        return 2
+
+    def run(self):
+        import os
+        import time
+
+        self.seen = (torch.rand(3).tolist(), np.random.rand(3).tolist(), os.environ.get("PL_SEED_WORKERS"))
+        time.sleep(0.05)
+        return {}
+
+
+def _seeded_streams(seed):
+    import lightning as L
+
+    L.seed_everything(seed, verbose=False)
+    return torch.rand(3).tolist(), np.random.rand(3).tolist()
+
+
+@pytest.mark.parametrize("needs", [(), ("oracle",)])
+def test_unlearn_seeds_the_run_after_the_reference_models(synthetic, synthetic_model, caplog, monkeypatch, needs):
+    """The run draws from the streams of the job's seed, with DataLoader workers seeded too and nothing logged
+    about it (kills ``unlearn`` 1, 3-8); a method with reference models prepares them first (their draws come
+    first), is reseeded, so the run sees the same streams, and reports their cost as a float ``one_off_s`` (kills
+    12-20, 45-48); a run that returns no epochs or target gets 0.0 and None (kills 63, 65, 68, 71); the time
+    is the run's wall time, not a sum of clock readings (kills 31)."""
+    import logging
+    import time
+
+    monkeypatch.delenv("PL_SEED_WORKERS", raising=False)
+    model = copy.deepcopy(synthetic_model)
+    data = _data(synthetic, model)
+    if needs:
+        data.references = ReferenceModels(oracle=lambda seed, pool: None)
+    monkeypatch.setattr(_Seeded, "needs", needs)
+    u = _Seeded(model, data, {}, seed=11)
+    seed_log = logging.getLogger("lightning.fabric.utilities.seed")  # lightning's loggers do not propagate
+    seed_log.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger=seed_log.name)
+    try:
+        t0 = time.perf_counter()
+        result = u.unlearn()
+        wall = time.perf_counter() - t0
+    finally:
+        seed_log.removeHandler(caplog.handler)
+    torch_draws, numpy_draws, workers = u.seen
+    assert (torch_draws, numpy_draws) == _seeded_streams(11) and workers == "1"
+    assert not [r for r in caplog.records if "Seed set to" in r.getMessage()]
+    assert 0.05 <= result.time_s <= wall
+    assert (result.epochs, result.reached_target) == (0.0, None)
+    if needs:
+        assert result.info["one_off_s"] == 2.0 and type(result.info["one_off_s"]) is float
+    else:
+        assert "one_off_s" not in result.info
+
+
+class _Diverging(Unlearner):
+    method_name = "diverging"
+
+    def run(self):
+        with torch.no_grad():
+            next(self.model.parameters()).fill_(float("nan"))
+        return {}
+
+
+def test_a_run_that_leaves_nan_weights_is_refused_naming_the_method(synthetic, synthetic_model):
+    """``unlearn`` checks the weights after the run: NaN weights are a DuckInputError naming the method and the
+    setting to lower (kills ``unlearn`` 33, 34)."""
+    model = copy.deepcopy(synthetic_model)
+    u = _Diverging(model, _data(synthetic, model), {}, seed=0)
+    name, p = next(model.named_parameters())
+    with refused(f"unlearning with diverging diverged: {name} holds {p.numel()} NaN/inf values; nothing was "
+                 "written. Lower the method's learning rate (or check the data for NaN/inf values)"):
+        u.unlearn()
+
+
+def test_the_device_follows_the_accelerator_when_cuda_is_there(synthetic, synthetic_model, monkeypatch):
+    """With CUDA reported available (patched: this machine has none): gpu, cuda, auto and no setting run on
+    CUDA, cpu and any other accelerator on the CPU; without CUDA everything runs on the CPU (kills
+    ``trainer_device`` 1-26, which the CPU alone cannot tell apart)."""
+    u = _finetune(synthetic, synthetic_model)
+    for available, cuda_for in ((True, {"gpu", "cuda", "auto", None}), (False, set())):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda available=available: available)
+        for acc in ("cpu", "gpu", "cuda", "auto", "mps", None):
+            u.trainer_cfg = {} if acc is None else {"accelerator": acc}
+            assert u.trainer_device() == torch.device("cuda" if acc in cuda_for else "cpu"), (available, acc)
