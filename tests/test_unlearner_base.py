@@ -16,6 +16,7 @@ import torch
 from refusals import refused
 
 from duck.data.scenarios import build_scenario
+from duck.errors import DuckInputError
 from duck.metrics import split_accuracies
 from duck.unlearn import UnlearnData, create_unlearner, get_unlearner_class
 from duck.unlearn.base import ForgetAccuracyStop, ReferenceModels, Unlearner
@@ -508,3 +509,49 @@ def test_the_device_follows_the_accelerator_when_cuda_is_there(synthetic, synthe
         for acc in ("cpu", "gpu", "cuda", "auto", "mps", None):
             u.trainer_cfg = {} if acc is None else {"accelerator": acc}
             assert u.trainer_device() == torch.device("cuda" if acc in cuda_for else "cpu"), (available, acc)
+
+
+# --- check_unlearn_inputs: each refusal in full ----------------------------------------------------------------
+
+
+def test_each_input_refusal_names_the_value_in_full(synthetic, synthetic_model):
+    """The refusals of ``check_unlearn_inputs`` word for word, each naming what was given (kills
+    ``check_unlearn_inputs`` 2, 3, 6, 9, 10, 15, 21, 27, 28, 34, 37-39, 52, 53); the largest job seed is
+    accepted (kills 23: ``>=``)."""
+    from duck.unlearn.base import check_unlearn_inputs
+    from duck.utils import JOB_SEED_MAX
+
+    model = copy.deepcopy(synthetic_model)
+    data = _data(synthetic, model)
+    ok = dict(model=model, data=data, cfg=None, trainer_cfg=None, seed=0)
+    check_unlearn_inputs(**{**ok, "seed": JOB_SEED_MAX})
+    with refused("model must be a duck.models.Classifier (build it with duck.models.create_model), got Linear"):
+        check_unlearn_inputs(**{**ok, "model": torch.nn.Linear(2, 2)})
+    with refused("data must be a duck.unlearn.UnlearnData, got dict"):
+        check_unlearn_inputs(**{**ok, "data": {}})
+    with refused("trainer_cfg must be a mapping of settings (or None), got list"):
+        check_unlearn_inputs(**{**ok, "trainer_cfg": []})
+    with refused("cfg must be a mapping of settings (or None), got str"):
+        check_unlearn_inputs(**{**ok, "cfg": "lr=0.1"})
+    with pytest.raises(DuckInputError, match=r"^seed=-1 "):
+        check_unlearn_inputs(**{**ok, "seed": -1})
+    with refused("the model has 4 classes but data.num_classes=5; pass the data set's class count and a model built "
+                 "for it"):
+        check_unlearn_inputs(**{**ok, "data": _with(data, num_classes=5)})
+    frozen = copy.deepcopy(model).requires_grad_(False)
+    with refused("every model parameter has requires_grad=False: nothing can be unlearned; unfreeze them "
+                 "(model.requires_grad_(True))"):
+        check_unlearn_inputs(**{**ok, "model": frozen})
+    mixed = copy.deepcopy(model)
+    params = list(mixed.parameters())
+    params[0].data = params[0].data.double()
+    params[1].data = params[1].data.half()
+    with refused("the model's parameters are float16, float64; the data and the methods use float32 (mixed "
+                 "precision comes from trainer.precision): convert it with model.float()"):
+        check_unlearn_inputs(**{**ok, "model": mixed})
+
+
+def _with(data, **changes):
+    import dataclasses
+
+    return dataclasses.replace(data, **changes)
