@@ -555,3 +555,34 @@ def _with(data, **changes):
     import dataclasses
 
     return dataclasses.replace(data, **changes)
+
+
+def test_construction_defaults_and_refusals(synthetic, synthetic_model):
+    """Seed 0 and no progress bar by default (kills ``__init__`` 1, 2); the trainer settings are checked as a
+    mapping and for what manual optimisation refuses (6, 13); a scenario a method does not support is refused
+    with the reason for that scenario (15-19)."""
+    model = copy.deepcopy(synthetic_model)
+    data = _data(synthetic, model)
+    u = _Scripted(model, data)
+    assert (u.seed, u.progress) == (0, False)
+    with refused("trainer_cfg must be a mapping of settings (or None), got list"):
+        _Scripted(model, data, {}, trainer_cfg=[])
+    with refused("trainer.gradient_clip_val=1.0 cannot be used with method 'duck': it steps its optimiser itself "
+                 "(manual optimisation), which Lightning does not clip or accumulate; remove trainer.gradient_clip_val"):
+        create_unlearner("duck", model, data, {}, seed=0, trainer_cfg={"gradient_clip_val": 1.0})
+    ids = np.flatnonzero(np.asarray(synthetic.train.labels) == 1)[:5]
+    sc = build_scenario("targeted", synthetic.train.labels, synthetic.test.labels, 4, forget_ids=ids.tolist(),
+                        target_class=0)
+    targeted = UnlearnData(synthetic.train, sc, 4, "synthetic", data.original_acc)
+    with refused("method 'scripted' does not support scenario 'targeted' (it supports class_removal, "
+                 "homogeneous_removal, custom); scenario.target_class is used only by DUCK's target centroids; run "
+                 "the same forget ids with scenario=custom"):
+        _Scripted(model, targeted)
+
+    class ClassOnly(_Scripted):
+        supported_scenarios = ("class_removal",)
+
+    homog = _data(synthetic, model, "homogeneous_removal")
+    with refused("method 'scripted' does not support scenario 'homogeneous_removal' (it supports class_removal); "
+                 "the DUCK paper excludes it there too"):
+        ClassOnly(model, homog)
