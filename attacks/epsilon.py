@@ -390,6 +390,12 @@ def epsilons_per_example(unlearned: np.ndarray, retrained: np.ndarray, delta: fl
                      else example_epsilon(u[:, i], r[:, i], delta) for i in range(u.shape[1])])
 
 
+def has_buckets(n_models: int) -> bool:
+    """Whether F is informative for a set of ``n_models``: its buckets end at ``⌈ln(n_models − 1)⌉``, which is 0
+    for two models, where every ε earns 0 points whatever the margins."""
+    return n_models > 2
+
+
 def epsilon_points(eps: np.ndarray, n_models: int) -> np.ndarray:
     """Points per ε: buckets of width 0.5 from 0 worth 1, 1/2, 1/4, ... while a bucket ends at most at
     ``⌈ln(n_models − 1)⌉``; an ε beyond the last bucket earns 0."""

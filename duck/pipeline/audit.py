@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from attacks.audit import REFERENCE_NAMES, audit_models, lira_summary
+from attacks.epsilon import has_buckets
 from duck.errors import DuckInputError
 from duck.io import atomic_save_json
 from duck.metrics import aus_inputs, scenario_aus
@@ -320,7 +321,7 @@ def verdict_sentence(block: dict[str, Any]) -> str:
 def quality_text(quality: float, ci: list[float] | None, n_models: int) -> str:
     """F with its interval where there is one; "—" for a set of two models, whose buckets end at ⌈ln(2 − 1)⌉ = 0:
     every ε earns 0 points there, so F = 0 says nothing (attacks/epsilon.py ``epsilon_points``)."""
-    if n_models <= 2:
+    if not has_buckets(n_models):
         return "— (N = 2: no ε bucket)"
     return f"{quality:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 

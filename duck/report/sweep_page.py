@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from attacks.epsilon import has_buckets
 from duck.report.document import Block, Heading, Image, Markdown, Paragraph, Table, to_html
 from duck.report.plots import tradeoff_png
 
@@ -30,7 +31,7 @@ def forgetting_fields(block: Mapping[str, Any]) -> dict[str, Any]:
     score, KLOM on the forget examples (median), U-LiRA's AUC where it ran, the verdict, the mean time of the
     audit's N unlearning runs, and the controls' F (F is None for a set of 2 models: its ε buckets end at 0)."""
     def f_of(s: Mapping[str, Any]) -> dict[str, Any]:  # F is undefined for a set of 2 models (no ε bucket): "—"
-        defined = s.get("n_models", 3) > 2
+        defined = has_buckets(s.get("n_models", 3))  # blocks written before n_models was stored: defined
         return {"F": s["quality"] if defined else None, "F_ci": s.get("quality_ci") if defined else None}
 
     out = {**f_of(block), "final_score": block["final_score"],
