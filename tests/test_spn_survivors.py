@@ -1039,3 +1039,43 @@ def test_learn_spn_defaults_are_the_documented_ones():
     }
     assert spn.removal_enabled is True and spn.device == torch.device("cpu")
     assert learn_spn(X, types).device == spn_module.check_device("auto")
+
+
+@pytest.mark.parametrize("n_removed", [5, 33])
+def test_the_device_storage_path_gives_the_host_paths_model(monkeypatch: pytest.MonkeyPatch, n_removed):
+    """On a GPU the data has no numpy view (``_X_host`` is None) and rows are gathered, erased and their ECDF
+    counts updated with torch ops on the device; those ops run on the CPU too. With ``_X_host`` forced to None
+    the same learning and removals give the host path's model exactly: the same tree, report, stored data and
+    ECDF counts (the remaining rows' counts, by brute force), and log-likelihoods. (the device branches of
+    `_gather`, `_erase`, `_gather_host`, `_Conditions._updated_counts`, otherwise CUDA-only)"""
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=90) + 4.0 * (np.arange(90) % 2)
+    X = np.column_stack([a, a + 0.1 * rng.normal(size=90), rng.normal(size=90)])
+    types = ["gaussian"] * 3
+    removals = ([3], list(range(10, 10 + n_removed)))
+
+    def run() -> tuple[SPN, list[dict]]:
+        spn = learn_spn(X, types, min_instances=40, **CPU)
+        reports = []
+        for ids in removals:
+            spn.unlearn(ids)
+            reports.append(dict(spn.last_unlearning_))
+        return spn, reports
+
+    host, host_reports = run()
+    with monkeypatch.context() as m:
+        m.setattr(SPN, "_X_host", property(lambda self: None))
+        dev, dev_reports = run()
+        assert dev._gather_host(np.array([0, 2]), np.array([1])).shape == (2, 1)
+    assert dev_reports == host_reports
+    assert_same(host.describe(), dev.describe())
+    np.testing.assert_array_equal(dev._X.numpy(), host._X.numpy())
+    gone = sorted({3, *removals[1]})
+    assert not dev._X.numpy()[gone].any()  # erased rows hold zeros
+    kept = np.setdiff1d(np.arange(90), gone)
+    np.testing.assert_array_equal(dev._X.numpy()[kept], X[kept])
+    rows = X[dev.root.rows]
+    gauss = dev.root.rdc.feature_map.gauss
+    ecdf = (rows[None, :, gauss] <= rows[:, None, gauss]).sum(1)
+    np.testing.assert_array_equal(dev.root.rdc.gauss_counts.numpy(), ecdf)
+    np.testing.assert_allclose(dev.log_likelihood(X).numpy(), host.log_likelihood(X).numpy(), rtol=1e-12)

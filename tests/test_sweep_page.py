@@ -134,3 +134,25 @@ def test_the_page_explains_the_forgetting_scales_only_when_a_job_was_audited(tmp
     assert page.count("no forgetting audit in this sweep, so no verdict, imprint kept or q (run it with "
                       "attack.forgetting.enabled=true") == 1 and "forgetting audit" not in page.split("no forgetting audit", 1)[1]
     assert "Imprint kept" not in page and "data:image/png" not in page  # no scales, no trade-off plot
+
+
+@pytest.mark.parametrize("spread", [0.004, 0.3])
+def test_tradeoff_plot_tick_labels_never_overlap(spread: float):
+    """Accuracies a few thousandths apart (methods that barely change utility) once got ticks every 0.0005 whose
+    labels ran together ("0.93000.9305..."); on either panel, close or far apart, the x tick labels drawn do not
+    touch each other."""
+    from duck.report.plots import tradeoff_figure
+
+    methods = ["duck", "finetune", "kgltop1", "neggrad"]
+    points = [dict(method=m, A_t=0.93 + spread * k / 4, F_normalised=0.2 * k, imprint_kept=0.1 * k, time_ratio=0.1)
+              for k, m in enumerate(methods)]
+    refs = [dict(label="retrain", A_t=0.93 + spread / 2, q=1.0, imprint=0.0),
+            dict(label="none", A_t=0.93 + spread, q=0.0, imprint=1.0)]
+    fig = tradeoff_figure(points, refs, 0.25)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = sorted((label.get_window_extent(renderer) for label in ax.get_xticklabels()
+                        if label.get_visible() and label.get_text()), key=lambda b: b.x0)
+        assert len(boxes) >= 2
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), [(b.x0, b.x1) for b in boxes]

@@ -159,12 +159,19 @@ def _interval_bars(value: float, ci: Sequence[float] | None) -> list[list[float]
 
 def tradeoff_png(points: Sequence[Mapping[str, Any]], references: Sequence[Mapping[str, Any]],
                  margin: float | None) -> bytes:
+    """:func:`tradeoff_figure` as PNG bytes."""
+    return _png(tradeoff_figure(points, references, margin))
+
+
+def tradeoff_figure(points: Sequence[Mapping[str, Any]], references: Sequence[Mapping[str, Any]],
+                    margin: float | None) -> Any:
     """The sweep's trade-off at a glance, one point per job and method (colour: method; area: time relative to
     retraining): left, normalised forgetting q (0 = the ``none`` control, 1 = the ``retrain`` control) against
     retained test accuracy; right, the verdict's scale, the share of the original's imprint kept, with the
     ``forgotten`` band ±``margin`` shaded. Error bars: each job's interval. ``references``: ``{"label", "A_t",
     "q", "imprint"}`` points of the controls, drawn in black."""
     from matplotlib import colormaps
+    from matplotlib.ticker import MaxNLocator
 
     fig = _figure(10.4, 4.4)
     axes = [fig.add_subplot(1, 2, i + 1) for i in range(2)]
@@ -192,6 +199,7 @@ def tradeoff_png(points: Sequence[Mapping[str, Any]], references: Sequence[Mappi
             if r.get(ref_key) is not None and r.get("A_t") is not None:
                 ax.scatter([r["A_t"]], [r[ref_key]], s=90, marker=marker, color="black", label=r["label"], zorder=4)
         ax.set_xlabel("retained test accuracy A_t")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4, min_n_ticks=2))  # close accuracies: a few readable ticks
         ax.set_ylabel(label, fontsize=8)
         ax.grid(True, alpha=0.3)
     axes[0].set_title("Forgetting against utility (marker area: time / retraining)", fontsize=9)
@@ -203,4 +211,4 @@ def tradeoff_png(points: Sequence[Mapping[str, Any]], references: Sequence[Mappi
     for handle in legend.legend_handles:  # legend markers of one size (the plot's size is the time)
         if hasattr(handle, "set_sizes"):
             handle.set_sizes([36])
-    return _png(fig)
+    return fig
