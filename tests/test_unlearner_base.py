@@ -586,3 +586,145 @@ def test_construction_defaults_and_refusals(synthetic, synthetic_model):
     with refused("method 'scripted' does not support scenario 'homogeneous_removal' (it supports class_removal); "
                  "the DUCK paper excludes it there too"):
         ClassOnly(model, homog)
+
+
+def _split(data, forget, retain):
+    """``data`` with its scenario's forget / retain ids replaced (no other check on the way)."""
+    sc = _with(data.scenario, forget_idx=np.asarray(forget), retain_idx=np.asarray(retain))
+    return _with(data, scenario=sc)
+
+
+class _NoLabels(torch.utils.data.Dataset):
+    """A training set that does not expose ``labels`` (a user's own dataset)."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, i):
+        return self.base[i]
+
+
+def test_each_split_augmentation_and_accuracy_refusal_in_full(synthetic, synthetic_model):
+    """The forget/retain split must be non-empty on both sides (one sample on a side is enough), be every
+    training index exactly once (an id of -1, one of n, a repeat: each alone is refused; n - 1 is the last
+    index), and, for class removal, be the forget classes' samples (a foreign sample in the forget set, or a
+    forget-class sample left in the retain set: each alone is refused); a training set without ``labels`` skips
+    that last check; ``original_acc`` needs ``test`` for homogeneous removal; the augmentation names are checked
+    as ``UnlearnData.augment``. Each message in full. (kills ``check_unlearn_inputs`` 56-61, 66, 68, 70-73, 76,
+    77, 82, 86-89, 95, 102, 108, 109, 113, 114, 127, 128)"""
+    from duck.unlearn.base import check_unlearn_inputs
+
+    model = copy.deepcopy(synthetic_model)
+    data = _data(synthetic, model)
+    ok = dict(model=model, cfg=None, trainer_cfg=None, seed=0)
+    forget, retain = data.scenario.forget_idx, data.scenario.retain_idx
+    n = len(synthetic.train)
+    with pytest.raises(DuckInputError, match=r"^UnlearnData\.augment='flip' must be a list of augmentation names"):
+        check_unlearn_inputs(data=_with(data, augment="flip"), **ok)
+    for f, r in (([], np.arange(n)), (np.arange(n), [])):
+        with refused(f"the scenario has {len(f)} forget and {len(r)} retain samples; both must be non-empty (build it "
+                     "with duck.data.scenarios.build_scenario)"):
+            check_unlearn_inputs(data=_split(data, f, r), **ok)
+    homog = _data(synthetic, model, "homogeneous_removal")
+    check_unlearn_inputs(data=_split(homog, [0], np.arange(1, n)), **ok)  # one forget sample
+    check_unlearn_inputs(data=_split(homog, np.arange(1, n), [0]), **ok)  # one retain sample
+    check_unlearn_inputs(data=_split(homog, np.arange(n - 1), [n - 1]), **ok)  # the last index
+    message = (f"the scenario's forget ({forget.size}) and retain ({retain.size}) ids must split the {n} training "
+               f"samples (disjoint, together 0..{n - 1}); build the scenario from these training labels")
+    for bad in (n, -1, retain[1]):  # one id out of range above, below, or a repeat; the count stays n
+        with refused(message):
+            check_unlearn_inputs(data=_split(data, forget, [bad, *retain[1:]]), **ok)
+    # class removal: the forget ids must be exactly class 1's samples
+    labels = np.asarray(synthetic.train.labels)
+    other = retain[labels[retain] != 1][0]
+    classes = ("the scenario's forget ids are not the samples of classes [1] in data.train; build the scenario "
+               "from these training labels")
+    with refused(classes):  # a foreign sample among the forget ids, the retain set still free of class 1
+        check_unlearn_inputs(data=_split(data, np.sort([*forget, other]), retain[retain != other]), **ok)
+    with refused(classes):  # a class-1 sample left in the retain set, the forget ids all of class 1
+        check_unlearn_inputs(data=_split(data, forget[1:], np.sort([forget[0], *retain])), **ok)
+    unlabelled = _split(_with(data, train=_NoLabels(synthetic.train)), forget[1:], np.sort([forget[0], *retain]))
+    check_unlearn_inputs(data=unlabelled, **ok)  # nothing to check the classes against
+    no_test = {"test_retain": 0.9}
+    with refused(f"original_acc must map split names to the original model's accuracies and hold 'test' (the "
+                 f"stopping target of homogeneous_removal), got {no_test!r}; compute it with "
+                 "duck.metrics.split_accuracies on data with a test split"):
+        check_unlearn_inputs(data=_with(homog, original_acc=no_test), **ok)
+
+
+def test_construction_references_presets_devices_and_phase(synthetic, synthetic_model, capsys):
+    """A method that learns from reference models is refused without them, naming them (kills ``__init__`` 32,
+    37, 39-45); the presets are chosen by the data set's name and the scenario's family (50, 51); a batch size
+    that does not split over a data-parallel method's DDP processes is refused (64, 66); a single-device
+    method says which multi-device settings it drops, ``strategy=auto`` / ``num_nodes=1`` are not dropped
+    (79-84, 91, 92), and keeps the others (98); a new module is in phase ``init`` (100-102); its forward is
+    its model's (``forward`` 1)."""
+    from duck.unlearn.base import ReferenceModels
+
+    model = copy.deepcopy(synthetic_model)
+    data = _data(synthetic, model)
+
+    class Needy(_Scripted):
+        method_name = "needy"
+        needs = ("oracle", "shadows")
+
+    message = ("method 'needy' learns from reference models (oracle, shadows: models retrained without the forget "
+               "set / the shadow bank) that only the pipeline supplies: run it with duck-unlearn / duck-run / "
+               "duck.unlearn")
+    with refused(message):
+        Needy(model, data)
+    with refused(message.replace("oracle, shadows", "shadows")):
+        Needy(model, _with(data, references=ReferenceModels(oracle=lambda seed, pool: None)))
+    presets = {"class_removal": {"default": {"lr": 0.5}, "synthetic": {"lr": 0.25}},
+               "homogeneous_removal": {"default": {"lr": 0.125}}}
+    u = create_unlearner("finetune", model, data, {"lr": None, "batch_size": 32, "epochs": 1, "presets": presets})
+    assert u.hp["lr"] == 0.25
+    assert u.phase == "init" and u.trainer_cfg == {"devices": 1}
+    x = torch.stack([synthetic.train[i][0] for i in range(3)])
+    torch.testing.assert_close(u(x), model(x), rtol=0, atol=0)
+    with refused("recipe.batch_size=33 does not split over 2 DDP processes: each takes batch_size / 2 samples per "
+                 "step (the recipe's batch, as on one device); use a multiple of 2"):
+        create_unlearner("duck", model, data, {"batch_size": 33}, trainer_cfg={"devices": 2, "strategy": "ddp"})
+    capsys.readouterr()
+    kept = create_unlearner("finetune", model, data, {"lr": 0.1, "batch_size": 32, "epochs": 1},
+                            trainer_cfg={"strategy": "auto", "num_nodes": 1, "max_epochs": 3})
+    assert capsys.readouterr().err == "" and kept.trainer_cfg == {"max_epochs": 3, "devices": 1}
+    create_unlearner("finetune", model, data, {"lr": 0.1, "batch_size": 32, "epochs": 1},
+                     trainer_cfg={"num_nodes": 2, "devices": 3})
+    assert capsys.readouterr().err == (
+        "warning: trainer.num_nodes=2, trainer.devices=3 not used: method 'finetune' runs on one device (DUCK runs "
+        "data-parallel; duck-train and the oracle use the multi-device settings)\n")
+
+
+def test_the_result_state_dict_has_the_callers_key_names(synthetic_model):
+    """``UnlearnResult.state_dict``: a wrapped model alone gives its network's own keys (no ``net.`` prefix);
+    the caller's plain module, or a Classifier the caller passed itself (``classifier`` set), gives its own
+    ``state_dict`` (kills ``state_dict`` 1, 2)."""
+    from duck.unlearn.base import UnlearnResult
+
+    clf = synthetic_model
+    plain = clf.net
+    result = lambda model, classifier=None: UnlearnResult(model, 1.0, 1.0, True, classifier=classifier)
+    assert list(result(clf).state_dict()) == list(plain.state_dict())
+    assert list(result(clf, clf).state_dict()) == list(clf.state_dict()) != list(plain.state_dict())
+    assert list(result(plain).state_dict()) == list(plain.state_dict())
+    assert list(result(plain, clf).state_dict()) == list(plain.state_dict())
+
+
+def test_unlearn_seeds_with_the_job_seed_not_lightnings_last_one(synthetic, synthetic_model, monkeypatch):
+    """``seed_everything`` without a seed takes ``PL_GLOBAL_SEED`` (the last seed any Lightning call set); the
+    run must draw from the job's own seed whatever that variable holds (kills ``unlearn`` 1, 4)."""
+    model = copy.deepcopy(synthetic_model)
+
+    class Draw(_Scripted):
+        def run(self):
+            self.drawn = torch.rand(4)
+            return {}
+
+    monkeypatch.setenv("PL_GLOBAL_SEED", "5")
+    u = Draw(model, _data(synthetic, model), {}, seed=3)
+    u.unlearn()
+    torch.testing.assert_close(u.drawn, torch.rand(4, generator=torch.Generator().manual_seed(3)), rtol=0, atol=0)
