@@ -226,6 +226,15 @@ def test_operating_characteristics_fast():
     assert rows[0.0]["coverage"] >= 4 / 6 and rows[1.0]["coverage"] >= 4 / 6
 
 
+def test_two_models_against_two_never_decide():
+    """N = R = 2: a pool of 4 has 6 splits, too few for any location test to reject at 95 %, so the interval
+    spans the whole grid and the verdict is inconclusive whatever the method kept (no power, no favourable
+    word); the smallest sets do decide against a larger bank (docs/audit.md's N = 2 table)."""
+    res = operating_characteristics(2, 2, n_examples=40, reps=3, fractions=(0.0, 1.0), replicates=20, seed=2)
+    for row in res["rows"]:
+        assert row["P_inconclusive"] == 1.0 and row["coverage"] == 1.0 and row["half_width"] == 1.5, row
+
+
 @pytest.mark.slow
 def test_operating_characteristics_meet_the_targets_at_n_32():
     """The issue's targets at N = R = 32, 40 forget examples: P(forgotten | f >= 0.25) <= 5 %, P(forgotten | f = 0)
