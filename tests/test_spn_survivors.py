@@ -12,6 +12,7 @@ message, the sampling cap at its boundary.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -1079,3 +1080,18 @@ def test_the_device_storage_path_gives_the_host_paths_model(monkeypatch: pytest.
     ecdf = (rows[None, :, gauss] <= rows[:, None, gauss]).sum(1)
     np.testing.assert_array_equal(dev.root.rdc.gauss_counts.numpy(), ecdf)
     np.testing.assert_allclose(dev.log_likelihood(X).numpy(), host.log_likelihood(X).numpy(), rtol=1e-12)
+
+
+def test_first_order_bounds_only_for_rows_inside_the_reference():
+    """``_taylor_bounds`` bounds a node's rows through the reference's positions of them, and only when every
+    row is one of the reference's: a row past the reference's last (or between two of its rows) gives no bound
+    instead of an index error or another row's values (kills ``_taylor_bounds`` 16: the clip at ``size + 1``)."""
+    calls = []
+    taylor = SimpleNamespace(rows=np.array([1, 3, 5]), bounds=lambda kept, counts: calls.append(kept.tolist()) or 0.5)
+    fmap = SimpleNamespace(gauss=np.array([], dtype=np.int64))
+    node = lambda rows: SimpleNamespace(gained=False, n=len(rows), rows=np.array(rows))
+    taylor_bounds = spn_module._Conditions._taylor_bounds
+    assert taylor_bounds(node([1, 5]), taylor, None, fmap) == 0.5 and calls == [[0, 2]]
+    assert taylor_bounds(node([3, 9]), taylor, None, fmap) is None
+    assert taylor_bounds(node([2, 3]), taylor, None, fmap) is None
+    assert calls == [[0, 2]]
