@@ -1095,3 +1095,30 @@ def test_first_order_bounds_only_for_rows_inside_the_reference():
     assert taylor_bounds(node([3, 9]), taylor, None, fmap) is None
     assert taylor_bounds(node([2, 3]), taylor, None, fmap) is None
     assert calls == [[0, 2]]
+
+
+@pytest.mark.parametrize("request_", [[20], [20, 21], [20, 21, 22]])
+def test_a_kept_partition_hands_each_child_the_mask_of_its_remaining_rows(monkeypatch: pytest.MonkeyPatch, request_):
+    """Alg. 6 with an unchanged partition: the child without removed rows is kept as it is (not revisited), the
+    child that held them is updated with the mask of its rows that remain (one removed row compared directly,
+    several searched), so it never searches its rows again. (kills ``_update_split_data`` 6, 20, 23, 24, 31, 36)"""
+    rng = np.random.default_rng(6)
+    a = rng.normal(size=20)
+    X = np.vstack([np.column_stack([a, a + 0.3 * rng.normal(size=20)]), 10 + 1e-3 * rng.normal(size=(6, 2))])
+    spn = learn_spn(X, ["gaussian"] * 2, min_instances=8, **CPU)
+    small, big = spn.root.children
+    before = small.rows.copy()
+    calls = []
+    update = SPN._update
+
+    def spy(self, node, rows, kept=None):
+        calls.append((node.path, None if kept is None else np.asarray(kept).copy()))
+        return update(self, node, rows, kept)
+
+    monkeypatch.setattr(SPN, "_update", spy)
+    spn.unlearn(request_)
+    assert spn.last_unlearning_["partitions_changed"] == 0
+    child_calls = [(path, kept) for path, kept in calls if path == small.path]
+    assert [path for path, _ in calls if path == big.path] == [] and spn.root.children[1] is big
+    assert len(child_calls) == 1 and child_calls[0][1] is not None
+    np.testing.assert_array_equal(child_calls[0][1], ~np.isin(before, request_))
