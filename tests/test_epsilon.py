@@ -173,6 +173,18 @@ def test_delta_reaches_every_rule():
     assert t[6, 1] == pytest.approx(want, rel=1e-6)
 
 
+def test_delta_reaches_the_rules_where_the_retrained_set_is_positive():
+    """Where the retrained models' median is the larger (their table is ``(R, N)``), δ reaches those rules
+    too: the batched ε at δ = 0.2 is the per-example path's at 0.2 and lower than at the default. (kills
+    ``_batched_epsilons`` 57)"""
+    rng = np.random.default_rng(14)
+    u, r = rng.normal(0, 1, (5, 30)), rng.normal(1.5, 1, (9, 30))
+    assert (np.median(r, axis=0) > np.median(u, axis=0)).all()
+    b = epsilons(u, r, delta=0.2)
+    np.testing.assert_array_equal(b, epsilons_per_example(u, r, delta=0.2))
+    assert (b < epsilons(u, r)).any()
+
+
 def test_chunks_of_examples_give_the_same_epsilons(monkeypatch):
     import attacks.epsilon as epsilon_module
 
