@@ -196,12 +196,14 @@ def test_chunks_of_examples_give_the_same_epsilons(monkeypatch):
         np.testing.assert_array_equal(epsilons(u, r), whole)
 
 
-@pytest.mark.parametrize("seed,kind,n_u,n_r", [(363, "heavy", 3, 7), (1108, "lattice", 5, 11)])
-def test_blocks_settled_exactly_at_the_grids_last_right_end_and_its_tolerance(seed, kind, n_u, n_r):
-    """Cases found by searching random φ for inputs where the exact settlement of open double-threshold blocks
-    (``_blocks_reached``) matters: an example whose best block is reached only through the right grid's last
-    point (``np.linspace``'s end, exactly ``b``, not ``a + k·step``), and one whose left-end window needs the
-    tolerance on the low side. The batched ε equals the per-example path there. (kills ``_blocks_reached`` 67,
-    129, 136, 137)"""
+@pytest.mark.parametrize("seed,kind,n_u,n_r", [(363, "heavy", 3, 7), (1108, "lattice", 5, 11), (262, "lattice", 32, 32),
+                                              (701, "lattice", 8, 8)])
+def test_batched_epsilons_at_boundary_cases_found_by_search(seed, kind, n_u, n_r):
+    """Cases found by searching random φ (``_case``'s generator) for inputs where a change to the batched path's
+    boundary handling changes some ε: 363, an example whose best block is reached only through the right
+    grid's last point (``np.linspace``'s end, exactly ``b``, not ``a + k·step``); 1108, one whose left-end window
+    needs the tolerance on the low side; 262 and 701, lattice values that sit on the bounds, where the tolerance
+    must grow with the values' magnitude and the width (``scale = 1 + max|z| + w``). The batched ε equals the
+    per-example path there. (kills ``_blocks_reached`` 67, 129, 136, 137 and ``_batched_epsilons`` 232, 233)"""
     u, r = _case(np.random.default_rng([seed, 99]), kind, n_u, n_r, 60)
     np.testing.assert_array_equal(epsilons(u, r), epsilons_per_example(u, r))
