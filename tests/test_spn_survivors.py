@@ -1122,3 +1122,20 @@ def test_a_kept_partition_hands_each_child_the_mask_of_its_remaining_rows(monkey
     assert [path for path, _ in calls if path == big.path] == [] and spn.root.children[1] is big
     assert len(child_calls) == 1 and child_calls[0][1] is not None
     np.testing.assert_array_equal(child_calls[0][1], ~np.isin(before, request_))
+
+
+def test_the_clusterings_run_on_the_spns_device_not_the_machines_default(monkeypatch: pytest.MonkeyPatch):
+    """Each SplitData node's Q-k-means is built on the SPN's own device: on a machine where ``"auto"`` would
+    pick another device (a GPU; ``meta`` stands in here), a CPU SPN still clusters on the CPU. (kills
+    ``_fit_qkmeans`` 5, 9)"""
+    import duck.deletion._kmeans_base as kmeans_base
+
+    real = kmeans_base.check_device
+    monkeypatch.setattr(kmeans_base, "check_device",
+                        lambda device, name="device": torch.device("meta") if device in (None, "auto")
+                        else real(device, name))
+    rng = np.random.default_rng(6)
+    a = rng.normal(size=20)
+    X = np.vstack([np.column_stack([a, a + 0.3 * rng.normal(size=20)]), 10 + 1e-3 * rng.normal(size=(6, 2))])
+    spn = learn_spn(X, ["gaussian"] * 2, min_instances=8, **CPU)
+    assert spn.root.qkmeans.device == torch.device("cpu")
