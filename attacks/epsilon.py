@@ -37,6 +37,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -222,34 +223,26 @@ def _count_le_linspace(start: np.ndarray, stop: np.ndarray, num: np.ndarray, val
     raise RuntimeError("linspace count did not converge")  # pragma: no cover - steps are > 0.01 here
 
 
-def _batched_epsilons(pos_is_u: np.ndarray, u: np.ndarray, r: np.ndarray, delta: float) -> np.ndarray:
-    """The largest rule ε (unclipped; ``−∞`` where no rule gives one) of every column of ``u`` (N, n) and ``r``
-    (R, n) (module docstring). ``pos_is_u``: the unlearned set is the single family's positive one (the larger
-    median)."""
-    n_u, n_r = u.shape[0], r.shape[0]
-    m = n_u + n_r
-    pooled = np.concatenate([u, r]).T  # (n, M)
-    order = np.argsort(pooled, axis=1, kind="stable")
-    z = np.take_along_axis(pooled, order, axis=1)
-    is_u = order < n_u  # (n, M)
-    cum_u = np.concatenate([np.zeros((z.shape[0], 1), np.int64), np.cumsum(is_u, axis=1)], axis=1)  # (n, M + 1)
-    t_ur, t_ru = epsilon_table(n_u, n_r, delta), epsilon_table(n_r, n_u, delta)
-    flat = np.concatenate([t_ur.ravel(), t_ru.ravel(), [-np.inf]])
+class _DoubleBlocks(NamedTuple):
+    """The double-threshold blocks of every example (:func:`_double_threshold_blocks`)."""
 
-    def lookup(in_u: np.ndarray, in_r: np.ndarray, u_positive: np.ndarray) -> np.ndarray:
-        idx = np.where(u_positive, in_u * (n_r + 1) + in_r, t_ur.size + in_r * (n_u + 1) + in_u)
-        return flat[idx]
+    p_is_u: np.ndarray  # (n,) the peakier set P (positive for these rules) is the unlearned one
+    width: np.ndarray  # (n,) w: the smaller of the two sets' ranges
+    a_lo: np.ndarray  # (n,) the right ends' grid: np.linspace(a_lo, b_hi, n_right)
+    b_hi: np.ndarray
+    n_right: np.ndarray
+    tol: np.ndarray  # (n,) the bounds' rounding tolerance
+    upper: np.ndarray  # (n, M, M) block z_i .. z_j may be held by some rule (necessary conditions)
+    lower: np.ndarray  # (n, M, M) block z_i .. z_j is held by some rule (sufficient conditions)
 
-    # single thresholds: t in (z_{i-1}, z_i] calls z_i .. z_{M-1} positive
-    lo, hi = z[:, :1], z[:, -1:]
-    num = np.ceil((hi - lo) * THRESHOLDS_PER_UNIT).astype(np.int64)
-    cnt = _count_le_linspace(lo, hi, num, z)  # (n, M)
-    hit = np.diff(np.concatenate([np.zeros((z.shape[0], 1), np.int64), cnt], axis=1), axis=1) >= 1
-    in_u = n_u - cum_u[:, :-1]
-    in_r = (m - np.arange(m))[None, :] - in_u
-    single = np.where(hit, lookup(in_u, in_r, pos_is_u[:, None]), -np.inf).max(axis=1)
 
-    # double thresholds: the peakier set P is positive; blocks z_i .. z_j (i on axis 1, j on axis 2)
+def _double_threshold_blocks(z: np.ndarray, u: np.ndarray, r: np.ndarray, pos_is_u: np.ndarray) -> _DoubleBlocks:
+    """Which blocks ``z_i .. z_j`` of the sorted pooled values ``z`` (n, M) some double-threshold rule holds
+    exactly, bounded from both sides without enumerating the rules: ``lower`` ⊆ {held} ⊆ ``upper`` (a rule is a
+    right end ``r_k`` of ``np.linspace(a_lo, b_hi, n_right)`` with a left end of ``np.linspace(r_k − w − 2,
+    r_k − w + 2, 400)``; the reference's grids). The peakier set P is positive (the reference swaps when
+    pos_diff >= neg_diff); blocks between the bounds are settled by :func:`_blocks_reached`."""
+    m = z.shape[1]
     range_u, range_r = np.ptp(u, axis=0), np.ptp(r, axis=0)
     range_pos = np.where(pos_is_u, range_u, range_r)
     range_neg = np.where(pos_is_u, range_r, range_u)
@@ -285,6 +278,40 @@ def _batched_epsilons(pos_is_u: np.ndarray, u: np.ndarray, r: np.ndarray, delta:
              & (d_out > w3 - buffer - t3))
     lower = (valid & lo_i[:, :, None] & lo_j[:, None, :] & (d_in < w3 + buffer - step_l - sr3 - 2 * t3)
              & (d_out > w3 - buffer + step_l + sr3 + 2 * t3))
+    return _DoubleBlocks(p_is_u, width, a_lo, b_hi, n_right, tol, upper, lower)
+
+
+def _batched_epsilons(pos_is_u: np.ndarray, u: np.ndarray, r: np.ndarray, delta: float) -> np.ndarray:
+    """The largest rule ε (unclipped; ``−∞`` where no rule gives one) of every column of ``u`` (N, n) and ``r``
+    (R, n) (module docstring). ``pos_is_u``: the unlearned set is the single family's positive one (the larger
+    median)."""
+    n_u, n_r = u.shape[0], r.shape[0]
+    m = n_u + n_r
+    pooled = np.concatenate([u, r]).T  # (n, M)
+    order = np.argsort(pooled, axis=1, kind="stable")
+    z = np.take_along_axis(pooled, order, axis=1)
+    is_u = order < n_u  # (n, M)
+    cum_u = np.concatenate([np.zeros((z.shape[0], 1), np.int64), np.cumsum(is_u, axis=1)], axis=1)  # (n, M + 1)
+    t_ur, t_ru = epsilon_table(n_u, n_r, delta), epsilon_table(n_r, n_u, delta)
+    flat = np.concatenate([t_ur.ravel(), t_ru.ravel(), [-np.inf]])
+
+    def lookup(in_u: np.ndarray, in_r: np.ndarray, u_positive: np.ndarray) -> np.ndarray:
+        idx = np.where(u_positive, in_u * (n_r + 1) + in_r, t_ur.size + in_r * (n_u + 1) + in_u)
+        return flat[idx]
+
+    # single thresholds: t in (z_{i-1}, z_i] calls z_i .. z_{M-1} positive
+    lo, hi = z[:, :1], z[:, -1:]
+    num = np.ceil((hi - lo) * THRESHOLDS_PER_UNIT).astype(np.int64)
+    cnt = _count_le_linspace(lo, hi, num, z)  # (n, M)
+    hit = np.diff(np.concatenate([np.zeros((z.shape[0], 1), np.int64), cnt], axis=1), axis=1) >= 1
+    in_u = n_u - cum_u[:, :-1]
+    in_r = (m - np.arange(m))[None, :] - in_u
+    single = np.where(hit, lookup(in_u, in_r, pos_is_u[:, None]), -np.inf).max(axis=1)
+
+    # double thresholds: the blocks z_i .. z_j (i on axis 1, j on axis 2) the peakier set's rules hold
+    blocks = _double_threshold_blocks(z, u, r, pos_is_u)
+    p_is_u, upper, lower = blocks.p_is_u, blocks.upper, blocks.lower
+    c = (slice(None), None, None)
     # the ε of block (i, j) from its number of U models and its length j - i + 1, through a table per role
     cu = cum_u.astype(np.int32)
     block_u = cu[:, None, 1:] - cu[:, :-1, None]  # U models among z_i .. z_j
@@ -296,7 +323,7 @@ def _batched_epsilons(pos_is_u: np.ndarray, u: np.ndarray, r: np.ndarray, delta:
     # the blocks only the upper set holds and that would raise the maximum: resolved exactly on the grids
     e, i, j = np.nonzero(upper & ~lower & (vals > best[c]))
     if e.size:
-        reached = _blocks_reached(z, e, i, j, width, a_lo, b_hi, n_right, tol)
+        reached = _blocks_reached(z, e, i, j, blocks.width, blocks.a_lo, blocks.b_hi, blocks.n_right, blocks.tol)
         np.maximum.at(best, e[reached], vals[e[reached], i[reached], j[reached]])
     return best
 

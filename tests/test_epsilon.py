@@ -207,3 +207,79 @@ def test_batched_epsilons_at_boundary_cases_found_by_search(seed, kind, n_u, n_r
     per-example path there. (kills ``_blocks_reached`` 67, 129, 136, 137 and ``_batched_epsilons`` 232, 233)"""
     u, r = _case(np.random.default_rng([seed, 99]), kind, n_u, n_r, 60)
     np.testing.assert_array_equal(epsilons(u, r), epsilons_per_example(u, r))
+
+
+def _blocks_held_by_brute_force(z: np.ndarray, width: float, a_lo: float, b_hi: float, n_right: float) -> set:
+    """Every block ``(i, j)`` of the sorted values ``z`` that one of the reference's double-threshold rules holds
+    (calls exactly ``z_i .. z_j`` positive), by enumerating the rules: each right end of ``np.linspace(a_lo,
+    b_hi, n_right)`` with each of its 400 left ends ``np.linspace(r − w − 2, r − w + 2, 400)``."""
+    rights = np.linspace(a_lo, b_hi, int(n_right))
+    lefts = np.linspace(rights - width - 2.0, rights - width + 2.0, 400, axis=1)  # (K, 400)
+    i = np.searchsorted(z, lefts, side="left")  # the first value >= the left end
+    j = np.broadcast_to(np.searchsorted(z, rights, side="right")[:, None] - 1, i.shape)  # the last <= the right end
+    held = i <= j
+    return set(zip(i[held].tolist(), j[held].tolist(), strict=True))
+
+
+def test_double_threshold_bounds_hold_every_rules_block_and_little_else():
+    """The batched path's two-sided bounds on the double-threshold blocks, against every rule enumerated:
+    ``lower`` ⊆ {blocks some rule holds} ⊆ ``upper`` on every example (a block wrongly in ``lower`` would raise
+    ε, one missing from ``upper`` lower it), and both within about a grid step of the truth: on these 16 cases
+    ``lower`` holds 85 % of the held blocks and ``upper`` 26 % more (a looser bound sends more blocks to the
+    exact pass, the batched path's cost). (kills ``_double_threshold_blocks``' bounds: tolerances, steps,
+    the reach conditions on i, j and the block's inner and outer widths)"""
+    from attacks.epsilon import _double_threshold_blocks
+
+    counts = {"held": 0, "lower": 0, "upper": 0}
+    for s in range(16):
+        rng = np.random.default_rng([s, 5])
+        kind = ["normal", "lattice", "shifted", "heavy"][s % 4]
+        n_u, n_r = [(4, 4), (8, 8), (5, 11), (3, 7)][s % 4]
+        u, r = _case(rng, kind, n_u, n_r, 20)
+        z = np.sort(np.concatenate([u, r]).T, axis=1)
+        blocks = _double_threshold_blocks(z, u, r, ~(np.median(r, axis=0) > np.median(u, axis=0)))
+        for e in range(z.shape[0]):
+            held = _blocks_held_by_brute_force(z[e], blocks.width[e], blocks.a_lo[e], blocks.b_hi[e],
+                                               blocks.n_right[e])
+            lower = set(zip(*np.nonzero(blocks.lower[e]), strict=True))
+            upper = set(zip(*np.nonzero(blocks.upper[e]), strict=True))
+            assert lower <= held <= upper, (s, e, sorted(lower - held)[:3], sorted(held - upper)[:3])
+            counts["held"] += len(held)
+            counts["lower"] += len(lower)
+            counts["upper"] += len(upper)
+    assert counts["lower"] >= 0.8 * counts["held"] and counts["upper"] <= 1.35 * counts["held"], counts
+
+
+def test_double_threshold_bounds_are_the_right_end_interval_conditions():
+    """``upper`` and ``lower`` restated one block at a time (an independent, loop-by-loop statement of the bounds;
+    continuous φ, so no value sits on a bound and the 1e-9 tolerance never decides): a rule holds exactly
+    ``z_i .. z_j`` iff some right end r of the grid lies in ``[max(z_j, A, z_{i−1} + w − 2), min(z_{j+1}, B,
+    z_i + w + 2)]`` with a left end in ``(z_{i−1}, z_i]``. ``upper``: that interval is not empty and
+    ``z_{i−1} < z_i``, ``z_j < z_{j+1}``. ``lower``: ``z_i − z_{i−1}`` exceeds the left grid's step ``s_l`` and the
+    interval, each end moved in by ``s_l`` on the left-window side, is longer than the right grid's step ``s_r``
+    (so it holds a grid point, and that point's left window a left end in ``(z_{i−1}, z_i]``). (kills the
+    bounds' steps and conditions in ``_double_threshold_blocks``)"""
+    from attacks.epsilon import _double_threshold_blocks
+
+    step_l = 4.0 / 399
+    for s in range(6):
+        rng = np.random.default_rng([s, 6])
+        n_u, n_r = [(4, 4), (8, 8), (5, 11)][s % 3]
+        u, r = _case(rng, ["normal", "shifted"][s % 2], n_u, n_r, 12)
+        z = np.sort(np.concatenate([u, r]).T, axis=1)
+        blocks = _double_threshold_blocks(z, u, r, ~(np.median(r, axis=0) > np.median(u, axis=0)))
+        m = z.shape[1]
+        for e in range(z.shape[0]):
+            w, a, b = blocks.width[e], blocks.a_lo[e], blocks.b_hi[e]
+            step_r = (b - a) / max(blocks.n_right[e] - 1, 1)
+            upper, lower = np.zeros((m, m), bool), np.zeros((m, m), bool)
+            for i in range(m):
+                zp = z[e, i - 1] if i else -np.inf
+                for j in range(i, m):
+                    zn = z[e, j + 1] if j < m - 1 else np.inf
+                    lo, hi = max(z[e, j], a, zp + w - 2), min(zn, b, z[e, i] + w + 2)
+                    upper[i, j] = zp < z[e, i] and z[e, j] < zn and lo < hi
+                    inner = min(zn, b, z[e, i] + w + 2 - step_l) - max(z[e, j], a, zp + w - 2 + step_l)
+                    lower[i, j] = z[e, i] - zp > step_l and inner > step_r
+            np.testing.assert_array_equal(blocks.upper[e], upper, err_msg=f"upper, case {s}, example {e}")
+            np.testing.assert_array_equal(blocks.lower[e], lower, err_msg=f"lower, case {s}, example {e}")
