@@ -1139,3 +1139,20 @@ def test_the_clusterings_run_on_the_spns_device_not_the_machines_default(monkeyp
     X = np.vstack([np.column_stack([a, a + 0.3 * rng.normal(size=20)]), 10 + 1e-3 * rng.normal(size=(6, 2))])
     spn = learn_spn(X, ["gaussian"] * 2, min_instances=8, **CPU)
     assert spn.root.qkmeans.device == torch.device("cpu")
+
+
+def test_a_replay_without_a_nodes_draws_falls_back_to_the_seeds_draws():
+    """A replay supplies draws per node path; a node it does not list draws from (seed, path) as without a
+    replay: a replay with no nodes, or with only the root's draws, learns the same SPN as none. (kills
+    ``_projections`` 8, 10 and ``_fit_qkmeans`` 28, 30: a missing path must not be an error)"""
+    rng = np.random.default_rng(6)
+    a = rng.normal(size=20)
+    X = np.vstack([np.column_stack([a, a + 0.3 * rng.normal(size=20)]), 10 + 1e-3 * rng.normal(size=(6, 2))])
+    types = ["gaussian"] * 2
+    plain = learn_spn(X, types, min_instances=8, **CPU)
+    state = plain.random_state_
+    assert len(state["nodes"]) > 1  # draws at the root and below it
+    root = {"": state["nodes"][""]}  # the root's path is ""
+    for nodes in ({}, root):
+        replayed = learn_spn(X, types, min_instances=8, replay={"seed": state["seed"], "nodes": nodes}, **CPU)
+        assert_same(replayed.describe(), plain.describe())
