@@ -149,6 +149,17 @@ def test_a_set_collapsed_below_one_percent_of_the_other_scores_the_cap_and_not_a
     assert batched[0] == per_example[0] < 50.0  # the rules decide: no rule separates 0.5 from [0.495, 0.505]
 
 
+def test_a_collapsed_unlearned_set_is_judged_per_example():
+    """The collapse test reads each example's own ranges: the unlearned models agree to 0.008 on example 0
+    (0.4 % of the retrained range: the cap) but spread over 2 on example 1 (the rules decide). (kills
+    ``epsilons`` 56, 58: the unlearned range over every example)"""
+    u = np.array([[0.0, 0.0], [0.004, 1.0], [0.008, 2.0]])
+    r = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    batched, per_example = epsilons(u, r), epsilons_per_example(u, r)
+    assert batched[0] == per_example[0] == 50.0
+    assert batched[1] == per_example[1] < 50.0
+
+
 def test_equal_medians_make_the_unlearned_set_the_positive_one():
     from attacks.epsilon import example_epsilon
 
