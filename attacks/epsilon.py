@@ -195,6 +195,11 @@ def epsilon_table(n_pos: int, n_neg: int, delta: float = DELTA) -> np.ndarray:
     return table
 
 
+#: comparison passes of :func:`_count_le_linspace`: its estimate is at most one point off (rounding), so two
+#: passes settle every count (one correction, one check); the rest is a margin
+_LINSPACE_PASSES = 8
+
+
 def _count_le_linspace(start: np.ndarray, stop: np.ndarray, num: np.ndarray, values: np.ndarray) -> np.ndarray:
     """How many points of ``np.linspace(start, stop, num)`` are ``<= values``, elementwise and exactly: the k-th
     point is numpy's own float ``k * step + start`` (``step = (stop − start) / (num − 1)``), the last one ``stop``;
@@ -214,8 +219,8 @@ def _count_le_linspace(start: np.ndarray, stop: np.ndarray, num: np.ndarray, val
     k = np.clip(np.nan_to_num(est, nan=-1.0), -1, np.maximum(num - 1, -1)).astype(np.float64)
     flat = (num <= 1) | (step == 0)  # one point, or num copies of start (numpy's zero-step branch)
     k = np.where(flat, np.where(start <= values, num - 1.0, -1.0), k)
-    for _ in range(8):
-        up = (point(k + 1) <= values) & ~flat
+    for _ in range(_LINSPACE_PASSES):
+        up = (k + 1 < num) & (point(k + 1) <= values) & ~flat  # no point past the last one (+inf values)
         down = (point(k) > values) & ~flat
         if not (up.any() or down.any()):
             return np.maximum(k + 1, 0).astype(np.int64)

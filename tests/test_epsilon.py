@@ -69,6 +69,49 @@ def test_linspace_counts_are_exact_at_and_beside_the_grid_points():
         np.testing.assert_array_equal(got, want)
 
 
+def test_linspace_counts_need_one_correction_at_most(monkeypatch):
+    """The count's estimate from the step is at most one point off (the grid's floats round, the quotient does
+    not know it), so two comparison passes settle every count, including values outside the grid, at ±inf or
+    NaN, and one-point, empty and zero-step grids; a worse first estimate (a wrong clip or NaN fill) would need
+    more and raises here; values off the grid's span need no correction at all. (kills ``_count_le_linspace``'s
+    estimate mutants: the clip bounds, the NaN fill)"""
+    import attacks.epsilon as epsilon_module
+
+    monkeypatch.setattr(epsilon_module, "_LINSPACE_PASSES", 2)
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        start = float(rng.normal(0, 20))
+        stop = start + float(rng.choice([0.0, 1e-3, 0.37, 4.0, 57.3]))
+        num = int(rng.choice([0, 1, 2, 3, int(rng.integers(4, 500))]))
+        grid = np.linspace(start, stop, num)
+        probes = np.concatenate([grid, np.nextafter(grid, np.inf), np.nextafter(grid, -np.inf),
+                                 rng.uniform(start - 3, stop + 3, 20), [-np.inf, np.inf, np.nan]])
+        want = (grid[None, :] <= probes[:, None]).sum(axis=1)
+        got = _count_le_linspace(np.full(probes.shape, start), np.full(probes.shape, stop), num, probes)
+        np.testing.assert_array_equal(got, want)
+        # values off the grid's span (and ±inf, NaN) are counted by the clip alone: one pass, no correction
+        outside = np.array([start - 1.0, start - 50.0, stop + 1.0, stop + 50.0, -np.inf, np.inf, np.nan])
+        monkeypatch.setattr(epsilon_module, "_LINSPACE_PASSES", 1)
+        got = _count_le_linspace(np.full(outside.shape, start), np.full(outside.shape, stop), num, outside)
+        np.testing.assert_array_equal(got, [0, 0, num, num, 0, num, 0])
+        monkeypatch.setattr(epsilon_module, "_LINSPACE_PASSES", 2)
+
+
+@pytest.mark.parametrize("start,stop,num", [(0.0, 1.0, 101), (2.0, 2.0, 5), (-1e-3, 1e-3, 2), (-3.0, 4.0, 1)])
+def test_linspace_counts_are_silent_on_infinite_huge_and_missing_values(start, stop, num):
+    """±inf, NaN and values whose distance to the grid overflows are counted without a numpy RuntimeWarning (a
+    user's run prints none: the counts of such values are exact by construction). (kills
+    ``_count_le_linspace``'s error-state mutants)"""
+    import warnings
+
+    probes = np.array([-np.inf, np.inf, np.nan, 1.7e308, -1.7e308, start, stop, 0.5 * (start + stop)])
+    want = (np.linspace(start, stop, num)[None, :] <= probes[:, None]).sum(axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _count_le_linspace(np.full(probes.shape, start), np.full(probes.shape, stop), num, probes)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_epsilon_table_holds_the_rule_formula():
     """ε(a, b) = max(log(1 − δ − FPR) − log FNR, log(1 − δ − FNR) − log FPR) clipped at 0, in float32; ∞ for a
     perfect rule; −∞ (skipped) when exactly one of FPR, FNR is zero."""
