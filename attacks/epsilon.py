@@ -57,12 +57,9 @@ def _as_samples(values: np.ndarray | Sequence[float], name: str) -> np.ndarray:
     return arr
 
 
-def _inside_counts(sorted_vals: np.ndarray, lo: np.ndarray | None, hi: np.ndarray) -> np.ndarray:
-    """How many of the sorted samples each rule calls positive: ``lo <= φ <= hi`` (``lo`` None: ``φ >= hi``)."""
-    if lo is None:
-        return sorted_vals.size - np.searchsorted(sorted_vals, hi, side="left")
-    return np.clip(np.searchsorted(sorted_vals, hi, side="right") - np.searchsorted(sorted_vals, lo, side="left"),
-                   0, None)
+def _at_or_above(sorted_vals: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """How many of the sorted samples each single-threshold rule calls positive: ``φ >= threshold``."""
+    return sorted_vals.size - np.searchsorted(sorted_vals, thresholds, side="left")
 
 
 @dataclass(frozen=True)
@@ -138,7 +135,7 @@ def _single_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> _RuleFamily:
     both = np.concatenate([pos, neg])
     lo, hi = float(both.min()), float(both.max())
     thresholds = np.linspace(lo, hi, int(math.ceil((hi - lo) * THRESHOLDS_PER_UNIT)))
-    return _RuleFamily(_inside_counts(np.sort(pos), None, thresholds), _inside_counts(np.sort(neg), None, thresholds),
+    return _RuleFamily(_at_or_above(np.sort(pos), thresholds), _at_or_above(np.sort(neg), thresholds),
                        pos.size, neg.size)
 
 

@@ -203,6 +203,47 @@ def test_a_collapsed_unlearned_set_is_judged_per_example():
     assert batched[1] == per_example[1] < 50.0
 
 
+def test_a_range_of_exactly_one_percent_is_not_collapsed():
+    """Collapse is a range *below* 1 % of the other set's: at exactly 1 % (0.01 against 1.0, both exact in
+    floats) the rules decide, in both paths. (kills ``epsilons`` 87: ``<=``)"""
+    u, r = np.array([[0.0], [0.5], [1.0]]), np.array([[0.0], [0.01]])
+    assert np.ptp(r) / np.ptp(u) == 0.01
+    assert epsilons(u, r)[0] == epsilons_per_example(u, r)[0] < 50.0
+
+
+def test_an_example_no_rule_separates_is_refused_in_full_by_both_paths():
+    """Two models a side within 0.006 of each other: the single-threshold grid (100 per unit) has one point and
+    no double-threshold rule holds a block, so no rule gives an ε; both paths refuse with the same message
+    (the batched one only for examples that are not collapsed). (kills ``epsilons`` 90-94)"""
+    u, r = np.array([[-0.01805], [-0.02314]]), np.array([[-0.02112], [-0.01996]])
+    message = "no decision rule gave an ε for this example (the samples admit no threshold); check the φ values"
+    for path in (epsilons, epsilons_per_example):
+        with pytest.raises(DuckInputError) as err:
+            path(u, r)
+        assert str(err.value) == message
+    import warnings
+
+    with warnings.catch_warnings():  # both sets constant (0 / 0 ranges): the same one refusal, no RuntimeWarning
+        warnings.simplefilter("error")
+        with pytest.raises(DuckInputError) as err:
+            epsilons(np.array([[1.0], [1.0]]), np.array([[1.0], [1.0]]))
+        assert str(err.value) == message
+
+
+def test_samples_of_any_numeric_type_and_shape_are_read_as_float_vectors():
+    """``example_epsilon`` reads its two samples as float64 vectors: integers, Decimals and column vectors give
+    the ε of the same floats. (kills ``_as_samples`` 2, 4, 6)"""
+    from decimal import Decimal
+
+    from attacks.epsilon import example_epsilon
+
+    pos, neg = [0.0, 1.0, 2.0, 4.0], [1.0, 3.0, 5.0, 6.0]
+    want = example_epsilon(pos, neg)
+    assert example_epsilon([int(v) for v in pos], [int(v) for v in neg]) == want
+    assert example_epsilon([Decimal(v) for v in pos], [Decimal(v) for v in neg]) == want
+    assert example_epsilon(np.array(pos)[:, None], np.array(neg)[:, None]) == want
+
+
 def test_equal_medians_make_the_unlearned_set_the_positive_one():
     from attacks.epsilon import example_epsilon
 
