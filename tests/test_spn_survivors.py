@@ -1156,3 +1156,18 @@ def test_a_replay_without_a_nodes_draws_falls_back_to_the_seeds_draws():
     for nodes in ({}, root):
         replayed = learn_spn(X, types, min_instances=8, replay={"seed": state["seed"], "nodes": nodes}, **CPU)
         assert_same(replayed.describe(), plain.describe())
+
+
+def test_a_new_spn_has_no_unlearning_report_and_checks_codes_on_their_device():
+    """``last_unlearning_`` is None until the first request (kills ``SPN.__init__`` 28); the categorical codes
+    are checked against their domain on the data's own device whatever torch's default (``meta`` stands in for
+    a CUDA default; kills ``_check_codes`` 10, 13)."""
+    X, types = mixed_columns()
+    assert learn_spn(X, types, **CPU).last_unlearning_ is None
+    Xt = torch.as_tensor(X, dtype=torch.float64)
+    with torch.device("meta"):
+        spn_module._check_codes(Xt, [0, 0, 4], "X")
+        with refused("X column 2 is categorical with 3 categories (codes 0..2) but holds [3.0]; encode categories "
+                     "as integers 0..K-1 and declare K with n_categories (a value outside the declared domain has "
+                     "no probability mass)"):
+            spn_module._check_codes(Xt, [0, 0, 3], "X")

@@ -894,18 +894,15 @@ class SPN:
         sums, counts, cats = self._leaf_moments(rows, variables)
         return [counts[j, : cats[j]].copy() if cats[j] else sums[j].copy() for j in range(variables.size)]
 
-    def _leaf_moments(
-        self, rows: np.ndarray, variables: np.ndarray, centres: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(s, 3) sums of x - c and (x - c)^2 with c (third column), (s, Kmax) category counts (categorical
-        variables' rows) and (s,) K (0: Gaussian) of ``variables`` on ``rows``. ``centres`` (s,): the leaves'
-        c (an update); None: c = the mean over ``rows`` (a new leaf). Uncentred sums would lose the variance
-        to cancellation for values far from 0 (mean 1e9, std 1: ``E[x^2] - E[x]^2`` keeps no correct digit)."""
+    def _leaf_moments(self, rows: np.ndarray, variables: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(s, 3) sums of x - c and (x - c)^2 with c the mean over ``rows`` (third column), (s, Kmax) category
+        counts (categorical variables' rows) and (s,) K (0: Gaussian) of ``variables`` on ``rows`` (a
+        categorical variable's sums are computed and not used). Uncentred sums would lose the variance to
+        cancellation for values far from 0 (mean 1e9, std 1: ``E[x^2] - E[x]^2`` keeps no correct digit)."""
         cats = np.asarray(self.params_.n_categories)[variables]  # (s,)
         d = self._gather_host(rows, variables)  # (n, s)
         sums = np.empty((variables.size, 3))
-        sums[:, 2] = d.mean(0) if centres is None else centres
-        sums[cats > 0, 2] = 0.0
+        sums[:, 2] = d.mean(0)
         r = d - sums[:, 2]
         sums[:, 0], sums[:, 1] = r.sum(0), np.einsum("ij,ij->j", r, r)
         is_cat = cats > 0
