@@ -72,10 +72,23 @@ class _RuleFamily:
     n_neg: int
 
 
+#: comparison passes of :func:`_first_above_linspace`: its estimate from the row's ends is at most one position
+#: off (rounding), so two passes settle it (one correction, one check); the rest is a margin
+_FIRST_ABOVE_PASSES = 4
+
+
 def _first_above(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``out[i, k]`` = the first index j with ``rows[i, j] > values[k]`` (``rows.shape[1]`` if none), for rows
-    that are each an ``np.linspace``: estimated from the row's ends, then corrected by exact comparisons with
-    the row's own floats (the same answer as ``np.searchsorted(rows[i], values, side="right")`` per row)."""
+    """``out[i, k]`` = the first index j with ``rows[i, j] > values[k]`` (``rows.shape[1]`` if none): the same
+    answer as ``np.searchsorted(rows[i], values, side="right")`` per row; fast for rows that are each an
+    ``np.linspace`` (:func:`_first_above_linspace`), one search per row otherwise."""
+    p = _first_above_linspace(rows, values)
+    return p if p is not None else np.stack([np.searchsorted(row, values, side="right") for row in rows])
+
+
+def _first_above_linspace(rows: np.ndarray, values: np.ndarray) -> np.ndarray | None:
+    """:func:`_first_above` for rows that are each an ``np.linspace``: estimated from the row's ends, then
+    corrected by exact comparisons with the row's own floats; None when :data:`_FIRST_ABOVE_PASSES` passes do
+    not settle it (rows that are not linspaces)."""
     n = rows.shape[1]
     first, last = rows[:, :1], rows[:, -1:]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -83,13 +96,13 @@ def _first_above(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     p = np.clip(np.nan_to_num(est, nan=0.0, posinf=n, neginf=0), 0, n).astype(np.int64)
     padded = np.concatenate([np.full((rows.shape[0], 1), -np.inf), rows, np.full((rows.shape[0], 1), np.inf)],
                             axis=1)  # padded[:, j + 1] = rows[:, j]; the answer p satisfies rows[p-1] <= v < rows[p]
-    for _ in range(4):
+    for _ in range(_FIRST_ABOVE_PASSES):
         up = np.take_along_axis(padded, p + 1, axis=1) <= values[None, :]
         down = np.take_along_axis(padded, p, axis=1) > values[None, :]
         if not (up.any() or down.any()):
             return p
         p = p + up - down
-    return np.stack([np.searchsorted(row, values, side="right") for row in rows])  # rows that are not linspaces
+    return None
 
 
 def _double_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> _RuleFamily:
@@ -106,10 +119,9 @@ def _double_threshold_rules(pos: np.ndarray, neg: np.ndarray) -> _RuleFamily:
         pos, neg = neg, pos
     buffer = DOUBLE_THRESHOLD_BUFFER
     lo_right, hi_right = pos.min() + width - buffer, pos.max() + buffer
+    # P's range is the width, so the right ends span 2 * buffer: never an empty grid
     right = np.linspace(lo_right, hi_right, num=int(np.ceil((hi_right - lo_right) * THRESHOLDS_PER_UNIT)))
     n_left = int(np.ceil(2 * buffer * THRESHOLDS_PER_UNIT))
-    if right.size == 0:
-        return _RuleFamily(np.empty(0, np.int64), np.empty(0, np.int64), pos.size, neg.size)
     left = np.linspace(right - width - buffer, right - width + buffer, num=n_left, axis=1)  # (rights, lefts)
     samples = np.concatenate([pos, neg])
     is_pos = np.arange(samples.size) < pos.size

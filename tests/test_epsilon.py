@@ -378,3 +378,51 @@ def test_double_threshold_bounds_are_the_right_end_interval_conditions():
                     lower[i, j] = z[e, i] - zp > step_l and inner > step_r
             np.testing.assert_array_equal(blocks.upper[e], upper, err_msg=f"upper, case {s}, example {e}")
             np.testing.assert_array_equal(blocks.lower[e], lower, err_msg=f"lower, case {s}, example {e}")
+
+
+def _searchsorted_rows(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return np.stack([np.searchsorted(row, values, side="right") for row in rows])
+
+
+def test_first_above_settles_linspace_rows_in_two_passes_and_searches_other_rows(monkeypatch):
+    """``_first_above`` (the double-threshold rules' left-end positions) is ``searchsorted(row, v, "right")``
+    per row. For rows that are linspaces (the reference's left-end grids) the estimate from the row's ends is
+    at most one position off, so two comparison passes settle it, at and beside every grid point and outside the
+    row (intervals of zero width included), without a RuntimeWarning; rows that are not linspaces get the per-row search.
+    (kills ``_first_above_linspace``'s estimate, clip, padding and pass mutants, ``_first_above``'s search)"""
+    import warnings
+
+    import attacks.epsilon as epsilon_module
+    from attacks.epsilon import _first_above, _first_above_linspace
+
+    monkeypatch.setattr(epsilon_module, "_FIRST_ABOVE_PASSES", 2)
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        right = np.sort(rng.normal(0, 5, 6))
+        width = float(rng.choice([0.0, 0.013, 0.7, 3.0]))
+        rows = np.linspace(right - width - 2.0, right - width + 2.0, num=400, axis=1)
+        grid = rows.ravel()
+        values = np.concatenate([grid[::37], np.nextafter(grid[::41], np.inf), np.nextafter(grid[::43], -np.inf),
+                                 rng.uniform(grid.min() - 3, grid.max() + 3, 30)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = _first_above_linspace(rows, values)
+        assert got is not None
+        np.testing.assert_array_equal(got, _searchsorted_rows(rows, values))
+    rows = np.sort(rng.normal(0, 1, (5, 40)), axis=1)  # not linspaces: the estimate cannot settle them
+    values = rng.normal(0, 1, 25)
+    assert _first_above_linspace(rows, values) is None
+    np.testing.assert_array_equal(_first_above(rows, values), _searchsorted_rows(rows, values))
+    near = np.arange(40.0)[None, :].copy()
+    near[0, 3:5] = [2.2, 2.4]  # 2.5 is estimated at position 3 but lies after 5: two corrections, three passes
+    assert _first_above_linspace(near, np.array([2.5])) is None  # the passes are _FIRST_ABOVE_PASSES (2 here)
+    assert _first_above(near, np.array([2.5])).tolist() == [[5]]
+    monkeypatch.setattr(epsilon_module, "_FIRST_ABOVE_PASSES", 1)  # values outside a row: no correction at all
+    outside = np.array([-1e9, -5.0, 50.0, 1e9])
+    grid_rows = np.linspace([0.0, -3.0], [39.0, 7.0], num=40, axis=1)
+    np.testing.assert_array_equal(_first_above_linspace(grid_rows, outside), [[0, 0, 40, 40]] * 2)
+    constant = np.full((2, 40), 0.5)  # first == last: the estimate divides by zero, silently, and the search decides
+    values = np.array([0.4, 0.5, 0.6])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(_first_above(constant, values), _searchsorted_rows(constant, values))
