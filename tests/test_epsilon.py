@@ -225,14 +225,16 @@ def test_an_example_no_rule_separates_is_refused_in_full_by_both_paths():
 
     with warnings.catch_warnings():  # both sets constant (0 / 0 ranges): the same one refusal, no RuntimeWarning
         warnings.simplefilter("error")
-        with pytest.raises(DuckInputError) as err:
-            epsilons(np.array([[1.0], [1.0]]), np.array([[1.0], [1.0]]))
-        assert str(err.value) == message
+        for path in (epsilons, epsilons_per_example):
+            with pytest.raises(DuckInputError) as err:
+                path(np.array([[1.0], [1.0]]), np.array([[1.0], [1.0]]))
+            assert str(err.value) == message
 
 
 def test_samples_of_any_numeric_type_and_shape_are_read_as_float_vectors():
     """``example_epsilon`` reads its two samples as float64 vectors: integers, Decimals and column vectors give
-    the ε of the same floats. (kills ``_as_samples`` 2, 4, 6)"""
+    the ε of the same floats, and ``epsilons`` reads φ arrays of Decimals as floats too. (kills ``_as_samples``
+    2, 4, 6 and ``_check_pair`` 3, 5, 7, 9)"""
     from decimal import Decimal
 
     from attacks.epsilon import example_epsilon
@@ -242,6 +244,47 @@ def test_samples_of_any_numeric_type_and_shape_are_read_as_float_vectors():
     assert example_epsilon([int(v) for v in pos], [int(v) for v in neg]) == want
     assert example_epsilon([Decimal(v) for v in pos], [Decimal(v) for v in neg]) == want
     assert example_epsilon(np.array(pos)[:, None], np.array(neg)[:, None]) == want
+    u, r = np.array([pos, neg]).T, np.array([neg, pos]).T  # (4 models, 2 examples) each
+    as_decimals = [[Decimal(v) for v in row] for row in u.tolist()], [[Decimal(v) for v in row] for row in r.tolist()]
+    np.testing.assert_array_equal(epsilons(*as_decimals), epsilons(u, r))
+
+
+def test_equal_ranges_make_the_other_set_the_peakier_one():
+    """The reference swaps the double-threshold roles when ``pos_diff >= neg_diff``: with equal ranges the
+    negative set is the peakier one P. Here that choice decides ε (1.28 rather than 0.92), and both paths make
+    it. (kills ``_double_threshold_blocks`` 35: ``>``)"""
+    u = np.array([[-0.21], [-0.16], [0.54], [0.21], [0.36], [-0.65]])
+    r = np.array([[0.0], [0.39], [0.7], [-0.48], [0.71]]) - 0.48
+    r = (r - r.min()) / np.ptp(r) * np.ptp(u) + r.min()
+    assert np.ptp(r) == np.ptp(u)
+    assert epsilons(u, r)[0] == epsilons_per_example(u, r)[0]
+
+
+def test_rule_epsilons_are_the_references_float32_values_and_never_negative():
+    """Every entry of the rule table is the reference's ε computed in float32 rates (TPR, FPR, FNR of float32
+    counts; ``max(log(1 − δ − FPR) − log(FNR), log(1 − δ − FNR) − log(FPR), 0)``), exactly, ∞ for a perfect
+    rule and −∞ where exactly one of FPR, FNR is zero (the reference skips those). (kills ``_family_epsilons``'
+    float32 casts and its clip at 0)"""
+    n_pos, n_neg, delta = 6, 5, 1e-5
+    table = epsilon_table(n_pos, n_neg, delta)
+    one = np.float32(1)
+    for a in range(n_pos + 1):
+        for b in range(n_neg + 1):
+            tpr, fpr = np.float32(a) / np.float32(n_pos), np.float32(b) / np.float32(n_neg)
+            fnr = (np.float32(n_pos) - np.float32(a)) / np.float32(n_pos)
+            if fpr == 0 and fnr == 0:
+                want = np.inf
+            elif fpr == 0 or fnr == 0:
+                want = -np.inf
+            else:
+                with np.errstate(invalid="ignore"):
+                    c = [np.log(np.float32(1 - delta) - fpr) - np.log(fnr),
+                         np.log(np.float32(1 - delta) - fnr) - np.log(fpr)]
+                c = [v for v in c if not np.isnan(v)]
+                want = float(np.float32(max(max(c), np.float32(0)))) if c else -np.inf
+            assert table[a, b] == want, (a, b, table[a, b], want)
+            assert not table[a, b] < 0 or table[a, b] == -np.inf
+    assert tpr.dtype == np.float32 and one.dtype == np.float32
 
 
 def test_equal_medians_make_the_unlearned_set_the_positive_one():
