@@ -400,12 +400,11 @@ def test_double_threshold_bounds_are_the_right_end_interval_conditions():
     from attacks.epsilon import _double_threshold_blocks
 
     step_l = 4.0 / 399
-    for s in range(12):
-        rng = np.random.default_rng([s, 6])
-        n_u, n_r = [(4, 4), (8, 8), (5, 11)][s % 3]
-        u, r = _case(rng, ["normal", "shifted", "heavy"][s % 3], n_u, n_r, 12)
-        if s >= 6:  # one set far wider than the other: values beyond the right ends' reach bind the bounds
-            r = r * 6.0
+    for s in range(36):
+        rng = np.random.default_rng([s, 77] if s < 24 else [s - 24, 6])
+        n_u, n_r = [(4, 4), (8, 8), (5, 11), (3, 7)][s % 4]
+        u, r = _case(rng, ["normal", "shifted", "heavy"][s % 3], n_u, n_r, 10)
+        r = r * float(rng.choice([1, 3, 6, 10]) if s < 24 else 6.0)  # a set far wider: the outer conditions bind
         z = np.sort(np.concatenate([u, r]).T, axis=1)
         blocks = _double_threshold_blocks(z, u, r, ~(np.median(r, axis=0) > np.median(u, axis=0)))
         m = z.shape[1]
