@@ -115,6 +115,10 @@ def test_quality_interval_is_f_plus_minus_z_times_the_spread_at_the_estimate(lev
     low = _calibration([-1.0, 0.0, 1.0], [10, 0, -10], [0.0], [0.01], 0.02, 0.01)
     ci = _set_record("method", np.zeros((8, 40)), np.zeros((8, 40)), low, 0.25, level)["quality_ci"]
     assert ci[0] == 0.0 and ci[1] == pytest.approx(0.01 + z * 0.02, abs=1e-9)
+    high = _calibration([-1.0, 0.0, 1.0], [10, 0, -10], [0.0], [0.99], 0.02, 0.99)
+    rec = _set_record("method", np.zeros((6, 40)), np.zeros((8, 40)), high, 0.25, level)
+    assert rec["quality_ci"][1] == 1.0 and rec["quality_ci"][0] == pytest.approx(0.99 - z * 0.02, abs=1e-9)
+    assert rec["n_models"] == 6 and rec["closest"] == rec["shift"]  # the set's models; the share closest: the estimate
 
 
 def test_shift_beyond_flags_only_the_ends_of_the_grid():
