@@ -95,6 +95,9 @@ def test_linspace_counts_need_one_correction_at_most(monkeypatch):
         got = _count_le_linspace(np.full(outside.shape, start), np.full(outside.shape, stop), num, outside)
         np.testing.assert_array_equal(got, [0, 0, num, num, 0, num, 0])
         monkeypatch.setattr(epsilon_module, "_LINSPACE_PASSES", 2)
+    monkeypatch.setattr(epsilon_module, "_LINSPACE_PASSES", 0)  # no pass at all: said, not a wrong count
+    with pytest.raises(RuntimeError, match=r"^linspace count did not converge$"):
+        _count_le_linspace(np.zeros(1), np.ones(1), 11, np.array([0.5]))
 
 
 @pytest.mark.parametrize("start,stop,num", [(0.0, 1.0, 101), (2.0, 2.0, 5), (-1e-3, 1e-3, 2), (-3.0, 4.0, 1)])
