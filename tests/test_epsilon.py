@@ -473,3 +473,11 @@ def test_first_above_settles_linspace_rows_in_two_passes_and_searches_other_rows
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_array_equal(_first_above(constant, values), _searchsorted_rows(constant, values))
+
+
+def test_f_has_buckets_from_three_models():
+    """F's buckets end at ⌈ln(N − 1)⌉: 0 for N = 2 (every ε earns 0 points), 1 from N = 3 on. (has_buckets)"""
+    from attacks.epsilon import epsilon_points, has_buckets
+
+    assert [has_buckets(n) for n in (2, 3, 4, 32)] == [False, True, True, True]
+    assert epsilon_points(np.array([0.0]), 2).tolist() == [0.0] and epsilon_points(np.array([0.0]), 3).tolist() == [1.0]
