@@ -9,6 +9,7 @@ words (no power, the grid-end marks ≥ / ≤, an interval inside the grid quote
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -514,3 +515,53 @@ def test_the_rule_quotes_an_interval_inside_the_grid_plain(monkeypatch):
                            "than the margin")
     assert rec["models_to_decide"] is None  # decided: no count of models to ask for
     assert (rec["n_unlearned"], rec["n_retrained"], rec["n_examples"]) == (8, 8, 40)  # models, not examples
+
+
+def test_the_rule_of_runs_f_rejects_says_they_differ_in_more_than_a_shift(monkeypatch):
+    """The method's location interval lies inside the margin, but its F's splits centre on 0.9 against its own F
+    of 0.3 (SD 0.01): F rejects every share, the runs are inconsistent and not forgotten, in these words."""
+    def fake_calibrate(phi, bank, delta, **k):
+        s = np.asarray(k["shifts"], dtype=float)
+        return _calibration(s, -10 * s, [0.0], [0.9], 0.01, 0.3)
+
+    monkeypatch.setattr(eq, "calibrate", fake_calibrate)
+    rng = np.random.default_rng(0)
+    phi = [rng.standard_normal((8, 40)) for _ in range(4)]
+    retrain = _hand_cal([-1.0, 0.0, 1.0], lambda f: -10 * f)
+    none = _hand_cal([-1.0, 0.0, 1.0], lambda f: 30 - 10 * f)
+    rec, _ = verdict_and_calibrations(*phi, calibrations={"retrain": retrain, "none": none}, replicates=20)
+    assert rec["consistent"] is False and rec["verdict"] == "not_forgotten"
+    assert rec["rule"].endswith(f"{SHIFT_WORDS}, but F rejects every share in that interval at 99 %: the runs differ "
+                                "from retrained models in more than a shift of their outputs (their spread, typically)")
+
+
+def test_an_inconclusive_rule_asks_for_the_models_that_would_decide_it(monkeypatch):
+    """Location z = k (0.2 − f), k = 1.96 / 0.121: the interval [0.08, 0.32] holds the margin 0.25, inconclusive.
+    The rule asks for about ⌈8 (half-width / gap)²⌉ models a side (half-width 0.12, gap 0.05: 47), and adds that
+    not even the retrain control is shown within the margin when its own interval holds it; an estimate on the
+    margin (gap 0) asks for more models without a number."""
+    k = Z95 / 0.121
+    rec = _verdict_on(monkeypatch, lambda f: k * (0.2 - f), lambda f: 30 - 10 * f, shifts=(-0.5, 0.0, 0.5))
+    lo, hi = rec["shift_ci"]
+    half, gap = max(hi - rec["shift"], rec["shift"] - lo), 0.25 - abs(rec["shift"])
+    want = max(9, math.ceil(8 * (half / gap) ** 2))
+    assert rec["verdict"] == "inconclusive" and rec["models_to_decide"] == want == 47
+    assert rec["rule"].endswith(f"{SHIFT_WORDS}: the interval holds the margin; about 47 models a side "
+                                "(attack.forgetting.n_unlearned / n_retrained) would decide it")
+    on_margin = _verdict_on(monkeypatch, lambda f: k * (0.25 - f), lambda f: 30 - 10 * f, shifts=(-0.5, 0.0, 0.5))
+    assert on_margin["shift"] == pytest.approx(0.25) and on_margin["models_to_decide"] is None
+    assert on_margin["rule"].endswith("the interval holds the margin; more models a side would narrow it")
+    # a retrain control whose interval holds the margin too: said after the request
+    def fake_calibrate(phi, bank, delta, **kw):
+        return _hand_cal(kw["shifts"], lambda f: k * (0.2 - f))
+
+    monkeypatch.setattr(eq, "calibrate", fake_calibrate)
+    rng = np.random.default_rng(0)
+    phi = [rng.standard_normal((8, 40)) for _ in range(4)]
+    wide = _hand_cal([-1.0, 0.0, 1.0], lambda f: 2 * (0.1 - f))
+    none = _hand_cal([-1.0, 0.0, 1.0], lambda f: 30 - 10 * f)
+    rec, _ = verdict_and_calibrations(*phi, calibrations={"retrain": wide, "none": none}, replicates=20,
+                                      shifts=(-0.5, 0.0, 0.5))
+    assert rec["controls"]["retrain"]["decision"] != "forgotten"
+    assert rec["rule"].endswith("would decide it; at this N and R not even the retrain control (retrained models "
+                                "with other seeds) is shown within the margin")
