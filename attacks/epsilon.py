@@ -307,7 +307,7 @@ def _batched_epsilons(pos_is_u: np.ndarray, u: np.ndarray, r: np.ndarray, delta:
     is_u = order < n_u  # (n, M)
     cum_u = np.concatenate([np.zeros((z.shape[0], 1), np.int64), np.cumsum(is_u, axis=1)], axis=1)  # (n, M + 1)
     t_ur, t_ru = epsilon_table(n_u, n_r, delta), epsilon_table(n_r, n_u, delta)
-    flat = np.concatenate([t_ur.ravel(), t_ru.ravel(), [-np.inf]])
+    flat = np.concatenate([t_ur.ravel(), t_ru.ravel()])
 
     def lookup(in_u: np.ndarray, in_r: np.ndarray, u_positive: np.ndarray) -> np.ndarray:
         idx = np.where(u_positive, in_u * (n_r + 1) + in_r, t_ur.size + in_r * (n_u + 1) + in_u)
@@ -431,10 +431,15 @@ def epsilons_per_example(unlearned: np.ndarray, retrained: np.ndarray, delta: fl
                      else example_epsilon(u[:, i], r[:, i], delta) for i in range(u.shape[1])])
 
 
+def _max_epsilon(n_models: int) -> int:
+    """Where F's last bucket ends: ``⌈ln(n_models − 1)⌉``."""
+    return math.ceil(math.log(n_models - 1))
+
+
 def has_buckets(n_models: int) -> bool:
     """Whether F is informative for a set of ``n_models``: its buckets end at ``⌈ln(n_models − 1)⌉``, which is 0
     for two models, where every ε earns 0 points whatever the margins."""
-    return n_models > 2
+    return _max_epsilon(n_models) > 0
 
 
 def epsilon_points(eps: np.ndarray, n_models: int) -> np.ndarray:
@@ -442,8 +447,7 @@ def epsilon_points(eps: np.ndarray, n_models: int) -> np.ndarray:
     ``⌈ln(n_models − 1)⌉``; an ε beyond the last bucket earns 0."""
     if n_models < 2:
         raise DuckInputError(f"the ε score needs at least 2 unlearned models, got {n_models}")
-    max_epsilon = math.ceil(math.log(n_models - 1))
-    n_buckets = int(max_epsilon / 0.5)
+    n_buckets = int(_max_epsilon(n_models) / 0.5)
     eps = np.asarray(eps, dtype=np.float64)
     bucket = np.floor(eps / 0.5)
     return np.where(bucket < n_buckets, 0.5 ** np.clip(bucket, 0, None), 0.0)
