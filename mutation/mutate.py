@@ -26,6 +26,7 @@ import ast
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,24 @@ def load_equivalents() -> dict[str, dict[str, dict[str, str]]]:
             raise SystemExit(f"mutation/equivalent.toml: entry {entry} lacks {sorted(missing)}")
         out.setdefault(entry["file"], {})[entry["mutant"]] = {"line": entry["line"], "reason": entry["reason"]}
     return out
+
+
+# An equivalent entry whose reason says it differs only on a GPU: equivalent on this CPU-only machine, not in general.
+# The summary's last column counts these as survivors, so a score never rests on a claim no test here can check.
+DEVICE_ONLY = re.compile(r"cuda|cpu-only", re.IGNORECASE)
+
+
+def device_only(reason: str) -> bool:
+    """Whether an equivalent entry's reason makes it equivalent on a CPU-only machine only (it names CUDA)."""
+    return DEVICE_ONLY.search(reason) is not None
+
+
+def scores(counts: dict[str, int]) -> tuple[float, float]:
+    """(score, the score with the CUDA-only equivalents counted as survivors): (killed + timeout) / considered."""
+    killed = counts["killed"] + counts["timeout"]
+    considered = killed + counts["survived"] + counts["no tests"] + counts["other"]
+    worst = considered + counts.get("cuda-only", 0)
+    return (killed / considered if considered else float("nan"), killed / worst if worst else float("nan"))
 
 
 def toml_value(v: object) -> str:
@@ -183,8 +202,8 @@ def summarise(file: str, wd: Path, equivalents: dict[str, dict[str, str]], secon
         import fnmatch
 
         codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, p) for p in patterns)}
-    counts = {s: 0 for s in ("killed", "timeout", "survived", "no tests", "equivalent", "stale", "not checked",
-                             "other")}
+    counts = {s: 0 for s in ("killed", "timeout", "survived", "no tests", "equivalent", "cuda-only", "stale",
+                             "not checked", "other")}
     survivors, stale = [], []
     for name, code in sorted(codes.items(), key=lambda kv: (kv[0].rsplit("__mutmut_", 1)[0],
                                                             int(kv[0].rsplit("_", 1)[1]))):
@@ -194,14 +213,14 @@ def summarise(file: str, wd: Path, equivalents: dict[str, dict[str, str]], secon
             diff = diff_of(wd, file, name)
             if eq["line"].strip() in mutated_lines(diff):
                 counts["equivalent"] += 1
+                counts["cuda-only"] += device_only(eq["reason"])
                 continue
             stale.append(name)  # listed, but the mutant is another one now: examine it again
         if status in ("survived", "no tests"):
             survivors.append((name, status, diff_of(wd, file, name)))
         counts[status if status in counts else "other"] += 1
     counts["stale"] = len(stale)
-    considered = counts["killed"] + counts["timeout"] + counts["survived"] + counts["no tests"] + counts["other"]
-    score = (counts["killed"] + counts["timeout"]) / considered if considered else float("nan")
+    score, score_on_cuda = scores(counts)
     text = [f"# {file}: {len(survivors)} mutants not killed by {', '.join(load_targets()[0][file])}", ""]
     for name, status, diff in survivors:
         text += [f"## {name} ({status}{', STALE equivalent entry' if name in stale else ''})", diff, ""]
@@ -209,7 +228,8 @@ def summarise(file: str, wd: Path, equivalents: dict[str, dict[str, str]], secon
     out = wd / "survivors.txt" if smoke else HERE / "survivors" / f"{slug(file)}.txt"
     out.parent.mkdir(exist_ok=True)
     out.write_text("\n".join(text))
-    return {"file": file, "total": len(codes), **counts, "score": score, "seconds": round(seconds),
+    return {"file": file, "total": len(codes), **counts, "score": score, "score_cuda_only_survived": score_on_cuda,
+            "seconds": round(seconds),
             "date": _dt.date.today().isoformat(), "smoke": smoke, "not_mutated": not_mutated(file)}
 
 
@@ -223,15 +243,23 @@ def write_summary(rows: list[dict]) -> None:
     md = ["# Mutation testing: latest result per file", "",
           "Written by `make mutation` (mutation/mutate.py, mutmut 3). score = (killed + timeout) / (every mutant "
           "but the listed equivalents); `no tests`: the file's own tests never reach the mutated function. "
-          "Survivors' diffs: mutation/survivors/.", "",
-          "| file | mutants | killed | timeout | survived | no tests | equivalent | score | run | date |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+          "CUDA-only: equivalents whose reason says they differ only on a GPU (equivalent on this CPU-only machine, "
+          "not in general); the last column counts them as survivors. Survivors' diffs: mutation/survivors/.", "",
+          "| file | mutants | killed | timeout | survived | no tests | equivalent | CUDA-only | score | run | date "
+          "| score, CUDA-only as survived |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    listed = load_equivalents()
     for key in sorted(table):
         r = table[key]
         partial = f" (stopped: {r['not checked']} not run)" if r.get("not checked") else ""
         run = f"{r['seconds']} s" if r["seconds"] else "–"
+        if "cuda-only" not in r:  # a row written before the column: bound it by the entries listed for the file
+            cuda = sum(device_only(e["reason"]) for e in listed.get(r["file"], {}).values())
+            r = {**r, "cuda-only": min(cuda, r["equivalent"])}
+        worst = scores(r)[1]
         md.append(f"| `{key}` | {r['total']} | {r['killed']} | {r['timeout']} | {r['survived']} | {r['no tests']} | "
-                  f"{r['equivalent']} | {100 * r['score']:.1f} %{partial} | {run} | {r['date']} |")
+                  f"{r['equivalent']} | {r['cuda-only']} | {100 * r['score']:.1f} %{partial} | {run} | {r['date']} | "
+                  f"{100 * worst:.1f} % |")
     notes = [(k, r["not_mutated"]) for k, r in sorted(table.items()) if r.get("not_mutated") and not r["smoke"]]
     if notes:
         md += ["", "Not mutated (mutmut 3 mutates function bodies only, and skips functions decorated other than "

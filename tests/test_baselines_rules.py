@@ -570,6 +570,17 @@ def test_frozen_entries_hold_given_values_and_measure_their_deviation():
                             "per parameter entry")
 
 
+def test_frozen_entries_hold_masks_and_values_on_the_parameters_device():
+    """Masks and held values are moved to the parameter's device at the snapshot (a mask built on the host for a
+    model on the GPU). PyTorch's "meta" device stands in for the GPU on a CPU-only machine: a parameter there, a
+    mask and values on the CPU; both must end up on "meta", the values in the parameter's dtype."""
+    weight = nn.Parameter(torch.empty(2, 3, device="meta", dtype=torch.float64))
+    frozen = FrozenEntries([(weight, torch.tensor([[1, 0, 0], [0, 0, 1]]))],
+                           values=[torch.arange(6, dtype=torch.float32).reshape(2, 3)])
+    assert frozen.masks[0].device.type == "meta" and frozen.masks[0].dtype == torch.bool
+    assert frozen.values[0].device.type == "meta" and frozen.values[0].dtype == torch.float64
+
+
 def test_retrain_trains_with_the_jobs_recipe_augmentation_trainer_and_progress(synthetic, synthetic_model,
                                                                                 monkeypatch):
     """Retraining must repeat the original's training on the retain set: the recipe, the data set's

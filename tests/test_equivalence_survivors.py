@@ -466,6 +466,34 @@ def test_the_no_power_rule_quotes_the_none_controls_interval(monkeypatch):
         "memorises")
 
 
+@pytest.mark.parametrize(("none_ci", "power"), [
+    ([0.25, 1.3], False),     # the low end at the margin: the interval holds +m, not wholly beyond it
+    ([0.26, 1.3], True),
+    ([-1.3, -0.25], False),   # the high end at −m
+    ([-1.3, -0.26], True),
+    ([0.0, 0.2], False),      # inside the margin on both sides
+    ([-0.2, 0.0], False),
+])
+def test_power_needs_the_none_controls_interval_wholly_beyond_the_margin(monkeypatch, none_ci, power):
+    """Power: the none control's interval lies wholly above +m or wholly below −m (strictly: the interval's ends are
+    grid shares, and the grid holds ±m, so an end exactly at the margin is reached). The none control's record is
+    the real one with its interval set by hand; the method's location is the one of the rule tests above."""
+    real = eq._set_record
+
+    def none_with_interval(name, *args, **kw):
+        rec = real(name, *args, **kw)
+        if name == "none":
+            rec["shift_ci"] = list(none_ci)
+        return rec
+
+    monkeypatch.setattr(eq, "_set_record", none_with_interval)
+    rec = _verdict_on(monkeypatch, lambda f: -10 * f, lambda f: 30 - 10 * f)
+    assert rec["power"] is power
+    assert rec["rule"].startswith("no power: ") is (not power)
+    if not power:
+        assert rec["verdict"] == "inconclusive"
+
+
 def test_f_vetoing_the_none_control_is_not_power(monkeypatch):
     """Power is the location's (module docstring): the none control's location interval [-0.09, 0.29] holds the
     margin, so the intervals cannot tell ±0.25 from the original's imprint. Its F's splits centred at 0.9, far from
