@@ -141,3 +141,123 @@ def test_spn_with_a_categorical_column():
         return spn.log_likelihood(data)
 
     same(build_and_score(), under_meta(build_and_score))
+
+
+# --- whole sessions: every tensor on the component's own device (issue 39: "CUDA-only" mutants that drop a
+# device= argument create their tensor on torch's default device; "meta" makes that visible on the CPU) --------
+
+
+def same_session(session) -> None:
+    """``session()`` (a list of results) under "meta" as torch's default device equals the plain run, on the CPU."""
+    plain = session()
+    meta = under_meta(session)
+    assert len(meta) == len(plain)
+    for a, b in zip(plain, meta, strict=True):
+        same(a, b)
+
+
+def _cpu_data(seed: int = 0, n: int = 150, d: int = 3) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).normal(size=(n, d)) + np.arange(n)[:, None] % 3 * 4.0)
+
+
+def test_kmeans_ops_session():
+    """The blocked partitions (weighted, one-hot and k > the one-hot limit, exact, with excluded rows), k-means++
+    seeding with and without weights, host_take."""
+    from duck.deletion._kmeans_ops import _ONE_HOT_MAX_K, host_take, kmeans_plusplus, partition, partition_exact
+
+    def session():
+        X = _cpu_data()
+        w = torch.from_numpy(np.linspace(0.5, 2.0, X.shape[0]))
+        active = torch.from_numpy(np.arange(X.shape[0]) % 7 != 0)
+        out = []
+        for k in (3, _ONE_HOT_MAX_K + 2):
+            C = X[:k].clone()
+            for kw in ({}, {"weights": w}, {"active": active}, {"weights": w, "active": active}):
+                p = partition(X, C, **kw)
+                out += [p.labels, p.sums, p.masses, p.min_sq_dist]
+        p = partition_exact(X, X[:2].clone(), active=active)
+        out += [p.labels, p.sums, p.masses, p.min_sq_dist]
+        for kw in ({}, {"weights": w}):
+            out.append(torch.tensor(kmeans_plusplus(X, 4, torch.Generator().manual_seed(2), **kw), device="cpu"))
+        out.append(host_take(X, np.array([4, 0, 9])))
+        return out
+
+    same_session(session)
+
+
+def test_qkmeans_session():
+    """Q-k-means fitted, predicted, rows deleted (one that changes the model, one replayed), its state read."""
+    from duck.deletion.qkmeans import QKMeans
+
+    def session():
+        m = QKMeans(3, seed=4, device="cpu").fit(_cpu_data(1))
+        out = [m.cluster_centers_, m.labels_, m.predict(_cpu_data(2, n=10)), m.inertia_]
+        for ids in ([0], [5, 6, 7], list(range(40, 60))):
+            m.delete(ids)
+            out += [m.cluster_centers_, m.labels_, m.ids_]
+        kept = m.ids_.numpy()
+        replayed = QKMeans(3, seed=4, device="cpu").fit(_cpu_data(1)[kept], ids=kept, replay=m.random_state_)
+        return [*out, replayed.cluster_centers_, replayed.labels_]
+
+    same_session(session)
+
+
+def test_dckmeans_session():
+    """DC-k-means fitted (with sample weights in its node solves), rows deleted, refitted by replay."""
+
+    def session():
+        m = DCKMeans(3, seed=1, device="cpu", min_leaf_per_cluster=5).fit(_cpu_data(3))
+        out = [m.cluster_centers_, m.labels_, m.predict(_cpu_data(4, n=10))]
+        m.delete([0, 1, 2, 70])
+        out += [m.cluster_centers_, m.labels_, m.ids_]
+        return out
+
+    same_session(session)
+
+
+def test_kmeans_pp_session():
+    """k-means++ with Lloyd (weighted too), predicted, rows deleted (a retrain)."""
+    from duck.deletion.kmeans_pp import KMeansPP
+
+    def session():
+        X = _cpu_data(5)
+        m = KMeansPP(3, seed=2, device="cpu").fit(X)
+        out = [m.cluster_centers_, m.labels_, m.predict(_cpu_data(6, n=10)), m.inertia_]
+        m.delete([0, 4])
+        out += [m.cluster_centers_, m.labels_, m.ids_]
+        w = KMeansPP(3, seed=2, device="cpu").fit(X, sample_weight=np.linspace(1.0, 3.0, X.shape[0]))
+        return [*out, w.cluster_centers_, w.labels_]
+
+    same_session(session)
+
+
+def test_rdc_session():
+    """The RDC on two Gaussian and two categorical columns: random features, the matrix, pairs of every kind
+    (Gaussian-Gaussian, Gaussian-categorical, categorical-categorical), the factorised features' blocks, and the
+    certificates' canonical directions and lower bounds."""
+    from duck.deletion.rdc import (
+        canonical_directions,
+        centred_features,
+        random_features,
+        rdc_lower_bounds,
+        rdc_matrix,
+        rdc_pairs,
+    )
+
+    rng = np.random.default_rng(7)
+    n = 60
+    codes = rng.integers(0, 3, size=(n, 2))
+    u = rng.uniform(size=(n, 2))
+    cats = [0, 0, 3, 3]
+    pairs = np.array([[0, 1], [0, 2], [2, 3], [1, 3]])
+
+    def session():
+        X = torch.from_numpy(np.column_stack([u, codes]).astype(np.float64))
+        P = draw_projections(torch.Generator().manual_seed(3), cats, 5)
+        F = centred_features(X, cats, P)
+        Z = F.whitened()
+        sides = canonical_directions(Z, pairs)
+        return [random_features(X, cats, P, 1 / 6), rdc_matrix(X, cats, P), rdc_pairs(Z, pairs),
+                F.covariances(), F.sq_sums(), Z.pair_blocks(pairs), F.projected(sides), rdc_lower_bounds(F, sides)]
+
+    same_session(session)

@@ -207,11 +207,22 @@ def test_deletions_may_leave_exactly_n_clusters_rows(cls):
     assert model.n_samples_ == K and model.ids_.tolist() == list(range(N - K, N))
 
 
-def check_erased(cls, device: str) -> None:
+class _OffHost(torch.Tensor):
+    """A CPU tensor that reports itself off the host (``is_cpu`` False): the device-storage branches run here."""
+
+    @property
+    def is_cpu(self) -> bool:
+        return False
+
+
+def check_erased(cls, device: str, off_host: bool = False) -> None:
     """The model's stored copy of a deleted row is zeros (k-means++ drops it at once), the others keep their
-    values; the alive row index lives on the data's device; DC-k-means' labels are the alive rows' nearest centres."""
+    values; the alive row index lives on the data's device; DC-k-means' labels are the alive rows' nearest centres.
+    ``off_host``: the stored rows report themselves off the host, so the erasure takes the device path."""
     X = blobs()
     model = make(cls, device=device).fit(X, ids=np.arange(N) + 100)
+    if off_host:
+        model._X = model._X.as_subclass(_OffHost)
     gone = [101, 117, 128]
     model.delete(gone)
     ids_now = model._ids  # stored ids, deleted included until a compaction
@@ -229,6 +240,11 @@ def check_erased(cls, device: str) -> None:
 @pytest.mark.parametrize("cls", MODELS)
 def test_deleted_rows_are_erased_from_the_stored_data(cls):
     check_erased(cls, "cpu")
+
+
+@pytest.mark.parametrize("cls", MODELS)
+def test_deleted_rows_are_erased_through_the_device_storage_path(cls):
+    check_erased(cls, "cpu", off_host=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -483,3 +483,23 @@ def test_every_op_keeps_the_data_on_its_cuda_device_and_matches_the_cpu():
     assert res_g.centers.device.type == "cuda" and (res_g.n_iter, res_g.converged) == (res_c.n_iter, res_c.converged)
     np.testing.assert_allclose(res_g.centers.cpu().numpy(), res_c.centers.numpy(), rtol=1e-10)
     assert kmeans_plusplus(Xg, 4, make_generator(2)) == kmeans_plusplus(Xc, 4, make_generator(2))
+
+
+class _OffHost(torch.Tensor):
+    """A CPU tensor that reports itself off the host (``is_cpu`` False): the device branch runs here."""
+
+    @property
+    def is_cpu(self) -> bool:
+        return False
+
+
+def test_host_take_indexes_a_tensor_off_the_host_on_its_device():
+    """Off the host, ``host_take`` gathers with ``index_select`` along ``dim`` and returns the rows (or columns)
+    asked for, in the order asked, as a host array: the host path's (numpy view) numbers."""
+    t = torch.arange(12.0, dtype=torch.float64).reshape(4, 3)
+    off = t.as_subclass(_OffHost)
+    for dim, index in ((0, np.array([2, 0, 2])), (1, np.array([2, 1]))):
+        got = ops.host_take(off, index, dim=dim)
+        assert isinstance(got, np.ndarray) and not isinstance(got, torch.Tensor)
+        np.testing.assert_array_equal(got, ops.host_take(t, index, dim=dim))
+    np.testing.assert_array_equal(ops.host_take(off, np.array([3, 1])), [[9.0, 10.0, 11.0], [3.0, 4.0, 5.0]])

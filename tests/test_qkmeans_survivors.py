@@ -591,3 +591,32 @@ def test_cuda_model_keeps_its_state_on_the_device_and_matches_cpu():
     phases = torch.full((4, 2), 0.5, device="cuda")
     _, out, _, _ = check_replay_draws(dict(seed_ids=[0, 1], phases=phases, eps_phase=0.5, n_reseeds=0), 2, 4, 2)
     assert out.device.type == "cpu" and out.dtype == torch.float64
+
+
+class _OffHost(torch.Tensor):
+    """A CPU tensor that reports itself off the host (``is_cpu`` False): the branches written for device storage
+    run on this CPU-only machine, on the same numbers."""
+
+    @property
+    def is_cpu(self) -> bool:
+        return False
+
+
+def test_deletions_erase_the_rows_through_the_device_storage_path():
+    """Stored on a device (the rows' squared norms and partitions not numpy views), a deletion erases the deleted
+    rows' squared norms (0) and their label in every stored partition (k) with torch indexing: the state equals
+    the host path's after a kept deletion and after a retrain."""
+    X = two_blobs()
+    host = QKMeans(2, n_iter=4, eps=0.2, seed=1, **F64).fit(X)
+    dev = QKMeans(2, n_iter=4, eps=0.2, seed=1, **F64).fit(X)
+    dev._x_sqnorm = dev._x_sqnorm.as_subclass(_OffHost)
+    dev._labels_hist = dev._labels_hist.as_subclass(_OffHost)
+    seeds = host.seed_ids_.tolist()
+    victim = next(r for r in range(40) if r not in seeds and not host.deletion_changes_model([r]))
+    for request in ([victim], [seeds[0]]):
+        assert dev.delete(request) == host.delete(request)
+        assert float(dev._x_sqnorm[request[0]]) == 0.0
+        assert bool((dev._labels_hist[:, request[0]] == 2).all())
+        assert torch.equal(dev._x_sqnorm.as_subclass(torch.Tensor), host._x_sqnorm)
+        assert torch.equal(dev._labels_hist.as_subclass(torch.Tensor), host._labels_hist)
+        assert torch.equal(dev.cluster_centers_, host.cluster_centers_) and torch.equal(dev.labels_, host.labels_)
