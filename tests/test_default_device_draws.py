@@ -261,3 +261,26 @@ def test_rdc_session():
                 F.covariances(), F.sq_sums(), Z.pair_blocks(pairs), F.projected(sides), rdc_lower_bounds(F, sides)]
 
     same_session(session)
+
+
+def test_privacy_session():
+    """The DP statistics on the CPU: neighbour counts (all pairs, and with an LSH index), the local and smooth
+    sensitivity bounds, the Gaussian mechanisms' noise and the exponential mechanism's choice. Found with it:
+    ``smooth_sensitivity_bound`` indexed its CPU band counts with positions made on torch's default device, so
+    under a GPU default it raised (under "meta": "Tensor.item() cannot be called on meta tensors"); fixed."""
+    from duck.privacy.mechanisms import exponential_mechanism, gaussian_mechanism, smooth_gaussian_mechanism
+    from duck.privacy.neighbours import neighbour_counts
+    from duck.privacy.smooth_sensitivity import local_sensitivity_bound, smooth_sensitivity_bound
+
+    def session():
+        X = torch.from_numpy(np.random.default_rng(8).normal(size=(80, 3)))
+        lsh = {"k": 2, "L": 4, "w": 4.0, "seed": 1}
+        return [neighbour_counts(X, 1.0, device="cpu"), neighbour_counts(X, 1.0, [0, 2], lsh=lsh, device="cpu"),
+                local_sensitivity_bound(X, 3, 1.0, device="cpu"),
+                smooth_sensitivity_bound(X, 3, 1.0, 0.1, device="cpu"),
+                smooth_sensitivity_bound(X[:20], 3, 1.0, 0.1, ball_count="exact", device="cpu"),
+                gaussian_mechanism(5.0, 1.0, 0.5, 1e-5, seed=3).value,
+                smooth_gaussian_mechanism(5.0, 2.0, 0.5, 1e-5, seed=3).value,
+                exponential_mechanism(np.arange(6.0), 1.0, seed=4)]
+
+    same_session(session)

@@ -216,7 +216,7 @@ class _BandGraph:
 
     def prefix_adjacency(self, t: int) -> tuple[np.ndarray, torch.Tensor]:
         """Adjacency of the records whose band distance is <= t, and their original indices."""
-        n = int(torch.searchsorted(self.sorted_band, torch.tensor(t), right=True))
+        n = int(torch.searchsorted(self.sorted_band, torch.tensor(t, device="cpu"), right=True))
         m = self.adjacency.shape[0]
         if n > m:
             grown = np.zeros((n, n), dtype=bool)
@@ -288,7 +288,7 @@ def smooth_sensitivity_bound(
     cache: dict[tuple[int, int], int] = {}  # f depends on the band set only, i.e. on (level, its size)
 
     def f_band(j: int, t: int) -> int:
-        key = (j, int(band_size(j, torch.tensor(t))))
+        key = (j, int(band_size(j, t)))
         if key not in cache:
             adjacency, members = graph.prefix_adjacency(t)
             in_band = (band_dist[j][members] <= t).cpu().numpy()
@@ -299,8 +299,8 @@ def smooth_sensitivity_bound(
                 cache[key] = 1 + degeneracy(adjacency[np.ix_(in_band, in_band)])
         return cache[key]
 
-    def band_size(j: int, t: torch.Tensor) -> torch.Tensor:
-        return cumulative[j][t]
+    def band_size(j: int, t: int | torch.Tensor) -> torch.Tensor:
+        return cumulative[j][t]  # on the CPU, as every t below (never torch's default device: it may be a GPU)
 
     best, argmax_t, ls0, n_eval = 0.0, 0, 0, 0
     reference: tuple[int, int, int] | None = None
@@ -313,9 +313,9 @@ def smooth_sensitivity_bound(
             T, fk_T, fk1_T = reference
             horizon = math.log(n_records / best) / beta  # N e^{-beta t'} <= best beyond (inf for tiny beta)
             t_end = max(t, last if horizon >= last else math.ceil(horizon))
-            ts = torch.arange(t, t_end + 1)
-            grow_k = band_size(k, ts) - band_size(k, torch.tensor(T))
-            grow_k1 = band_size(k - 1, ts) - band_size(k - 1, torch.tensor(T))
+            ts = torch.arange(t, t_end + 1, device="cpu")
+            grow_k = band_size(k, ts) - band_size(k, T)
+            grow_k1 = band_size(k - 1, ts) - band_size(k - 1, T)
             upper = torch.clamp(torch.maximum(fk_T + grow_k, fk1_T + grow_k1) + ts + 1, max=n_records)
             tail = torch.exp(-beta * ts.double()) * upper.double()
             exceeds = (tail > best).nonzero().flatten()
