@@ -265,11 +265,14 @@ def test_rdc_session():
 
 def test_privacy_session():
     """The DP statistics on the CPU: neighbour counts (all pairs, and with an LSH index), the local and smooth
-    sensitivity bounds, the Gaussian mechanisms' noise and the exponential mechanism's choice. Found with it:
+    sensitivity bounds, the Gaussian mechanisms' noise, the exponential mechanism's choice, DP outlier counts
+    (smooth and global), the top subspaces and the shareable report's statistics. Found with it:
     ``smooth_sensitivity_bound`` indexed its CPU band counts with positions made on torch's default device, so
     under a GPU default it raised (under "meta": "Tensor.item() cannot be called on meta tensors"); fixed."""
     from duck.privacy.mechanisms import exponential_mechanism, gaussian_mechanism, smooth_gaussian_mechanism
     from duck.privacy.neighbours import neighbour_counts
+    from duck.privacy.outliers import dp_outlier_count, dp_top_subspaces
+    from duck.privacy.shareable import shareable_outlier_statistics
     from duck.privacy.smooth_sensitivity import local_sensitivity_bound, smooth_sensitivity_bound
 
     def session():
@@ -281,6 +284,11 @@ def test_privacy_session():
                 smooth_sensitivity_bound(X[:20], 3, 1.0, 0.1, ball_count="exact", device="cpu"),
                 gaussian_mechanism(5.0, 1.0, 0.5, 1e-5, seed=3).value,
                 smooth_gaussian_mechanism(5.0, 2.0, 0.5, 1e-5, seed=3).value,
-                exponential_mechanism(np.arange(6.0), 1.0, seed=4)]
+                exponential_mechanism(np.arange(6.0), 1.0, seed=4),
+                dp_outlier_count(X, 3, 1.0, 0.5, 1e-5, seed=5, device="cpu").value,
+                dp_outlier_count(X, 3, 1.0, 0.5, 1e-5, mechanism="global", subspace=[1], seed=5, device="cpu").value,
+                dp_top_subspaces(X, 3, 1.0, 2, 1.0, 1, seed=6, device="cpu"),
+                shareable_outlier_statistics(X[:30], X[30:], eps=1.0, delta=1e-5, k=3, r=1.0, n_components=2, h=1,
+                                             seed=7, device="cpu")]
 
     same_session(session)

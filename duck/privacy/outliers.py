@@ -214,7 +214,8 @@ def subspace_utilities(
     """Utility ``u(S) = q_count(X, k, r, S) / GS_UB_{|S|}(k)`` of every candidate (eq. 51; sensitivity <= 1)."""
     Xt = as_records(X, device)
     subs, counts = subspace_outlier_counts(Xt, k, r, subspaces, device=Xt.device)
-    gs_upper = torch.tensor([global_sensitivity_bounds(Xt.shape[0], len(S), k)[1] for S in subs], dtype=torch.float64)
+    gs_upper = torch.tensor([global_sensitivity_bounds(Xt.shape[0], len(S), k)[1] for S in subs], dtype=torch.float64,
+                            device="cpu")  # beside the counts (never torch's default device: it may be a GPU)
     return subs, counts.double() / gs_upper
 
 

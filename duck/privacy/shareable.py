@@ -129,7 +129,7 @@ def forget_outlier_counts(
         return int((within < k).sum())
 
     full = outliers_in(tuple(range(n_components)))
-    per_subspace = torch.tensor([outliers_in(S) for S in subspaces], dtype=torch.int64)
+    per_subspace = torch.tensor([outliers_in(S) for S in subspaces], dtype=torch.int64, device="cpu")  # not the default device
     return full, per_subspace, explained
 
 
