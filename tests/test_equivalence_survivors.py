@@ -593,3 +593,144 @@ def test_an_inconclusive_rule_asks_for_the_models_that_would_decide_it(monkeypat
     assert rec["controls"]["retrain"]["decision"] != "forgotten"
     assert rec["rule"].endswith("would decide it; at this N and R not even the retrain control (retrained models "
                                 "with other seeds) is shown within the margin")
+
+
+# --- the record's calibration, test description and utility sentence (issue 39: the second half of the run) -------
+
+
+def test_the_record_carries_the_methods_calibration_and_names_its_test():
+    """The record's ``calibration`` is the method's calibration as returned (grid, location z, F's shares and z,
+    examples scored) with the replicates and seed asked for; ``test`` names the procedure in full; ``consistent``
+    is the method's F-consistency."""
+    a = _split_audit(n_examples=12)
+    rec, cals = verdict_and_calibrations(a["unlearned"], a["retrained"], a["retrain_control"], a["none_control"],
+                                         replicates=21, seed=4, shifts=(-1.0, 0.0, 1.0))
+    cal = cals["method"]
+    assert rec["calibration"] == {"replicates": 21, "shifts": cal.shifts.tolist(),
+                                  "location_z": cal.location_z.tolist(), "f_shifts": cal.f_shifts.tolist(),
+                                  "f_z": cal.z().tolist(), "examples_scored": 12, "seed": 4}
+    assert rec["test"] == ("equivalence (two one-sided tests) of the location statistic against its shift-back "
+                           "permutation distribution at each fraction of the original's shift, the epsilon score "
+                           "F's test as a consistency veto (docs/audit.md, forgetting verdict)")
+    assert isinstance(rec["consistent"], bool)
+
+
+@pytest.mark.parametrize(("retain", "test", "sentence"), [
+    (0.5, 1.0, "; forgetting cost more than 10 % of the retrained models' retain accuracy"),
+    (1.0, 0.5, "; forgetting cost more than 10 % of the retrained models' test accuracy"),
+    (0.5, 0.5, "; forgetting cost more than 10 % of the retrained models' retain and test accuracy"),
+    (0.95, 0.95, ""),
+])
+def test_the_rule_says_which_accuracy_forgetting_cost_beyond_the_allowed_loss(retain, test, sentence):
+    """Accuracy ratios against the retrained models' below 1 − 0.1 are named after the verdict's rule, joined by
+    "and"; within the loss the rule is the verdict's alone."""
+    a = _split_audit()
+    args = (a["unlearned"], a["retrained"], a["retrain_control"], a["none_control"])
+    kw = dict(replicates=20, shifts=(-1.0, 0.0, 1.0))
+    plain, _ = verdict_and_calibrations(*args, **kw)
+    acc = {"retain": ([retain] * 6, [1.0] * 6), "test": ([test] * 6, [1.0] * 6)}
+    rec, _ = verdict_and_calibrations(*args, accuracies=acc, max_utility_loss=0.1, **kw)
+    assert rec["rule"] == plain["rule"] + sentence
+    assert rec["utility"]["ok"] is (sentence == "")
+
+
+@pytest.mark.parametrize(("margin", "level", "message"), [
+    ("x", 0.95, "margin and level must be numbers, got 'x' and 0.95"),
+    (0.25, None, "margin and level must be numbers, got 0.25 and None"),
+    (0.0, 0.95, "attack.forgetting.margin must be in (0, 1) (the share of the original's shift a forgotten method "
+                "may keep), got 0.0"),
+    (1.0, 0.95, "attack.forgetting.margin must be in (0, 1) (the share of the original's shift a forgotten method "
+                "may keep), got 1.0"),
+    (0.25, 1.0, "the interval level must be in [0.5, 1), got 1.0"),
+    (0.25, 1.5, "the interval level must be in [0.5, 1), got 1.5"),
+    (0.25, 0.49, "the interval level must be in [0.5, 1), got 0.49"),
+])
+def test_margin_and_level_refusals_in_full(margin, level, message):
+    a = _split_audit()
+    with pytest.raises(DuckInputError) as e:
+        verdict_and_calibrations(a["unlearned"], a["retrained"], a["retrain_control"], a["none_control"],
+                                 margin=margin, level=level, replicates=20)
+    assert str(e.value) == message
+
+
+def test_margin_and_level_at_their_inclusive_ends_are_taken():
+    a = _split_audit()
+    rec, _ = verdict_and_calibrations(a["unlearned"], a["retrained"], a["retrain_control"], a["none_control"],
+                                      margin=0.999, level=0.5, replicates=20, shifts=(-1.0, 0.0, 1.0))
+    assert rec["margin"] == 0.999 and rec["level"] == 0.5
+
+
+def test_decide_at_the_interval_boundaries():
+    """``_decide``: inside (−m, m) strictly: forgotten; wholly beyond +m or −m strictly: not forgotten; an end
+    exactly at ±m (grid shares hold ±m, so this happens) or an interval across it: inconclusive; inconsistent runs:
+    not forgotten whatever the interval."""
+    m = 0.25
+    cases = [((-0.2, 0.2), "forgotten"), ((-0.25, 0.2), "inconclusive"), ((-0.2, 0.25), "inconclusive"),
+             ((0.26, 0.9), "not_forgotten"), ((0.25, 0.9), "inconclusive"), ((-0.9, -0.26), "not_forgotten"),
+             ((-0.9, -0.25), "inconclusive"), ((-0.3, 0.3), "inconclusive")]
+    for (low, high), expected in cases:
+        assert eq._decide({"low": low, "high": high, "estimate": (low + high) / 2}, m) == expected, (low, high)
+        assert eq._decide({"low": low, "high": high, "consistent": False}, m) == "not_forgotten"
+
+
+# --- calibrate: the location test by a direct loop ---------------------------------------------------------------
+
+
+def _location_z_by_loop(tested, bank, shift, shifts, seed, max_examples):
+    """The location test of ``calibrate`` written out one split at a time: the examples (all, or ``max_examples``
+    drawn without replacement, sorted) and the 2000 splits from the generator seeded [seed, 0xCA1B], in that
+    order; at each share f the pool (bank, then tested − f δ̂) standardised per example by its standard deviation
+    (ddof 1; floored at 1e-3 × the median sd); the statistic the mean over examples of the set-minus-bank
+    difference of means; z = (observed − the splits' mean) / the splits' standard deviation (ddof 1)."""
+    rng = np.random.default_rng([seed, 0xCA1B])
+    n = bank.shape[1]
+    cols = np.arange(n) if n <= max_examples else np.sort(rng.choice(n, max_examples, replace=False))
+    t, b, d = tested[:, cols], bank[:, cols], shift[cols]
+    n_t, r = t.shape[0], b.shape[0]
+    perms = [rng.permutation(n_t + r) for _ in range(eq.LOCATION_SPLITS)]
+    z = []
+    for f in sorted(set(shifts)):
+        pool = np.concatenate([b, t - f * d])
+        sd = np.array([np.std(pool[:, j], ddof=1) for j in range(pool.shape[1])])
+        sd = np.maximum(sd, 1e-3 * np.median(sd) + 1e-12)
+        std = pool / sd
+
+        def stat(rows_t, rows_b):
+            return float(np.mean([std[rows_t, j].mean() - std[rows_b, j].mean() for j in range(std.shape[1])]))
+
+        observed = stat(np.arange(r, r + n_t), np.arange(r))
+        null = np.array([stat(p[:n_t], p[n_t:]) for p in perms])
+        z.append((observed - null.mean()) / null.std(ddof=1))
+    return np.array(z)
+
+
+@pytest.mark.parametrize(("n_examples", "max_examples", "seed"), [(6, 10, 0), (6, 6, 1), (9, 5, 3)])
+def test_calibrates_location_z_equals_a_direct_loop(n_examples, max_examples, seed):
+    """Heterogeneous per-example spreads (so the per-example standardisation matters), one example whose pool
+    is almost constant (its sd floored), a tested set shifted by 0.6 δ̂."""
+    rng = np.random.default_rng(11)
+    scale = np.linspace(0.5, 3.0, n_examples)
+    bank = rng.standard_normal((5, n_examples)) * scale
+    shift = np.linspace(1.0, 2.0, n_examples)
+    tested = rng.standard_normal((4, n_examples)) * scale + 0.6 * shift
+    bank[:, 0] = 1.0
+    tested[:, 0] = 1.0 + 0.6 * shift[0] + 1e-9 * np.arange(4)
+    shifts = (-1.0, 0.0, 0.6, 1.0)
+    cal = eq.calibrate(tested, bank, shift, shifts=shifts, replicates=20, seed=seed, max_examples=max_examples)
+    expected = _location_z_by_loop(tested, bank, shift, shifts, seed, max_examples)
+    np.testing.assert_allclose(cal.location_z, expected, rtol=1e-9, atol=1e-9)
+    assert cal.n_scored == min(n_examples, max_examples) and cal.n_examples == n_examples
+
+
+def test_calibrate_defaults_to_seed_0_and_names_its_arguments_in_refusals():
+    rng = np.random.default_rng(2)
+    bank, tested, shift = rng.standard_normal((5, 6)), rng.standard_normal((4, 6)), np.ones(6)
+    a = eq.calibrate(tested, bank, shift, shifts=(0.0, 1.0), replicates=20)
+    b = eq.calibrate(tested, bank, shift, shifts=(0.0, 1.0), replicates=20, seed=0)
+    np.testing.assert_array_equal(a.location_z, b.location_z)
+    with pytest.raises(DuckInputError) as e:
+        eq.calibrate(np.zeros(3), bank, shift, shifts=(0.0, 1.0), replicates=20)
+    assert str(e.value).startswith("the tested set ")
+    with pytest.raises(DuckInputError) as e:
+        eq.calibrate(tested, np.zeros(3), shift, shifts=(0.0, 1.0), replicates=20)
+    assert str(e.value).startswith("retrained ")
