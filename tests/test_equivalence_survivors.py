@@ -720,6 +720,27 @@ def test_calibrates_location_z_equals_a_direct_loop(n_examples, max_examples, se
     expected = _location_z_by_loop(tested, bank, shift, shifts, seed, max_examples)
     np.testing.assert_allclose(cal.location_z, expected, rtol=1e-9, atol=1e-9)
     assert cal.n_scored == min(n_examples, max_examples) and cal.n_examples == n_examples
+    # F's test runs where the location's 95 % interval lies, read on 100 steps per gap of the grid (4 shares from
+    # -1 to 1: 301 shares; the z interpolated between the grid's shares): its ends, its estimate, evenly spaced
+    # shares between, 0 if inside
+    grid = np.array(sorted(set(shifts)))
+    x = np.linspace(-1.0, 1.0, 301)
+    zx = np.interp(x, grid, cal.location_z)
+    inside = np.abs(zx) <= Z95
+    assert 0 < inside.sum() < x.size  # an interval strictly inside the grid: its ends tell the step
+    np.testing.assert_allclose(cal.f_shifts, eq.f_points(x, inside, zx), atol=1e-9)
+
+
+def test_calibrate_floors_a_zero_spread_at_a_share_where_most_pools_are_constant():
+    """Three of five examples: every retrained model gives 1.0, every tested model 1.0 + 0.6 δ̂. At the share 0.6
+    their pools are constant (sd 0), so the median sd is 0 and the floor 1e-3 × median + 1e-12 = 1e-12 keeps the
+    standardised pools finite: the location z is finite at every share (a floor of 0 would divide by 0)."""
+    rng = np.random.default_rng(4)
+    shift = np.array([1.0, 2.0, 1.5, 1.0, 1.0])
+    bank, tested = rng.standard_normal((6, 5)), rng.standard_normal((4, 5)) + 0.6 * shift
+    bank[:, :3], tested[:, :3] = 1.0, 1.0 + 0.6 * shift[:3]
+    cal = eq.calibrate(tested, bank, shift, shifts=(-1.0, 0.0, 0.6, 1.0), replicates=20)
+    assert np.isfinite(cal.location_z).all()
 
 
 def test_calibrate_defaults_to_seed_0_and_names_its_arguments_in_refusals():
