@@ -18,7 +18,7 @@ from refusals import refused
 from test_equivalence import _calibration  # a calibration with hand-set location z and F samples
 
 import attacks.equivalence as eq
-from attacks.epsilon import forgetting_quality
+from attacks.epsilon import epsilon_points, epsilons, forgetting_quality
 from attacks.equivalence import (
     _models_to_decide,
     _set_record,
@@ -701,7 +701,22 @@ def _location_z_by_loop(tested, bank, shift, shifts, seed, max_examples):
         observed = stat(np.arange(r, r + n_t), np.arange(r))
         null = np.array([stat(p[:n_t], p[n_t:]) for p in perms])
         z.append((observed - null.mean()) / null.std(ddof=1))
-    return np.array(z)
+    return np.array(z), rng, (t, b, d)
+
+
+def _f_samples_by_loop(rng, t, b, d, f_shifts, replicates):
+    """F's test of ``calibrate`` one split at a time, continuing the location test's generator: ``replicates``
+    splits of the N + R models, shared by every share; at share f the pool (bank, then tested − f δ̂) is split, the
+    first N given back f δ̂ (the tested side), the rest the reference; a split's F is the mean ε points over the
+    examples. Returns (samples (H, K), the set's own F)."""
+    n_t, r = t.shape[0], b.shape[0]
+    perms = [rng.permutation(n_t + r) for _ in range(replicates)]
+    samples = np.empty((len(f_shifts), replicates))
+    for h, f in enumerate(f_shifts):
+        pool = np.concatenate([b, t - f * d])
+        for k, p in enumerate(perms):
+            samples[h, k] = epsilon_points(epsilons(pool[p[:n_t]] + f * d, pool[p[n_t:]]), n_t).mean()
+    return samples, float(epsilon_points(epsilons(t, b), n_t).mean())
 
 
 @pytest.mark.parametrize(("n_examples", "max_examples", "seed"), [(6, 10, 0), (6, 6, 1), (9, 5, 3)])
@@ -717,9 +732,13 @@ def test_calibrates_location_z_equals_a_direct_loop(n_examples, max_examples, se
     tested[:, 0] = 1.0 + 0.6 * shift[0] + 1e-9 * np.arange(4)
     shifts = (-1.0, 0.0, 0.6, 1.0)
     cal = eq.calibrate(tested, bank, shift, shifts=shifts, replicates=20, seed=seed, max_examples=max_examples)
-    expected = _location_z_by_loop(tested, bank, shift, shifts, seed, max_examples)
+    expected, rng, (t, b, d) = _location_z_by_loop(tested, bank, shift, shifts, seed, max_examples)
     np.testing.assert_allclose(cal.location_z, expected, rtol=1e-9, atol=1e-9)
     assert cal.n_scored == min(n_examples, max_examples) and cal.n_examples == n_examples
+    assert (cal.n_models, cal.n_bank) == (4, 5)
+    samples, observed = _f_samples_by_loop(rng, t, b, d, cal.f_shifts, 20)
+    np.testing.assert_allclose(cal.samples, samples, rtol=1e-12, atol=1e-12)
+    assert cal.observed == pytest.approx(observed, abs=1e-12)
     # F's test runs where the location's 95 % interval lies, read on 100 steps per gap of the grid (4 shares from
     # -1 to 1: 301 shares; the z interpolated between the grid's shares): its ends, its estimate, evenly spaced
     # shares between, 0 if inside
@@ -755,3 +774,18 @@ def test_calibrate_defaults_to_seed_0_and_names_its_arguments_in_refusals():
     with pytest.raises(DuckInputError) as e:
         eq.calibrate(tested, np.zeros(3), shift, shifts=(0.0, 1.0), replicates=20)
     assert str(e.value).startswith("retrained ")
+
+
+def test_f_points_by_hand():
+    """Inside the interval [0.2, 0.4] (shares 0.1 apart): its ends, 3 evenly spaced shares between (F_POINTS = 5 in
+    all), the estimate (the least |z| inside: 0.3) and 0 when the interval holds it; an empty interval: the share of
+    the least |z| alone."""
+    x = np.round(np.arange(-2, 9) * 0.1, 10)  # -0.2 .. 0.8
+    z = 3.0 - 10.0 * x + np.where(np.isclose(x, 0.3), 0.05, 0.0)  # 0 at 0.3 (then nudged), |z| <= 1.96 on [0.2, 0.4]
+    accept = np.abs(z) <= Z95
+    assert x[accept].min() == pytest.approx(0.2) and x[accept].max() == pytest.approx(0.4)
+    np.testing.assert_allclose(eq.f_points(x, accept, z), [0.2, 0.25, 0.3, 0.35, 0.4])
+    wide = np.abs(x) <= 0.3
+    np.testing.assert_allclose(eq.f_points(x, wide, z), [-0.2, -0.075, 0.0, 0.05, 0.175, 0.3])
+    assert eq.f_points(x, np.zeros(x.size, bool), z).tolist() == [pytest.approx(0.3)]
+
