@@ -789,3 +789,21 @@ def test_f_points_by_hand():
     np.testing.assert_allclose(eq.f_points(x, wide, z), [-0.2, -0.075, 0.0, 0.05, 0.175, 0.3])
     assert eq.f_points(x, np.zeros(x.size, bool), z).tolist() == [pytest.approx(0.3)]
 
+
+
+def test_effect_beyond_the_grid_takes_the_side_the_z_nearest_zero_points_to():
+    """No share accepted: the estimate and both ends are the grid's end on the side the grid's z nearest 0 points
+    to (positive: the top). At level 0.5 (|z| <= 0.674 accepted) z = 5 .. 0.9 accepts nothing and points up; a
+    jump from 1010 to −1000 between two shares skips the band and its z nearest 0 (−1000) points down."""
+    up = _calibration([-1.0, 1.0], [5.0, 0.9], [0.0], [0.3], 0.01, 0.3)
+    assert {k: up.effect(0.5)[k] for k in ("estimate", "low", "high")} == {"estimate": 1.0, "low": 1.0, "high": 1.0}
+    jump = _calibration([-1.0, 1.0], [1010.0, -1000.0], [0.0], [0.3], 0.01, 0.3)
+    assert jump.effect(0.95)["estimate"] == -1.0 and jump.effect(0.95)["low"] == -1.0
+
+
+def test_f_points_are_rounded_to_six_decimals():
+    """The shares F's test runs at are rounded to 6 decimals (so that the ends, the estimate and 0 coincide when
+    equal): an interval [0, 1/3] gives 0, 0.083333, 0.166667, 0.25, 0.333333."""
+    x = np.linspace(0.0, 1.0 / 3.0, 4)
+    z = np.array([0.5, 0.2, -0.1, -0.4])  # the estimate: 2/9, rounded as well
+    assert eq.f_points(x, np.ones(4, bool), z).tolist() == [0.0, 0.083333, 0.166667, 0.222222, 0.25, 0.333333]
