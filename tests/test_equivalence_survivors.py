@@ -807,3 +807,16 @@ def test_f_points_are_rounded_to_six_decimals():
     x = np.linspace(0.0, 1.0 / 3.0, 4)
     z = np.array([0.5, 0.2, -0.1, -0.4])  # the estimate: 2/9, rounded as well
     assert eq.f_points(x, np.ones(4, bool), z).tolist() == [0.0, 0.083333, 0.166667, 0.222222, 0.25, 0.333333]
+
+
+def test_phi_takes_one_example_and_refuses_a_missing_value_as_not_finite():
+    """One forget example is enough (2 models a set); a φ array holding a missing value (None, read as NaN) is
+    refused as not finite, naming the argument."""
+    rng = np.random.default_rng(9)
+    one = [rng.standard_normal((4, 1)) for _ in range(3)] + [3.0 + rng.standard_normal((4, 1))]
+    rec = forgetting_verdict(*one, replicates=20, shifts=(-1.0, 0.0, 1.0))
+    assert rec["n_examples"] == 1
+    holed = [[0.1, 0.2], [0.3, None]]
+    with pytest.raises(DuckInputError) as e:
+        forgetting_verdict(holed, one[1], one[2], one[3], replicates=20)
+    assert str(e.value) == "unlearned holds NaN or infinite values: φ must be finite margins"
