@@ -11,6 +11,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from off_host import OffHost
 from refusals import refused
 
 from duck.deletion import DCKMeans, KMeansPP, QKMeans
@@ -207,13 +208,6 @@ def test_deletions_may_leave_exactly_n_clusters_rows(cls):
     assert model.n_samples_ == K and model.ids_.tolist() == list(range(N - K, N))
 
 
-class _OffHost(torch.Tensor):
-    """A CPU tensor that reports itself off the host (``is_cpu`` False): the device-storage branches run here."""
-
-    @property
-    def is_cpu(self) -> bool:
-        return False
-
 
 def check_erased(cls, device: str, off_host: bool = False) -> None:
     """The model's stored copy of a deleted row is zeros (k-means++ drops it at once), the others keep their
@@ -222,7 +216,7 @@ def check_erased(cls, device: str, off_host: bool = False) -> None:
     X = blobs()
     model = make(cls, device=device).fit(X, ids=np.arange(N) + 100)
     if off_host:
-        model._X = model._X.as_subclass(_OffHost)
+        model._X = model._X.as_subclass(OffHost)
     gone = [101, 117, 128]
     model.delete(gone)
     ids_now = model._ids  # stored ids, deleted included until a compaction

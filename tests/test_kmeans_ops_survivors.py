@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from off_host import OffHost
 
 import duck.deletion._kmeans_ops as ops
 from duck.deletion._kmeans_ops import (
@@ -485,19 +486,12 @@ def test_every_op_keeps_the_data_on_its_cuda_device_and_matches_the_cpu():
     assert kmeans_plusplus(Xg, 4, make_generator(2)) == kmeans_plusplus(Xc, 4, make_generator(2))
 
 
-class _OffHost(torch.Tensor):
-    """A CPU tensor that reports itself off the host (``is_cpu`` False): the device branch runs here."""
-
-    @property
-    def is_cpu(self) -> bool:
-        return False
-
 
 def test_host_take_indexes_a_tensor_off_the_host_on_its_device():
     """Off the host, ``host_take`` gathers with ``index_select`` along ``dim`` and returns the rows (or columns)
     asked for, in the order asked, as a host array: the host path's (numpy view) numbers."""
     t = torch.arange(12.0, dtype=torch.float64).reshape(4, 3)
-    off = t.as_subclass(_OffHost)
+    off = t.as_subclass(OffHost)
     for dim, index in ((0, np.array([2, 0, 2])), (1, np.array([2, 1]))):
         got = ops.host_take(off, index, dim=dim)
         assert isinstance(got, np.ndarray) and not isinstance(got, torch.Tensor)

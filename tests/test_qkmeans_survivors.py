@@ -13,6 +13,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from off_host import OffHost
 from refusals import refused
 from test_kmeans_qkmeans import models_equal, naive_qkmeans  # the reference Alg. 1 and model equality, shared
 
@@ -593,14 +594,6 @@ def test_cuda_model_keeps_its_state_on_the_device_and_matches_cpu():
     assert out.device.type == "cpu" and out.dtype == torch.float64
 
 
-class _OffHost(torch.Tensor):
-    """A CPU tensor that reports itself off the host (``is_cpu`` False): the branches written for device storage
-    run on this CPU-only machine, on the same numbers."""
-
-    @property
-    def is_cpu(self) -> bool:
-        return False
-
 
 def test_deletions_erase_the_rows_through_the_device_storage_path():
     """Stored on a device (the rows' squared norms and partitions not numpy views), a deletion erases the deleted
@@ -609,8 +602,8 @@ def test_deletions_erase_the_rows_through_the_device_storage_path():
     X = two_blobs()
     host = QKMeans(2, n_iter=4, eps=0.2, seed=1, **F64).fit(X)
     dev = QKMeans(2, n_iter=4, eps=0.2, seed=1, **F64).fit(X)
-    dev._x_sqnorm = dev._x_sqnorm.as_subclass(_OffHost)
-    dev._labels_hist = dev._labels_hist.as_subclass(_OffHost)
+    dev._x_sqnorm = dev._x_sqnorm.as_subclass(OffHost)
+    dev._labels_hist = dev._labels_hist.as_subclass(OffHost)
     seeds = host.seed_ids_.tolist()
     victim = next(r for r in range(40) if r not in seeds and not host.deletion_changes_model([r]))
     for request in ([victim], [seeds[0]]):
