@@ -220,7 +220,7 @@ def summarise(file: str, wd: Path, equivalents: dict[str, dict[str, str]], secon
             survivors.append((name, status, diff_of(wd, file, name)))
         counts[status if status in counts else "other"] += 1
     counts["stale"] = len(stale)
-    score, score_on_cuda = scores(counts)
+    score = scores(counts)[0]
     text = [f"# {file}: {len(survivors)} mutants not killed by {', '.join(load_targets()[0][file])}", ""]
     for name, status, diff in survivors:
         text += [f"## {name} ({status}{', STALE equivalent entry' if name in stale else ''})", diff, ""]
@@ -228,8 +228,7 @@ def summarise(file: str, wd: Path, equivalents: dict[str, dict[str, str]], secon
     out = wd / "survivors.txt" if smoke else HERE / "survivors" / f"{slug(file)}.txt"
     out.parent.mkdir(exist_ok=True)
     out.write_text("\n".join(text))
-    return {"file": file, "total": len(codes), **counts, "score": score, "score_cuda_only_survived": score_on_cuda,
-            "seconds": round(seconds),
+    return {"file": file, "total": len(codes), **counts, "score": score, "seconds": round(seconds),
             "date": _dt.date.today().isoformat(), "smoke": smoke, "not_mutated": not_mutated(file)}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_lsh import clustered_points
 from torch import nn
 
 import duck.models.factory as factory
@@ -160,6 +161,28 @@ def _cpu_data(seed: int = 0, n: int = 150, d: int = 3) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(seed).normal(size=(n, d)) + np.arange(n)[:, None] % 3 * 4.0)
 
 
+def test_lsh_session():
+    """Every public operation of a CPU index once (built, grown twice, points removed, hashed, a table read,
+    queried, sampled by every method, by ids too): a notebook that sets ``torch.set_default_device("cuda")`` and
+    asks for ``device="cpu"`` gets the same results, every tensor made on the index's own device."""
+
+    def session():
+        X = clustered_points(9, n=200, dim=6)
+        index = LSHIndex(6, k=2, L=5, w=3.0, seed=3, device="cpu")
+        out = [index.add(X[:150]), index.add(X[150:])]
+        index.remove([1, 2, 3, 160])
+        out += [index.ids, index.hash(torch.from_numpy(X[:5])), *index.table(2), *index.query(X[:4], 2.5)]
+        counts = torch.from_numpy(np.array([3, 0, 5, 2]))
+        for method, kw in (("uniform", {}), ("weighted", {}), ("exact_degree", {}), ("approx_degree", {}),
+                           ("approx_degree", {"probes": "tables"})):
+            out.append(index.sample(X[:4], 2.5, method, counts, seed=7, **kw))
+        out.append(index.sample(np.array([0, 5]), 2.5, "uniform", 3, seed=1))
+        assert len(out) == 16
+        return out
+
+    same_session(session)
+
+
 def test_kmeans_ops_session():
     """The blocked partitions (weighted, one-hot and k > the one-hot limit, exact, with excluded rows), k-means++
     seeding with and without weights, host_take."""
@@ -266,9 +289,10 @@ def test_rdc_session():
 def test_privacy_session():
     """The DP statistics on the CPU: neighbour counts (all pairs, and with an LSH index), the local and smooth
     sensitivity bounds, the Gaussian mechanisms' noise, the exponential mechanism's choice, DP outlier counts
-    (smooth and global), the top subspaces and the shareable report's statistics. Found with it:
-    ``smooth_sensitivity_bound`` indexed its CPU band counts with positions made on torch's default device, so
-    under a GPU default it raised (under "meta": "Tensor.item() cannot be called on meta tensors"); fixed."""
+    (smooth and global), the top subspaces and the shareable report's statistics. Found with it, each raising under
+    a GPU default: ``smooth_sensitivity_bound`` indexed its CPU band counts with positions made on torch's default
+    device (under "meta": "Tensor.item() cannot be called on meta tensors"), ``subspace_utilities`` divided CPU
+    counts by bounds made there, ``forget_outlier_counts`` built its per-subspace counts there; fixed."""
     from duck.privacy.mechanisms import exponential_mechanism, gaussian_mechanism, smooth_gaussian_mechanism
     from duck.privacy.neighbours import neighbour_counts
     from duck.privacy.outliers import dp_outlier_count, dp_top_subspaces

@@ -208,7 +208,6 @@ def test_deletions_may_leave_exactly_n_clusters_rows(cls):
     assert model.n_samples_ == K and model.ids_.tolist() == list(range(N - K, N))
 
 
-
 def check_erased(cls, device: str, off_host: bool = False) -> None:
     """The model's stored copy of a deleted row is zeros (k-means++ drops it at once), the others keep their
     values; the alive row index lives on the data's device; DC-k-means' labels are the alive rows' nearest centres.

@@ -486,7 +486,6 @@ def test_every_op_keeps_the_data_on_its_cuda_device_and_matches_the_cpu():
     assert kmeans_plusplus(Xg, 4, make_generator(2)) == kmeans_plusplus(Xc, 4, make_generator(2))
 
 
-
 def test_host_take_indexes_a_tensor_off_the_host_on_its_device():
     """Off the host, ``host_take`` gathers with ``index_select`` along ``dim`` and returns the rows (or columns)
     asked for, in the order asked, as a host array: the host path's (numpy view) numbers."""

@@ -676,32 +676,3 @@ def test_index_defaults_are_seed_0_and_the_automatic_device():
     for name in ("projections", "offsets", "multipliers"):
         assert torch.equal(getattr(plain, name), getattr(stated, name)), name
     assert not torch.equal(plain.projections, LSHIndex(4, 3, 5, 1.0, seed=1).projections)
-
-
-def _lsh_session() -> list[torch.Tensor]:
-    """Every public operation of a CPU index once (built, grown twice, points removed, hashed, a table read,
-    queried, sampled by every method, by ids too), returning all their tensors."""
-    X = clustered_points(9, n=200, dim=6)
-    index = LSHIndex(6, k=2, L=5, w=3.0, seed=3, device="cpu")
-    out = [index.add(X[:150]), index.add(X[150:])]
-    index.remove([1, 2, 3, 160])
-    out += [index.ids, index.hash(torch.from_numpy(X[:5])), *index.table(2), *index.query(X[:4], 2.5)]
-    counts = torch.from_numpy(np.array([3, 0, 5, 2]))
-    for method, kw in (("uniform", {}), ("weighted", {}), ("exact_degree", {}), ("approx_degree", {}),
-                       ("approx_degree", {"probes": "tables"})):
-        out.append(index.sample(X[:4], 2.5, method, counts, seed=7, **kw))
-    out.append(index.sample(np.array([0, 5]), 2.5, "uniform", 3, seed=1))
-    return out
-
-
-def test_a_cpu_index_keeps_its_tensors_on_the_cpu_whatever_torchs_default_device():
-    """The index creates every tensor on its own device, never on torch's default one (a notebook that sets
-    ``torch.set_default_device("cuda")`` and asks for ``device="cpu"``). PyTorch's "meta" device stands in for the
-    GPU default on a CPU-only machine: a tensor made without the index's device lands there, and the next step
-    mixes devices and raises, or the result is lost. Every result equals the plain run's, bit for bit, on the CPU."""
-    plain = _lsh_session()
-    with torch.device("meta"):
-        under_meta = _lsh_session()
-    assert len(under_meta) == len(plain) == 16
-    for a, b in zip(plain, under_meta, strict=True):
-        assert b.device.type == "cpu" and torch.equal(a, b)

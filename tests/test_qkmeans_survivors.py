@@ -594,7 +594,6 @@ def test_cuda_model_keeps_its_state_on_the_device_and_matches_cpu():
     assert out.device.type == "cpu" and out.dtype == torch.float64
 
 
-
 def test_deletions_erase_the_rows_through_the_device_storage_path():
     """Stored on a device (the rows' squared norms and partitions not numpy views), a deletion erases the deleted
     rows' squared norms (0) and their label in every stored partition (k) with torch indexing: the state equals
