@@ -23,8 +23,9 @@ from baselines import (  # noqa: F401  (imports register the methods)
     salun,
     scrub,
     ssd,
+    subset_matching,
 )
 
 METHODS = ("retrain", "finetune", "neggrad", "random_label", "boundary_shrink", "boundary_expand", "scrub",
            "l1_sparse", "ssd", "bad_teacher", "erm_ktp", "neggrad_plus", "salun",
-           "oracle_matching", "datamodel_matching", "kgltop1", "kgltop2", "duck_reinit")
+           "oracle_matching", "datamodel_matching", "subset_matching", "kgltop1", "kgltop2", "duck_reinit")

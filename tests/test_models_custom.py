@@ -259,13 +259,17 @@ def small_rgb():
 
 
 def _fresh_references(factory, n_train):
-    """Reference models for the methods that learn from them (oracle / datamodel matching), freshly initialised
+    """Reference models for the methods that learn from them (oracle / datamodel / subset matching), freshly initialised
     user models: this test checks that the method runs on the user's architecture, not what it learns."""
     from duck.unlearn import ModelBank, ReferenceModels
 
     keep = np.random.default_rng(0).random((4, n_train)) < 0.5
+    out = np.random.default_rng(1).standard_normal((int((~keep).sum()), 4)).astype(np.float32)
+    offsets = np.concatenate([[0], np.cumsum((~keep).sum(0))])
+    bank = ModelBank(load=lambda k: factory(), one_off_s=0.0, keep=keep, out_logits=out, out_offsets=offsets)
     return ReferenceModels(oracle=lambda seed, pool: ModelBank(load=lambda k: factory(), one_off_s=0.0),
-                           shadows=lambda n, seed: ModelBank(load=lambda k: factory(), one_off_s=0.0, keep=keep))
+                           shadows=lambda n, seed: ModelBank(load=lambda k: factory(), one_off_s=0.0, keep=keep),
+                           subsets=lambda n, keep_fraction, seed: bank)
 
 
 @pytest.mark.parametrize("kind", sorted(USER_MODELS))

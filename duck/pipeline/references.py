@@ -8,6 +8,9 @@ trained and cached by the pipeline on demand:
   would match the very models it is judged against).
 - ``shadows(n, seed)``: the LiRA shadow bank of ``n`` models (random halves of the training set; the audit's own
   bank when the settings agree), its keep matrix and its training time (datamodel matching's data).
+- ``subsets(n, keep_fraction, seed)``: a :class:`~attacks.subset_bank.SubsetBank` of ``n`` models, each trained on
+  a random ``keep_fraction`` of the training set, with every example's logits under the models that left it out
+  (subset matching's targets).
 """
 
 from __future__ import annotations
@@ -81,5 +84,15 @@ def reference_models(job: Job, retain_idx: np.ndarray | None = None) -> Referenc
         return ModelBank(load=lambda k: bank.load_shadow(int(k)).to(job.device), one_off_s=bank.train_seconds(),
                          keep=np.asarray(bank.keep))
 
+    def subsets(n: int, keep_fraction: float, seed: int) -> ModelBank:
+        from attacks.subset_bank import SubsetBank
+
+        bank = SubsetBank(_cache_dir(job), job.data, job.model_factory, job.recipe, n_models=int(n),
+                          keep_fraction=float(keep_fraction), seed=int(seed), **_bank_settings(job))
+        logits, offsets = bank.out_logits()  # trains the missing models first
+        return ModelBank(load=lambda k: bank.load_shadow(int(k)).to(job.device), one_off_s=bank.train_seconds(),
+                         keep=np.asarray(bank.keep), out_logits=logits, out_offsets=offsets)
+
     return ReferenceModels(oracle=oracle if "oracle" in needs else None,
-                           shadows=shadows if "shadows" in needs else None)
+                           shadows=shadows if "shadows" in needs else None,
+                           subsets=subsets if "subsets" in needs else None)

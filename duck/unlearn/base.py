@@ -54,6 +54,10 @@ class ModelBank:
     load: Callable[[int], Classifier]
     one_off_s: float
     keep: np.ndarray | None = None
+    #: (subset banks) every example's logits under the models that left it out, packed by example: rows
+    #: ``out_offsets[i]:out_offsets[i + 1]`` of ``out_logits`` are example i's (:mod:`attacks.subset_bank`)
+    out_logits: np.ndarray | None = None
+    out_offsets: np.ndarray | None = None
 
 
 @dataclass
@@ -61,10 +65,12 @@ class ReferenceModels:
     """Models besides the original that a method may learn from (ALGORITHMS.md §11), trained and cached by the
     pipeline on demand: ``oracle(seed, pool)`` a bank of ``pool`` models retrained on the retain set (the forget
     set never seen) with bank seed ``seed``; ``shadows(n, seed)`` the LiRA shadow bank of ``n`` models trained on
-    random halves of the training set."""
+    random halves of the training set; ``subsets(n, keep_fraction, seed)`` a bank of ``n`` models, each trained on
+    a random ``keep_fraction`` of the training set (:mod:`attacks.subset_bank`)."""
 
     oracle: Callable[[int, int], ModelBank] | None = None
     shadows: Callable[[int, int], ModelBank] | None = None
+    subsets: Callable[[int, float, int], ModelBank] | None = None
 
 
 @dataclass
@@ -233,8 +239,8 @@ class Unlearner(L.LightningModule):
     #: the method's hyperparameters (a :class:`~duck.unlearn.config.MethodSettings` subclass declaring each with
     #: its rule; ``conf/method/NAME.yaml`` is their preset)
     params: ClassVar[type[MethodSettings]] = MethodSettings
-    #: reference models the method learns from (``oracle``: retrained models; ``shadows``: the shadow bank),
-    #: which :attr:`UnlearnData.references` must supply
+    #: reference models the method learns from (``oracle``: retrained models; ``shadows``: the shadow bank;
+    #: ``subsets``: a random-subset bank), which :attr:`UnlearnData.references` must supply
     needs: ClassVar[tuple[str, ...]] = ()
 
     #: True for methods that step their optimiser themselves (several losses or steps per batch: DUCK,

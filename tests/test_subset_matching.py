@@ -1,0 +1,197 @@
+"""Subset matching and its random-subset bank (issue 36; baselines/subset_matching.py, attacks/subset_bank.py):
+the keep matrix (each model's own seeded subset, independent of the bank's size), the packed OUT logits against
+each model's own predictions, the per-run choice of OUT models (distinct for the first k runs, then cycling),
+the targets on forget and retain examples against hand computations, and the refusals."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from test_attacks_shadow import factory, recipe
+from test_matching import CPU, ConstantLogits, _data, _hp
+
+from attacks.shadow import shadow_seed
+from attacks.subset_bank import SubsetBank, out_offsets, subset_keep
+from baselines.subset_matching import out_choice
+from duck.data.registry import build_datasets
+from duck.errors import DuckInputError
+from duck.metrics import predict_logits
+from duck.unlearn import ModelBank, ReferenceModels, create_unlearner
+
+
+def test_keep_rows_are_seeded_subsets_independent_of_the_bank_size():
+    keep = subset_keep(5, 40, 0.75, seed=3)
+    assert keep.shape == (5, 40) and (keep.sum(1) == 30).all()
+    rng = np.random.default_rng([3, 0x5B5E7])
+    for k in range(5):  # row k: the first 30 of the k-th permutation of the stream
+        assert np.array_equal(np.flatnonzero(keep[k]), np.sort(rng.permutation(40)[:30]))
+    assert np.array_equal(subset_keep(8, 40, 0.75, seed=3)[:5], keep)  # more models: the same first rows
+    assert not np.array_equal(subset_keep(5, 40, 0.75, seed=4), keep)
+    assert subset_keep(2, 10, 0.26, seed=0).sum(1).tolist() == [3, 3]  # round(2.6)
+
+
+def test_out_offsets_by_hand():
+    keep = np.array([[True, False, True], [False, False, True], [True, True, True]])
+    # example 0 left out by model 1, example 1 by models 0 and 1, example 2 by none
+    assert out_offsets(keep).tolist() == [0, 1, 3, 3]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_datasets("synthetic", n_train=40, n_test=8)
+
+
+def _bank(tiny, root, n_models=4, **kw):
+    return SubsetBank(root, tiny, factory(tiny), recipe(epochs=1), n_models=n_models, keep_fraction=0.75, seed=5,
+                      mode="sequential", trainer_cfg=CPU, **kw)
+
+
+def test_out_logits_are_each_out_models_predictions(tiny, tmp_path):
+    bank = _bank(tiny, tmp_path)
+    assert np.array_equal(bank.keep, subset_keep(4, 40, 0.75, 5)) and bank.model_seed(2) == shadow_seed(5, 2)
+    logits, offsets = bank.out_logits()
+    assert np.array_equal(offsets, out_offsets(bank.keep)) and logits.shape == (offsets[-1], 4)
+    assert logits.dtype == np.float32 and offsets[-1] == 4 * 10  # each model left out 10 of the 40
+    checked = 0
+    for i in range(40):
+        models = np.flatnonzero(~bank.keep[:, i])  # ascending: the packed rows' order
+        for row, k in zip(range(offsets[i], offsets[i + 1]), models, strict=True):
+            want, _, _ = predict_logits(bank.load_shadow(int(k)), tiny.train, indices=np.array([i]))
+            np.testing.assert_allclose(logits[row], want[0].numpy(), rtol=1e-5, atol=1e-6)
+            checked += 1
+    assert checked == 40
+    again = _bank(tiny, tmp_path)
+    cached, _ = again.out_logits()
+    assert np.array_equal(cached, logits) and again.job["trained"] == []  # from the cache: nothing trained
+    bigger = _bank(tiny, tmp_path, n_models=6)
+    bigger.train()
+    assert bigger.job["trained"] == [4, 5]  # models 0..3 taken from the bank of 4: only the new ones train
+
+
+@pytest.mark.parametrize("args,message", [
+    ({"n_models": 1}, "method.n_models=1 must be an integer >= 2"),
+    ({"n_models": True}, "method.n_models=True must be an integer >= 2"),
+    ({"keep_fraction": 1.0}, "method.keep_fraction=1.0 must leave each model between 1 and 39 of the 40 training "
+                             "samples (0.9 for a 10 % forget set)"),
+    ({"keep_fraction": 0.01}, "method.keep_fraction=0.01 must leave each model between 1 and 39 of the 40 training "
+                              "samples (0.9 for a 10 % forget set)"),
+    ({"keep_fraction": "0.9"}, "method.keep_fraction='0.9' must leave each model between 1 and 39 of the 40 "
+                               "training samples (0.9 for a 10 % forget set)"),
+])
+def test_bank_refusals(tiny, tmp_path, args, message):
+    kw = {"n_models": 4, "keep_fraction": 0.75, **args}
+    with pytest.raises(DuckInputError) as e:
+        SubsetBank(tmp_path, tiny, factory(tiny), recipe(epochs=1), seed=0, mode="sequential", trainer_cfg=CPU, **kw)
+    assert str(e.value) == message
+
+
+def test_runs_take_distinct_out_models_then_cycle():
+    counts = np.array([3, 1, 4])
+    picks = np.stack([out_choice(counts, run, seed=2) for run in range(8)])  # (runs, examples)
+    for i, c in enumerate(counts):
+        assert sorted(picks[:c, i]) == list(range(c))  # the first c runs: each OUT model once
+        assert np.array_equal(picks[c:2 * c, i], picks[:c, i])  # then the same order again
+    rng = np.random.default_rng([2, 0x5B5E7A])
+    perms = [rng.permutation(int(c)) for c in counts]
+    assert picks[5].tolist() == [perms[0][5 % 3], 0, perms[2][5 % 4]]
+    assert not np.array_equal(np.stack([out_choice(counts, r, seed=3) for r in range(4)]), picks[:4])
+
+
+def _refs(bank_models, keep, logits, offsets, asked=None):
+    def subsets(n, keep_fraction, seed):
+        if asked is not None:
+            asked.append((n, keep_fraction, seed))
+        return ModelBank(load=lambda k: bank_models[k], one_off_s=7.0, keep=keep, out_logits=logits,
+                         out_offsets=offsets)
+
+    return ReferenceModels(subsets=subsets)
+
+
+@pytest.fixture
+def setup(synthetic, synthetic_model):
+    """Three bank models with constant logits (k, 0, 0, 0); model 1 trained on every even example; the OUT rows
+    of example i are (100 i + j, ...) for its j-th OUT model."""
+    model = copy.deepcopy(synthetic_model)
+    n = len(synthetic.train)
+    models = [ConstantLogits(model, [float(k), 0.0, 0.0, 0.0]) for k in range(3)]
+    keep = np.zeros((3, n), dtype=bool)
+    keep[1, ::2] = True
+    keep[2, : n // 2] = True
+    offsets = out_offsets(keep)
+    logits = np.zeros((offsets[-1], 4), np.float32)
+    for i in range(n):
+        for j in range(offsets[i + 1] - offsets[i]):
+            logits[offsets[i] + j] = [100.0 * i + j, 1.0, 2.0, 3.0]
+    return model, models, keep, logits, offsets
+
+
+def test_targets_by_hand(synthetic, setup):
+    model, models, keep, logits, offsets = setup
+    asked: list = []
+    data, sc = _data(synthetic, model, _refs(models, keep, logits, offsets, asked))
+    forget, retain = np.asarray(sc.forget_idx)[:5], np.asarray(sc.retain_idx)[:6]
+    idx = np.sort(np.r_[forget, retain])
+    orig, _, _ = predict_logits(model, synthetic.train, indices=idx)
+    is_forget = np.isin(idx, forget)
+    f_idx = idx[is_forget]
+    counts = offsets[f_idx + 1] - offsets[f_idx]
+    hp = _hp("subset_matching", n_models=3, keep_fraction=0.5, bank_seed=11)
+    for seed in (0, 4):
+        u = create_unlearner("subset_matching", model, data, hp, seed=seed, trainer_cfg=CPU)
+        assert u.prepare() == 7.0
+        t = u.targets(idx)
+        want_f = torch.as_tensor(logits[offsets[f_idx] + out_choice(counts, seed, 11)])
+        torch.testing.assert_close(t[torch.as_tensor(is_forget)], want_f)
+        k = seed % 3  # retain examples: bank model k where it trained on them, else the original
+        inside = keep[k, idx] & ~is_forget
+        want_r = orig.clone()
+        want_r[torch.as_tensor(inside), 0] = float(k)
+        want_r[torch.as_tensor(inside), 1:] = 0.0
+        torch.testing.assert_close(t[torch.as_tensor(~is_forget)], want_r[torch.as_tensor(~is_forget)])
+    assert set(asked) == {(3, 0.5, 11)}
+    u = create_unlearner("subset_matching", model, data, {**hp, "spread": "none", "retain_targets": "original"},
+                         seed=1, trainer_cfg=CPU)
+    u.prepare()
+    t = u.targets(idx)
+    mean = torch.stack([torch.as_tensor(logits[a:b]).mean(0) for a, b in zip(offsets[f_idx], offsets[f_idx + 1], strict=True)])
+    torch.testing.assert_close(t[torch.as_tensor(is_forget)], mean)
+    torch.testing.assert_close(t[torch.as_tensor(~is_forget)], orig[torch.as_tensor(~is_forget)])
+
+
+def test_refusals(synthetic, setup):
+    model, models, keep, logits, offsets = setup
+    data, sc = _data(synthetic, model, _refs(models, keep, logits, offsets))
+    with pytest.raises(DuckInputError) as e:
+        create_unlearner("subset_matching", model, data, _hp("subset_matching", spread="wide"), seed=0,
+                         trainer_cfg=CPU)
+    assert str(e.value) == "method.spread='wide'; choose one of ['model', 'none']"
+    every = np.ones_like(keep)  # no model left any example out
+    data, sc = _data(synthetic, model, _refs(models, every, logits[:0], out_offsets(every)))
+    u = create_unlearner("subset_matching", model, data, _hp("subset_matching"), seed=0, trainer_cfg=CPU)
+    u.prepare()
+    with pytest.raises(DuckInputError) as e:
+        u.targets(np.asarray(sc.forget_idx)[:3])
+    assert str(e.value) == ("3 forget example(s) are in every model of the subset bank (none left them out): raise "
+                            "method.n_models or lower method.keep_fraction")
+    data, _ = _data(synthetic, model, ReferenceModels())
+    with pytest.raises(DuckInputError, match=r"method 'subset_matching' learns from reference models \(subsets"):
+        create_unlearner("subset_matching", model, data, _hp("subset_matching"), seed=0, trainer_cfg=CPU)
+
+
+def test_fit_moves_forget_outputs_to_the_runs_targets(synthetic, setup):
+    """The MSE fit (oracle matching's) moves the model's logits on the forget set towards this run's targets."""
+    model, models, keep, _, offsets = setup
+    logits = np.zeros((offsets[-1], 4), np.float32)
+    logits[:, 2] = 6.0  # every OUT model says class 2
+    data, sc = _data(synthetic, model, _refs(models, keep, logits, offsets))
+    forget = np.asarray(sc.forget_idx)
+    before, _, _ = predict_logits(model, synthetic.train, indices=forget)
+    hp = _hp("subset_matching", epochs=30, lr=0.01, retain_targets="original")
+    result = create_unlearner("subset_matching", model, data, hp, seed=0, trainer_cfg=CPU).unlearn()
+    after, _, _ = predict_logits(result.model, synthetic.train, indices=forget)
+    target = torch.tensor([0.0, 0.0, 6.0, 0.0])
+    assert ((after - target) ** 2).mean() < 0.25 * ((before - target) ** 2).mean()
+    assert result.info["one_off_s"] == 7.0
