@@ -203,7 +203,8 @@ def test_imagefolder_of_pngs_with_its_own_normalisation_and_class_names(tmp_path
 # ------------------------------------------------------------------- every method, on the user's models
 FAST = {"epochs": 1, "max_epochs": 1, "low_epochs": 1, "erm_epochs": 1, "msteps": 1, "batch_size": 32,
         "forget_batch_size": 32, "batch_ratio": 1, "low_batch_ratio": 1, "milestones": [],
-        "n_shadow": 2, "num_oracles": 1}  # the reference banks of oracle / datamodel matching, smallest
+        "n_shadow": 2, "num_oracles": 1,  # the reference banks of oracle / datamodel matching, smallest
+        "n_models": 16, "keep_fraction": 0.5}  # subset matching's: each example left out by some model
 
 
 def _fast(name: str) -> dict:

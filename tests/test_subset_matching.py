@@ -45,14 +45,18 @@ def tiny():
 
 
 def _bank(tiny, root, n_models=4, **kw):
-    return SubsetBank(root, tiny, factory(tiny), recipe(epochs=1), n_models=n_models, keep_fraction=0.75, seed=5,
+    return SubsetBank(root, tiny, factory(tiny), recipe(epochs=1), n_models=n_models, keep_fraction=0.75, seed=2,
                       mode="sequential", trainer_cfg=CPU, **kw)
 
 
-def test_out_logits_are_each_out_models_predictions(tiny, tmp_path):
-    bank = _bank(tiny, tmp_path)
-    assert np.array_equal(bank.keep, subset_keep(4, 40, 0.75, 5)) and bank.model_seed(2) == shadow_seed(5, 2)
+def test_out_logits_are_each_out_models_predictions(tiny, tmp_path, monkeypatch):
+    bank = _bank(tiny, tmp_path, pool="train+test")  # the pool is always the training set
+    assert bank.pool == "train" and bank.mode == "sequential" and bank.trainer_cfg["accelerator"] == "cpu"
+    assert np.array_equal(bank.keep, subset_keep(4, 40, 0.75, 2)) and bank.model_seed(3) == shadow_seed(2, 3)
+    assert bank.spec["kind"] == "subset" and bank.spec["fraction"] == 0.75  # in the bank's key
+    assert (~bank.keep[:, -1]).any()  # the last example has OUT rows too (the packed array's end)
     logits, offsets = bank.out_logits()
+    assert (bank.dir / "out_logits.npz").is_file()
     assert np.array_equal(offsets, out_offsets(bank.keep)) and logits.shape == (offsets[-1], 4)
     assert logits.dtype == np.float32 and offsets[-1] == 4 * 10  # each model left out 10 of the 40
     checked = 0
@@ -64,15 +68,29 @@ def test_out_logits_are_each_out_models_predictions(tiny, tmp_path):
             checked += 1
     assert checked == 40
     again = _bank(tiny, tmp_path)
-    cached, _ = again.out_logits()
-    assert np.array_equal(cached, logits) and again.job["trained"] == []  # from the cache: nothing trained
+
+    def no_model(*args):
+        raise AssertionError("the stored OUT logits are read back, no model is run")
+
+    monkeypatch.setattr(SubsetBank, "_load_or_retrain", no_model)
+    cached, again_offsets = again.out_logits()
+    assert np.array_equal(cached, logits) and np.array_equal(again_offsets, offsets) and again.job["trained"] == []
+    monkeypatch.undo()
     bigger = _bank(tiny, tmp_path, n_models=6)
     bigger.train()
     assert bigger.job["trained"] == [4, 5]  # models 0..3 taken from the bank of 4: only the new ones train
 
 
+def test_bank_defaults_and_smallest_settings(tiny, tmp_path):
+    """Seed 0 by default; two models and a subset of one example are allowed (the refusals' edges)."""
+    bank = SubsetBank(tmp_path, tiny, factory(tiny), recipe(epochs=1), n_models=2, keep_fraction=1 / 40,
+                      mode="sequential", trainer_cfg=CPU)
+    assert bank.seed == 0 and bank.n_shadow == 2 and bank.keep.sum(1).tolist() == [1, 1]
+
+
 @pytest.mark.parametrize("args,message", [
     ({"n_models": 1}, "method.n_models=1 must be an integer >= 2"),
+    ({"n_models": 2.5}, "method.n_models=2.5 must be an integer >= 2"),
     ({"n_models": True}, "method.n_models=True must be an integer >= 2"),
     ({"keep_fraction": 1.0}, "method.keep_fraction=1.0 must leave each model between 1 and 39 of the 40 training "
                              "samples (0.9 for a 10 % forget set)"),
