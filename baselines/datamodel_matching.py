@@ -27,9 +27,9 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from baselines.oracle_matching import MatchingUnlearner
+from baselines.oracle_matching import MatchingUnlearner, PredictedMatchingParams
 from duck.schema import SEED, OneOf, option, settings
-from duck.unlearn.config import COUNT, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
+from duck.unlearn.config import COUNT, POSITIVE
 from duck.unlearn.registry import register_unlearner
 
 SPREADS = ("shadow", "none")
@@ -59,7 +59,7 @@ def pick_out_models(inside: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 @settings
-class DatamodelMatchingParams(MethodSettings):
+class DatamodelMatchingParams(PredictedMatchingParams):
     """``method=datamodel_matching``'s hyperparameters; conf/method/datamodel_matching.yaml is their preset."""
 
     method_name: ClassVar[str] = "datamodel_matching"
@@ -71,14 +71,6 @@ class DatamodelMatchingParams(MethodSettings):
     spread: str = option("shadow", OneOf(SPREADS),
                          "shadow: per run, one OUT shadow's deviation added on each forget example; none: one target "
                          "for every run (the runs then agree more than retrained models do)")
-    optimizer: str = option("adam", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
-    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
-    lr_gamma: float = option(0.95, POSITIVE, "ExponentialLR factor per epoch (as oracle matching)")
-    weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
-    epochs: int | None = option(None, Preset(COUNT), "epochs")
-    batch_size: int | None = option(None, Preset(COUNT), "batch size")
-    retain_multiplier: float | None = option(None, Preset(POSITIVE), "retain samples per forget sample in the matching set")
-    forget_multiplier: float | None = option(None, Preset(POSITIVE), "copies of the forget set in the matching set")
 
 
 @register_unlearner("datamodel_matching")

@@ -92,6 +92,21 @@ class MatchingUnlearner(BaselineUnlearner):
 
 
 @settings
+class PredictedMatchingParams(MethodSettings):
+    """The fit's hyperparameters shared by the matching methods whose targets are predicted rather than retrained
+    (datamodel and subset matching; listed before each method's own); from the method's preset where null."""
+
+    optimizer: str = option("adam", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
+    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
+    lr_gamma: float = option(0.95, POSITIVE, "ExponentialLR factor per epoch (as oracle matching)")
+    weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
+    epochs: int | None = option(None, Preset(COUNT), "epochs")
+    batch_size: int | None = option(None, Preset(COUNT), "batch size")
+    retain_multiplier: float | None = option(None, Preset(POSITIVE), "retain samples per forget sample in the matching set")
+    forget_multiplier: float | None = option(None, Preset(POSITIVE), "copies of the forget set in the matching set")
+
+
+@settings
 class OracleMatchingParams(MethodSettings):
     """``method=oracle_matching``'s hyperparameters; conf/method/oracle_matching.yaml is their preset."""
 

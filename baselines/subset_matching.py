@@ -28,9 +28,9 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from baselines.oracle_matching import MatchingUnlearner
+from baselines.oracle_matching import MatchingUnlearner, PredictedMatchingParams
 from duck.schema import SEED, OneOf, Real, option, settings
-from duck.unlearn.config import COUNT, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
+from duck.unlearn.config import COUNT
 from duck.unlearn.registry import register_unlearner
 
 SPREADS = ("model", "none")
@@ -46,7 +46,7 @@ def out_choice(counts: np.ndarray, run: int, seed: int) -> np.ndarray:
 
 
 @settings
-class SubsetMatchingParams(MethodSettings):
+class SubsetMatchingParams(PredictedMatchingParams):
     """``method=subset_matching``'s hyperparameters; conf/method/subset_matching.yaml is their preset."""
 
     method_name: ClassVar[str] = "subset_matching"
@@ -62,14 +62,6 @@ class SubsetMatchingParams(MethodSettings):
     spread: str = option("model", OneOf(SPREADS),
                          "model: run s matches a distinct OUT model of each forget example (cycling past their "
                          "number); none: their mean for every run (the runs then agree too much)")
-    optimizer: str = option("adam", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
-    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
-    lr_gamma: float = option(0.95, POSITIVE, "ExponentialLR factor per epoch (as oracle matching)")
-    weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
-    epochs: int | None = option(None, Preset(COUNT), "epochs")
-    batch_size: int | None = option(None, Preset(COUNT), "batch size")
-    retain_multiplier: float | None = option(None, Preset(POSITIVE), "retain samples per forget sample in the matching set")
-    forget_multiplier: float | None = option(None, Preset(POSITIVE), "copies of the forget set in the matching set")
 
 
 @register_unlearner("subset_matching")
