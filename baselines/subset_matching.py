@@ -9,10 +9,13 @@ give logits ``v_1 … v_{k_x}`` in ascending model order. With ``spread: model``
 ``x``, ``v_{π_x(s mod k_x)}`` with ``π_x`` a permutation of the ``k_x`` drawn once with ``bank_seed``, so runs
 ``0 … k_x − 1`` match distinct models: N runs then spread like N models that never saw ``x`` (issue 36's probe:
 32 runs built from 7 distinct retrained outputs per example fail the ε test that 32 distinct ones pass).
-``spread: none`` matches their mean in every run. On the matching set's retain examples the target is the
-original's own output, as in datamodel matching. Unlike datamodel matching's ``f_orig − β``, the target keeps
-nothing of the original's output on ``x``, whose own seed's trace (a median 0.49 retrained standard deviations
-on digits, twice the verdict's margin; docs/results.md) retrained models do not share.
+``spread: none`` matches their mean in every run. On the matching set's retain examples run ``s`` matches bank
+model ``s mod E`` where that model trained on them, the original elsewhere (``retain_targets: bank``; with
+``original``, the original everywhere, as datamodel matching does: on digits the retain examples then anchored
+the forget examples to the original, 24–27 % of its imprint kept against 2–6 %). Unlike datamodel matching's
+``f_orig − β``, the target keeps nothing of the original's output on ``x``, whose own seed's trace (a median
+0.49 retrained standard deviations on digits, twice the verdict's margin; docs/results.md) retrained models do
+not share.
 
 Made for forget sets of random examples whose share of the data is about ``1 − keep_fraction`` (homogeneous
 removal with ``scenario.fraction = 0.1``; custom ids drawn at random): on a whole class the OUT models still
@@ -66,7 +69,8 @@ class SubsetMatchingParams(PredictedMatchingParams):
 
 @register_unlearner("subset_matching")
 class SubsetMatching(MatchingUnlearner):
-    """Match, per run, one OUT model of the subset bank on each forget example, ``f_orig`` on retain."""
+    """Match, per run, one OUT model of the subset bank on each forget example and bank model ``s`` (or
+    ``f_orig``) on the retain examples."""
 
     needs = ("subsets",)
     params = SubsetMatchingParams
