@@ -204,7 +204,7 @@ def test_imagefolder_of_pngs_with_its_own_normalisation_and_class_names(tmp_path
 FAST = {"epochs": 1, "max_epochs": 1, "low_epochs": 1, "erm_epochs": 1, "msteps": 1, "batch_size": 32,
         "forget_batch_size": 32, "batch_ratio": 1, "low_batch_ratio": 1, "milestones": [],
         "n_shadow": 2, "num_oracles": 1,  # the reference banks of oracle / datamodel matching, smallest
-        "n_models": 16, "keep_fraction": 0.5}  # subset matching's: each example left out by some model
+        "n_models": 8, "keep_fraction": 0.3}  # subset matching's: each example left out by some model (0.3^8)
 
 
 def _fast(name: str) -> dict:

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 from conftest import method_file_keys, written_files
+from test_api import FAST  # every method's fast settings, its reference banks smallest
 
 from duck.pipeline.config import conf_dir
 from duck.unlearn import list_unlearners
@@ -38,9 +39,6 @@ USER_MODULE = textwrap.dedent("""
             self.conv1 = nn.Conv2d(1, 64, 3, padding=1, bias=False)
 """)
 DATA = ("data=synthetic", "data.n_train=240", "data.n_test=120", "progress=false", "trainer=cpu")
-FAST = {"epochs": 1, "max_epochs": 1, "low_epochs": 1, "erm_epochs": 1, "msteps": 1, "batch_size": 32,
-        "forget_batch_size": 32, "batch_ratio": 1, "low_batch_ratio": 1, "milestones": [],
-        "n_shadow": 2, "num_oracles": 1}  # the reference banks of oracle / datamodel matching, smallest
 
 
 @pytest.fixture(scope="module")
