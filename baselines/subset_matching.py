@@ -26,6 +26,7 @@ request), then per request the fine-tuning.
 
 from __future__ import annotations
 
+import copy
 from typing import ClassVar
 
 import numpy as np
@@ -38,6 +39,7 @@ from duck.unlearn.registry import register_unlearner
 
 SPREADS = ("model", "none")
 RETAIN_TARGETS = ("bank", "original")
+STARTS = ("original", "bank")
 
 
 def out_choice(counts: np.ndarray, run: int, seed: int) -> np.ndarray:
@@ -65,6 +67,10 @@ class SubsetMatchingParams(PredictedMatchingParams):
     spread: str = option("model", OneOf(SPREADS),
                          "model: run s matches a distinct OUT model of each forget example (cycling past their "
                          "number); none: their mean for every run (the runs then agree too much)")
+    start: str = option("original", OneOf(STARTS),
+                        "original: fine-tune the original; bank: fine-tune bank model (s mod n_models) instead, "
+                        "whose outputs are already those of a model of another seed on 90 % of the data, so only the "
+                        "forget examples it trained on are moved (to an OUT model's logits)")
 
 
 @register_unlearner("subset_matching")
@@ -76,10 +82,19 @@ class SubsetMatching(MatchingUnlearner):
     params = SubsetMatchingParams
 
     def prepare(self) -> float:
-        """The subset bank and its OUT logits (trained and computed once, cached)."""
+        """The subset bank and its OUT logits (trained and computed once, cached); with ``start: bank`` the run's
+        model becomes bank model ``s mod n_models`` (the original is kept for its outputs)."""
         self.bank = self.data.references.subsets(int(self.hp["n_models"]), float(self.hp["keep_fraction"]),
                                                  int(self.hp["bank_seed"]))
+        self.original = self.model
+        if str(self.hp["start"]) == "bank":
+            self.original = copy.deepcopy(self.model)
+            self.model.load_state_dict(self.bank.load(self.bank_model()).state_dict())
         return self.bank.one_off_s
+
+    def bank_model(self) -> int:
+        """The bank model of this run: ``s mod n_models``."""
+        return self.seed % int(self.hp["n_models"])
 
     def forget_targets(self, forget: np.ndarray) -> torch.Tensor:
         """This run's targets ``(len(forget), C)`` on the forget examples ``forget`` (module docstring)."""
@@ -96,12 +111,22 @@ class SubsetMatching(MatchingUnlearner):
         return torch.as_tensor(logits[rows])
 
     def targets(self, indices: np.ndarray) -> torch.Tensor:
-        target = self.logits_of(self.model, indices)
+        """Per matching-set index (sorted): on retain examples bank model ``k = s mod n_models`` where it trained on
+        them and the original elsewhere (``retain_targets: bank``) or the original everywhere (``original``); on
+        forget examples an OUT model's logits (:meth:`forget_targets`), except, with ``start: bank``, where model
+        ``k`` itself left the example out: its own outputs, already such a draw."""
+        target = self.logits_of(self.original, indices)
         is_forget = np.isin(indices, np.asarray(self.data.forget_idx))
-        if str(self.hp["retain_targets"]) == "bank":  # a model of another seed on the examples it trained on
-            k = self.seed % int(self.hp["n_models"])
-            inside = np.asarray(self.bank.keep, dtype=bool)[k, indices] & ~is_forget
-            if inside.any():
-                target[torch.as_tensor(inside)] = self.logits_of(self.bank.load(k), indices[inside]).to(target.dtype)
-        target[torch.as_tensor(is_forget)] = self.forget_targets(indices[is_forget]).to(target.dtype)
+        k = self.bank_model()
+        trained = np.asarray(self.bank.keep, dtype=bool)[k, indices]
+        start_bank = str(self.hp["start"]) == "bank"
+        own = trained & ~is_forget if str(self.hp["retain_targets"]) == "bank" else np.zeros_like(is_forget)
+        if start_bank:
+            own = own | (is_forget & ~trained)
+        if own.any():  # a model of another seed (bank model k) on the examples it trained on
+            model_k = self.model if start_bank else self.bank.load(k)
+            target[torch.as_tensor(own)] = self.logits_of(model_k, indices[own]).to(target.dtype)
+        moved = is_forget & ~own
+        drawn = self.forget_targets(indices[is_forget])  # over every forget example: π_x does not depend on model k
+        target[torch.as_tensor(moved)] = drawn[torch.as_tensor(moved[is_forget])].to(target.dtype)
         return target

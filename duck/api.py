@@ -141,7 +141,8 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
     ``train.classes``), ``forget_ids`` (training indices, or a .txt/.npy/.csv file) or ``forget_fraction``.
     ``method``: a registered method (``duck.unlearn.list_unlearners()``), its hyperparameters as keywords
     (``lambda_fgt=2.0``; defaults and presets from the packaged ``conf/method/NAME.yaml``). ``recipe``: the
-    training recipe name, needed only by ``method="retrain"``. ``normalization=(mean, std)``: the per-channel
+    training recipe name, needed by ``method="retrain"`` and by the methods that learn from models trained with it
+    (``oracle_matching``, ``datamodel_matching``, ``subset_matching``). ``normalization=(mean, std)``: the per-channel
     normalisation your transform applies (read from a ``transforms.Normalize`` when there is one); only
     ``boundary_shrink`` needs it, for its attack step in pixel units. ``threads="auto"`` uses one torch thread on
     machines with at most 4 cores, as the command line does.

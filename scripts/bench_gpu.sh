@@ -2,7 +2,7 @@
 # GPU figures for docs/results.md, in one go on a CUDA machine (used on the lent H100 through the
 # device tool; any CUDA machine with the project's dependencies works the same).
 #
-#   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit retrain kmeans lsh spn duck
+#   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit retrain kmeans lsh spn duck subsetfm
 #
 # Each stage runs `duck-bench SUITE` (through `python -m duck.cli.bench`, so an uninstalled checkout works)
 # into $RUNS/SUITE and copies its bench.json and log to $OUT (default: ./gpu_out). Extra wheels in .whl/
@@ -75,6 +75,52 @@ torch.cuda.get_device_name(0), 'lightning', lightning.__version__, 'timm', timm.
       bench spn 200 spn bench.device=cuda bench.spflow=false bench.repetitions=3 ${SPN_ARGS:-} ;;
     duck)
       bench duck 270 duck bench.trainer=auto bench.recipe_epochs=[24] bench.classes=[0] bench.seeds=[0] ;;
+    subsetfm)  # issue 36: subset matching, Fashion-MNIST 5,000-image subset, 10 % homogeneous removal, N = R = 32:
+               # a smoke run, the default row and the probe presets $SUBSETFM_PROBES (conf/preset/NAME.yaml, written
+               # for the run: session u's four are given in docs/results.md) on
+               # seed 0, the fastest `forgotten` of them on seed 1 (held out), then class removal of class 0;
+               # $DEADLINE (s after the script's start) bounds the stages, the banks are shared through one cache
+      fm=(bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto 'bench.methods=[subset_matching]'
+          bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache" bench.progress=false)
+      big=('bench.overrides=["data.subset.n_train=5000","attack.mode=batched","attack.chunk_size=64"]'
+           bench.forgetting.n_unlearned=32 bench.forgetting.n_retrained=32)
+      hr=('bench.scenarios=[homogeneous_removal]')
+      left() { local l=$(( ${DEADLINE:-540} - SECONDS )); echo $(( l > 1 ? l : 1 )); }
+      bench fm_smoke 120 compare "${fm[@]}" "${hr[@]}" 'bench.seeds=[0]' bench.forgetting.n_unlearned=3 \
+        bench.forgetting.n_retrained=3 'bench.overrides=["data.subset.n_train=600","attack.mode=batched"]' \
+        || true  # the default 320-model bank on 600 images: seconds on a GPU
+      grep -q '"verdict"' "$OUT/fm_smoke.json" 2>/dev/null || { echo "smoke failed: stopping"; exit 1; }
+      probes=(${SUBSETFM_PROBES:-})
+      bench fm_s0_default "$(left)" compare "${fm[@]}" "${big[@]}" "${hr[@]}" 'bench.seeds=[0]' \
+        ${probes[0]:+"bench.presets={subset_matching: ${probes[0]}}"}
+      for p in "${probes[@]:1}"; do
+        [ "$(left)" -gt 60 ] && bench "fm_s0_$p" "$(left)" compare "${fm[@]}" "${big[@]}" "${hr[@]}" 'bench.seeds=[0]' \
+          "bench.presets={subset_matching: $p}" bench.default_rows=false
+      done
+      best=$($PY - "$OUT" <<'PYEOF'
+import glob, json, sys
+rows = [r for f in glob.glob(sys.argv[1] + "/fm_s0_*.json") for r in json.load(open(f)).get("runs", [])
+        if r.get("verdict") == "forgotten"]
+rows.sort(key=lambda r: r["time_s"])
+print(rows[0]["method"] if rows else "")
+PYEOF
+)
+      echo "=== fastest forgotten on seed 0: ${best:-none}"
+      if [ -n "$best" ] && [ "$(left)" -gt 60 ]; then
+        pre=${best#subset_matching}; pre=${pre#+}
+        bench fm_s1 "$(left)" compare "${fm[@]}" "${big[@]}" "${hr[@]}" 'bench.seeds=[1]' \
+          ${pre:+"bench.presets={subset_matching: $pre}" bench.default_rows=false}
+      fi
+      [ "$(left)" -gt 60 ] && bench fm_class0 "$(left)" compare "${fm[@]}" "${big[@]}" 'bench.classes=[0]' \
+        'bench.seeds=[0]' 'bench.scenarios=[class_removal]' ;;
+    fmbanks)  # subsetfm's Fashion-MNIST banks (the subset bank; the audit's banks of seeds 0 and 1) packed into
+              # $OUT/fm_cache.tar.* to unpack into another machine's cache (their keys do not depend on the device)
+      bench fm_banks "${BANKS_LIMIT:-170}" compare bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto \
+        'bench.methods=[subset_matching]' bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache" \
+        bench.progress=false 'bench.overrides=["data.subset.n_train=5000","attack.mode=batched","attack.chunk_size=64"]' \
+        bench.forgetting.n_unlearned=32 bench.forgetting.n_retrained=32 'bench.scenarios=[homogeneous_removal]' \
+        'bench.seeds=[0,1]'
+      du -sh "$RUNS/cache"; tar cf - -C "$RUNS" cache | split -b 15m - "$OUT/fm_cache.tar." ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

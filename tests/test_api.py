@@ -103,6 +103,22 @@ def test_the_api_builds_its_job_from_the_presets_without_composing_a_config(user
     assert r.metrics["method"] == "finetune" and r.metrics["hparams"]["lr"] == 0.05 and r.metrics["hparams"]["epochs"] == 1
 
 
+@pytest.mark.parametrize("name", sorted(p.stem for p in (conf_dir() / "recipe").glob("*.yaml")))
+def test_every_packaged_recipe_reads_as_the_api_reads_it(name):
+    """``recipe=NAME`` in duck.unlearn / duck.audit: the preset resolves its interpolations as a job config does
+    (``T_max: ${recipe.epochs}`` read alone raised InterpolationKeyError for every recipe but synthetic's) and
+    parses as the job's Recipe."""
+    from duck.pipeline.config import compose, container, preset
+    from duck.training import Recipe
+
+    values = preset("recipe", name)
+    assert values == container(compose("run", [f"recipe={name}"]).recipe)  # what a job composes
+    assert "${" not in repr(values)
+    if "T_max" in repr(values):
+        assert values["scheduler"]["T_max"] == values["epochs"]
+    assert Recipe.from_cfg(values).epochs == values["epochs"]
+
+
 def test_the_audit_settings_defaults_are_the_packaged_lira_preset():
     """duck.audit parses its attack keywords with AuditSettings alone: its defaults must be conf/attack/lira.yaml's."""
     from attacks.audit import AuditSettings

@@ -179,6 +179,68 @@ def test_targets_by_hand(synthetic, setup):
     torch.testing.assert_close(t[torch.as_tensor(~is_forget)], orig[torch.as_tensor(~is_forget)])
 
 
+def test_start_bank_moves_only_the_forget_examples_bank_model_k_trained_on(synthetic, setup):
+    """``start: bank``: run s fine-tunes bank model k = s mod E (its weights, the original untouched); its targets
+    are its own outputs on the retain examples it trained on and on the forget examples it left out, the
+    original's on the retain examples it never saw, and on the forget examples it trained on the OUT model that
+    ``start: original`` would give them (π_x drawn over every forget example, whatever model k left out)."""
+    model, _, keep, logits, offsets = setup
+    gen = torch.Generator().manual_seed(5)
+    models = [copy.deepcopy(model) for _ in range(3)]
+    for m in models:
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    data, sc = _data(synthetic, model, _refs(models, keep, logits, offsets))
+    n = len(synthetic.train)  # examples of each parity from both halves: every case below for models 1 and 2
+
+    def spread(ids):
+        return np.concatenate([[i for i in ids if i % 2 == p and (i < n // 2) == h][:2] for p in (0, 1)
+                               for h in (True, False)])
+
+    forget, retain = spread(np.asarray(sc.forget_idx)), spread(np.asarray(sc.retain_idx))
+    idx = np.sort(np.r_[forget, retain])
+    orig, _, _ = predict_logits(model, synthetic.train, indices=idx)
+    is_forget = np.isin(idx, forget)
+    f_idx = idx[is_forget]
+    counts = offsets[f_idx + 1] - offsets[f_idx]
+    before = copy.deepcopy(model.state_dict())
+    hp = _hp("subset_matching", n_models=3, keep_fraction=0.5, bank_seed=11)
+    for seed in (1, 5):  # bank models 1 and 2
+        k = seed % 3
+        u = create_unlearner("subset_matching", copy.deepcopy(model), data, {**hp, "start": "bank"}, seed=seed,
+                             trainer_cfg=CPU)
+        u.prepare()
+        for name, value in models[k].state_dict().items():
+            assert torch.equal(u.model.state_dict()[name], value), name
+        t = u.targets(idx)
+        own_k, _, _ = predict_logits(models[k], synthetic.train, indices=idx)
+        trained = keep[k, idx]
+        cases = {"own retain": trained & ~is_forget, "original": ~trained & ~is_forget,
+                 "own forget": ~trained & is_forget, "moved": trained & is_forget}
+        assert all(c.any() for c in cases.values()), {n: int(c.sum()) for n, c in cases.items()}
+        want = orig.clone()
+        own = torch.as_tensor(cases["own retain"] | cases["own forget"])
+        want[own] = own_k[own]
+        drawn = torch.as_tensor(logits[offsets[f_idx] + out_choice(counts, seed, 11)])
+        want[torch.as_tensor(cases["moved"])] = drawn[torch.as_tensor(cases["moved"][is_forget])]
+        torch.testing.assert_close(t, want)
+        u_orig = create_unlearner("subset_matching", copy.deepcopy(model), data, hp, seed=seed, trainer_cfg=CPU)
+        u_orig.prepare()  # the same OUT model on the moved examples as when the original is fine-tuned
+        torch.testing.assert_close(t[torch.as_tensor(cases["moved"])],
+                                   u_orig.targets(idx)[torch.as_tensor(cases["moved"])])
+    for name, value in before.items():
+        assert torch.equal(model.state_dict()[name], value), name
+    u = create_unlearner("subset_matching", copy.deepcopy(model), data,
+                         {**hp, "start": "bank", "retain_targets": "original"}, seed=4, trainer_cfg=CPU)
+    u.prepare()  # bank model 1; the retain examples all keep the original's outputs
+    t = u.targets(idx)
+    torch.testing.assert_close(t[torch.as_tensor(~is_forget)], orig[torch.as_tensor(~is_forget)])
+    own_1, _, _ = predict_logits(models[1], synthetic.train, indices=idx)
+    left_out = torch.as_tensor(~keep[1, idx] & is_forget)
+    torch.testing.assert_close(t[left_out], own_1[left_out])
+
+
 def test_refusals(synthetic, setup):
     model, models, keep, logits, offsets = setup
     data, sc = _data(synthetic, model, _refs(models, keep, logits, offsets))
@@ -186,6 +248,10 @@ def test_refusals(synthetic, setup):
         create_unlearner("subset_matching", model, data, _hp("subset_matching", spread="wide"), seed=0,
                          trainer_cfg=CPU)
     assert str(e.value) == "method.spread='wide'; choose one of ['model', 'none']"
+    with pytest.raises(DuckInputError) as e:
+        create_unlearner("subset_matching", model, data, _hp("subset_matching", start="oracle"), seed=0,
+                         trainer_cfg=CPU)
+    assert str(e.value) == "method.start='oracle'; choose one of ['original', 'bank']"
     every = np.ones_like(keep)  # no model left any example out
     data, sc = _data(synthetic, model, _refs(models, every, logits[:0], out_offsets(every)))
     u = create_unlearner("subset_matching", model, data, _hp("subset_matching"), seed=0, trainer_cfg=CPU)

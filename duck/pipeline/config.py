@@ -53,7 +53,8 @@ def preset(group: str, name: str) -> dict[str, Any]:
     if path is None or not path.is_file():
         raise DuckInputError(f"{group}={name!r} is not a packaged {group}; choose one of: "
                              + ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))))
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    # under its group's key, as in a job config, so that its interpolations (``T_max: ${recipe.epochs}``) resolve
+    raw = OmegaConf.to_container(OmegaConf.create({group: OmegaConf.load(path)}), resolve=True)[group]
     base: dict[str, Any] = {}
     for entry in raw.pop("defaults", None) or []:
         if isinstance(entry, str) and entry != "_self_":
