@@ -2,7 +2,7 @@
 # GPU figures for docs/results.md, in one go on a CUDA machine (used on the lent H100 through the
 # device tool; any CUDA machine with the project's dependencies works the same).
 #
-#   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit retrain kmeans lsh spn duck subsetfm
+#   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit retrain kmeans lsh spn duck subsetfm fmbanks
 #
 # Each stage runs `duck-bench SUITE` (through `python -m duck.cli.bench`, so an uninstalled checkout works)
 # into $RUNS/SUITE and copies its bench.json and log to $OUT (default: ./gpu_out). Extra wheels in .whl/
@@ -114,13 +114,22 @@ PYEOF
       [ "$(left)" -gt 60 ] && bench fm_class0 "$(left)" compare "${fm[@]}" "${big[@]}" 'bench.classes=[0]' \
         'bench.seeds=[0]' 'bench.scenarios=[class_removal]' ;;
     fmbanks)  # subsetfm's Fashion-MNIST banks (the subset bank; the audit's banks of seeds 0 and 1) packed into
-              # $OUT/fm_cache.tar.* to unpack into another machine's cache (their keys do not depend on the device)
+              # $OUT/fm_cache.tar.* (15 MB pieces; `cat fm_cache.tar.* | tar xf -` in another machine's cache folder:
+              # the cache keys do not depend on the device). About 75 MB without the unlearning runs: more than one
+              # call of the device tool brings back (64 MiB), so FMBANKS_PIECES (a glob of the pieces' suffixes,
+              # e.g. 'a[e-z]') keeps only those, for a second call on the still-warm machine (session u did so)
       bench fm_banks "${BANKS_LIMIT:-170}" compare bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto \
         'bench.methods=[subset_matching]' bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache" \
         bench.progress=false 'bench.overrides=["data.subset.n_train=5000","attack.mode=batched","attack.chunk_size=64"]' \
         bench.forgetting.n_unlearned=32 bench.forgetting.n_retrained=32 'bench.scenarios=[homogeneous_removal]' \
         'bench.seeds=[0,1]'
-      du -sh "$RUNS/cache"; tar cf - -C "$RUNS" cache | split -b 15m - "$OUT/fm_cache.tar." ;;
+      du -sh "$RUNS/cache"
+      tar cf - -C "$RUNS" --exclude=unlearned_sets cache | split -b 15m - "$OUT/fm_cache.tar."
+      if [ -n "${FMBANKS_PIECES:-}" ]; then
+        for f in "$OUT"/fm_cache.tar.*; do
+          case ${f##*.} in $FMBANKS_PIECES) ;; *) rm -f "$f" ;; esac
+        done
+      fi ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
