@@ -82,7 +82,7 @@ class BankCache:
         build; says once that it waits for another job."""
         self.check_layout()
         with self.entry.lock(shared=shared,
-                             waiting=f"{self.label} {self.dir} is being trained by another job; waiting for it"):
+                             waiting=f"{self.label} {self.dir} is being trained or checked by another job; waiting for it"):
             yield
 
     # -- meta.json ------------------------------------------------------------------------------------------

@@ -578,7 +578,7 @@ def test_concurrent_jobs_take_turns_on_a_bank(data, trained_bank, tmp_path: Path
         worker.start()
         worker.join(timeout=1.0)
         assert worker.is_alive() and not result  # waiting, not training
-        assert "being trained by another job; waiting" in capsys.readouterr().err
+        assert "is being trained or checked by another job; waiting for it" in capsys.readouterr().err
         # meanwhile the lock holder trains shadow 3 and records it
         bank._train_unlocked()
         fcntl.flock(held, fcntl.LOCK_UN)
