@@ -27,7 +27,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from baselines.oracle_matching import MatchingUnlearner, PredictedMatchingParams
+from baselines.oracle_matching import MatchingFitParams, MatchingUnlearner
 from duck.schema import SEED, OneOf, option, settings
 from duck.unlearn.config import COUNT, POSITIVE
 from duck.unlearn.registry import register_unlearner
@@ -59,7 +59,7 @@ def pick_out_models(inside: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 @settings
-class DatamodelMatchingParams(PredictedMatchingParams):
+class DatamodelMatchingParams(MatchingFitParams):
     """``method=datamodel_matching``'s hyperparameters; conf/method/datamodel_matching.yaml is their preset."""
 
     method_name: ClassVar[str] = "datamodel_matching"

@@ -92,13 +92,13 @@ class MatchingUnlearner(BaselineUnlearner):
 
 
 @settings
-class PredictedMatchingParams(MethodSettings):
-    """The fit's hyperparameters shared by the matching methods whose targets are predicted rather than retrained
-    (datamodel and subset matching; listed before each method's own); from the method's preset where null."""
+class MatchingFitParams(MethodSettings):
+    """The fit's hyperparameters of the matching methods (oracle, datamodel and subset matching; listed before each
+    method's own); from the method's preset where null."""
 
     optimizer: str = option("adam", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
     lr: float | None = option(None, Preset(POSITIVE), "learning rate")
-    lr_gamma: float = option(0.95, POSITIVE, "ExponentialLR factor per epoch (as oracle matching)")
+    lr_gamma: float = option(0.95, POSITIVE, "ExponentialLR factor per epoch (the reference's)")
     weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
     epochs: int | None = option(None, Preset(COUNT), "epochs")
     batch_size: int | None = option(None, Preset(COUNT), "batch size")
@@ -107,11 +107,14 @@ class PredictedMatchingParams(MethodSettings):
 
 
 @settings
-class OracleMatchingParams(MethodSettings):
+class OracleMatchingParams(MatchingFitParams):
     """``method=oracle_matching``'s hyperparameters; conf/method/oracle_matching.yaml is their preset."""
 
     method_name: ClassVar[str] = "oracle_matching"
 
+    retain_multiplier: float = option(3.0, POSITIVE,
+                                      "retain samples per forget sample in the matching set (drawn with the run's seed)")
+    forget_multiplier: float = option(1.0, POSITIVE, "copies of the forget set in the matching set")
     targets: str = option("per_run", OneOf(TARGETS),
                           "per_run: run s matches oracle (s mod num_oracles) alone (the retrained models' spread, issue "
                           "36's probe); mean: the paper's mean logits of num_oracles oracles")
@@ -121,15 +124,6 @@ class OracleMatchingParams(MethodSettings):
     oracle_seed: int = option(1000, SEED,
                               "the oracle bank's seed: must differ from attack.forgetting.seed and the next (the "
                               "audit's own retrained models)")
-    optimizer: str = option("adam", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
-    lr: float | None = option(None, Preset(POSITIVE), "learning rate")
-    lr_gamma: float = option(0.95, POSITIVE, "ExponentialLR per epoch (reference)")
-    weight_decay: float = option(0.0, NON_NEGATIVE, "weight decay")
-    epochs: int | None = option(None, Preset(COUNT), "epochs")
-    batch_size: int | None = option(None, Preset(COUNT), "batch size")
-    retain_multiplier: float = option(3.0, POSITIVE,
-                                      "retain samples per forget sample in the matching set (drawn with the run's seed)")
-    forget_multiplier: float = option(1.0, POSITIVE, "copies of the forget set in the matching set")
 
 
 @register_unlearner("oracle_matching")

@@ -32,7 +32,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from baselines.oracle_matching import MatchingUnlearner, PredictedMatchingParams
+from baselines.oracle_matching import MatchingFitParams, MatchingUnlearner
 from duck.schema import SEED, OneOf, Real, option, settings
 from duck.unlearn.config import COUNT
 from duck.unlearn.registry import register_unlearner
@@ -51,7 +51,7 @@ def out_choice(counts: np.ndarray, run: int, seed: int) -> np.ndarray:
 
 
 @settings
-class SubsetMatchingParams(PredictedMatchingParams):
+class SubsetMatchingParams(MatchingFitParams):
     """``method=subset_matching``'s hyperparameters; conf/method/subset_matching.yaml is their preset."""
 
     method_name: ClassVar[str] = "subset_matching"

@@ -15,6 +15,7 @@ trained and cached by the pipeline on demand:
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ def reference_models(job: Job, retain_idx: np.ndarray | None = None) -> Referenc
 
         return ModelBank(load=load, one_off_s=bank.train_seconds())
 
+    @functools.cache  # one bank check and read per job: a forgetting audit's N runs share these references
     def shadows(n: int, seed: int) -> ModelBank:
         from attacks.shadow import ShadowBank
 
@@ -84,6 +86,7 @@ def reference_models(job: Job, retain_idx: np.ndarray | None = None) -> Referenc
         return ModelBank(load=lambda k: bank.load_shadow(int(k)).to(job.device), one_off_s=bank.train_seconds(),
                          keep=np.asarray(bank.keep))
 
+    @functools.cache  # the packed OUT logits read once per job, not once per run
     def subsets(n: int, keep_fraction: float, seed: int) -> ModelBank:
         from attacks.subset_bank import SubsetBank
 
