@@ -13,10 +13,15 @@ TEST_WORKERS ?= auto
 # pip's errors only (a machine's pip configuration may name index folders that are absent: one warning per package
 # otherwise); PIP_QUIET=-q shows warnings again
 PIP_QUIET ?= -qq
+# free space the first install needs (the venv holds about 6.5 GB, 5.5 GB of it torch's CUDA build); checked by
+# scripts/check_space.py before pip starts, so a full disk gets one `error:` line instead of pip failing half-way
+MIN_FREE_GB ?= 8
 
 .PHONY: venv install demo test test-all lint fashion-mnist chromium clean mutation mutation-smoke
 
 $(BIN)/.installed: pyproject.toml
+	@$(BIN)/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" 2>/dev/null || \
+	  $(PY) scripts/check_space.py $(VENV) $(MIN_FREE_GB)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install $(PIP_QUIET) --upgrade pip
 	$(BIN)/python -m pip install $(PIP_QUIET) $(TORCH_SPEC)
