@@ -2,7 +2,7 @@
 # GPU figures for docs/results.md, in one go on a CUDA machine (used on the lent H100 through the
 # device tool; any CUDA machine with the project's dependencies works the same).
 #
-#   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit retrain kmeans lsh spn duck subsetfm fmbanks
+#   scripts/bench_gpu.sh STAGE [STAGE ...]      stages: env tests gputests profile audit retrain kmeans lsh spn duck subsetfm fmbanks fm60k
 #
 # Each stage runs `duck-bench SUITE` (through `python -m duck.cli.bench`, so an uninstalled checkout works)
 # into $RUNS/SUITE and copies its bench.json and log to $OUT (default: ./gpu_out). Extra wheels in .whl/
@@ -130,6 +130,29 @@ PYEOF
           case ${f##*.} in $FMBANKS_PIECES) ;; *) rm -f "$f" ;; esac
         done
       fi ;;
+    fm60k)  # issue 36's GPU target: the Fashion-MNIST forgetting tables on the full 60,000-image training set,
+            # N = R = 32, banks batched: class removal of class 0, then 10 % homogeneous removal (seed 0), each with
+            # the methods $FM60K_METHODS (default below; their tuned rows) while $DEADLINE (s after the script's
+            # start, default 540) lasts; $FM60K_OVERRIDES adds bench.overrides entries (the smoke run uses a
+            # 600-image subset, which also runs on a CPU: `FM60K_SMOKE_ONLY=1 scripts/bench_gpu.sh fm60k`)
+      left() { local l=$(( ${DEADLINE:-540} - SECONDS )); echo $(( l > 1 ? l : 1 )); }
+      methods=${FM60K_METHODS:-duck,finetune,boundary_shrink,oracle_matching}
+      fm=(bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto "bench.methods=[$methods]"
+          bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache60k" bench.progress=false
+          bench.presets=tuned bench.default_rows=false)
+      extra=""; IFS=, read -ra more <<< "${FM60K_OVERRIDES:-}"
+      for o in "${more[@]}"; do extra+=",\"$o\""; done
+      bench fm60k_smoke "${FM60K_SMOKE_LIMIT:-150}" compare "${fm[@]}" 'bench.classes=[0]' 'bench.seeds=[0]' \
+        'bench.scenarios=[class_removal,homogeneous_removal]' bench.forgetting.n_unlearned=3 \
+        bench.forgetting.n_retrained=3 "bench.overrides=[\"data.subset.n_train=600\",\"attack.mode=batched\"$extra]" || true
+      grep -q '"verdict"' "$OUT/fm60k_smoke.json" 2>/dev/null || { echo "smoke failed: stopping"; exit 1; }
+      [ -n "${FM60K_SMOKE_ONLY:-}" ] && continue
+      big=("bench.overrides=[\"attack.mode=batched\",\"attack.chunk_size=32\"$extra]" bench.forgetting.n_unlearned=32
+           bench.forgetting.n_retrained=32)
+      [ "$(left)" -gt 60 ] && bench fm60k_class0 "$(left)" compare "${fm[@]}" "${big[@]}" 'bench.classes=[0]' \
+        'bench.seeds=[0]' 'bench.scenarios=[class_removal]'
+      [ "$(left)" -gt 60 ] && bench fm60k_hr0 "$(left)" compare "${fm[@]}" "${big[@]}" 'bench.seeds=[0]' \
+        'bench.scenarios=[homogeneous_removal]' ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
