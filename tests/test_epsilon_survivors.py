@@ -81,3 +81,25 @@ def test_points_lie_in_zero_one_and_never_rise_with_epsilon_negative_ones_includ
         assert (np.diff(pts) <= 0).all(), n
         np.testing.assert_array_equal(pts, [_points_by_hand(e, n) if e >= 0 else 1.0 for e in eps])
     np.testing.assert_array_equal(epsilon_points([-0.25, -2.0, -40.0], 4), [1.0, 1.0, 1.0])
+
+
+# φ given in float32 is read as float64 before anything is computed on it: the median that picks each example's
+# positive set, taken in float32, rounds the midpoint of two adjacent float32s (a float64, not a float32) to the
+# even one of them (down from (1, 1 + 2⁻²³), up from (1 + 2⁻²³, 1 + 2⁻²²)); a median of the other set exactly at
+# that midpoint then picks the other set as positive, and this example's ε changes.
+def _adjacent_float32s(start: float) -> tuple[np.float32, np.float32, float]:
+    lo = np.float32(start)
+    hi = np.nextafter(lo, np.float32(2.0))
+    return lo, hi, (float(lo) + float(hi)) / 2
+
+
+@pytest.mark.parametrize("float32_side", ["unlearned", "retrained"])
+@pytest.mark.parametrize("lo_start", [1.0, float(np.nextafter(np.float32(1.0), np.float32(2.0)))])
+def test_float32_phi_gives_the_float64_result_at_a_median_halfway_between_two_float32s(float32_side, lo_start):
+    lo, hi, mid = _adjacent_float32s(lo_start)
+    f32 = np.array([[lo], [hi], [hi], [0.5]], dtype=np.float32)  # median (lo + hi) / 2 = mid exactly in float64
+    f64 = np.array([[0.75], [float(hi)], [mid], [mid]])           # median mid: the medians are equal
+    u, r = (f32, f64) if float32_side == "unlearned" else (f64, f32)
+    expected = epsilons(u.astype(np.float64), r.astype(np.float64))
+    assert np.array_equal(epsilons(u, r), expected)
+    assert forgetting_quality(u, r) == forgetting_quality(u.astype(np.float64), r.astype(np.float64))
