@@ -16,7 +16,15 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("error: usage: check_space.py DIR MIN_GB", file=sys.stderr)
         return 2
-    path, need_gb = Path(argv[0]).resolve(), float(argv[1])
+    try:
+        need_gb = float(argv[1])
+    except ValueError:
+        need_gb = float("nan")
+    if not need_gb >= 0:  # NaN and negatives too
+        print(f"error: MIN_FREE_GB={argv[1]!r} is not a number of GB >= 0: give one, e.g. MIN_FREE_GB=8",
+              file=sys.stderr)
+        return 2
+    path = Path(argv[0]).resolve()
     while not path.exists():
         path = path.parent
     free_gb = shutil.disk_usage(path).free / 1e9

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "check_space.py"
 
@@ -37,10 +39,15 @@ def test_the_threshold_is_the_free_space_itself(tmp_path: Path) -> None:
     assert _run(str(tmp_path), f"{free_gb * 1.5}").returncode == 2
 
 
+@pytest.mark.parametrize("bad", ["lots", "nan", "-1", ""])
+def test_a_threshold_that_is_not_a_number_of_gb_is_one_error_line(tmp_path: Path, bad: str) -> None:
+    done = _run(str(tmp_path), bad)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"error: MIN_FREE_GB={bad!r} is not a number of GB >= 0: give one, e.g. MIN_FREE_GB=8\n"
+
+
 def test_make_install_runs_the_check_before_pip_when_torch_is_absent(tmp_path: Path) -> None:
     if shutil.which("make") is None:
-        import pytest
-
         pytest.skip("make is not installed")
     venv = tmp_path / "venv"
     done = subprocess.run(["make", "-s", "install", f"VENV={venv}", "MIN_FREE_GB=1e12"], cwd=ROOT,
