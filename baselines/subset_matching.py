@@ -87,10 +87,15 @@ class SubsetMatching(MatchingUnlearner):
         self.bank = self.data.references.subsets(int(self.hp["n_models"]), float(self.hp["keep_fraction"]),
                                                  int(self.hp["bank_seed"]))
         self.original = self.model
-        if str(self.hp["start"]) == "bank":
+        if self.starts_from_bank:
             self.original = copy.deepcopy(self.model)
             self.model.load_state_dict(self.bank.load(self.bank_model()).state_dict())
         return self.bank.one_off_s
+
+    @property
+    def starts_from_bank(self) -> bool:
+        """``start: bank``: the run fine-tunes bank model ``s mod n_models``, not the original."""
+        return str(self.hp["start"]) == "bank"
 
     def bank_model(self) -> int:
         """The bank model of this run: ``s mod n_models``."""
@@ -119,12 +124,11 @@ class SubsetMatching(MatchingUnlearner):
         is_forget = np.isin(indices, np.asarray(self.data.forget_idx))
         k = self.bank_model()
         trained = np.asarray(self.bank.keep, dtype=bool)[k, indices]
-        start_bank = str(self.hp["start"]) == "bank"
         own = trained & ~is_forget if str(self.hp["retain_targets"]) == "bank" else np.zeros_like(is_forget)
-        if start_bank:
+        if self.starts_from_bank:
             own = own | (is_forget & ~trained)
         if own.any():  # a model of another seed (bank model k) on the examples it trained on
-            model_k = self.model if start_bank else self.bank.load(k)
+            model_k = self.model if self.starts_from_bank else self.bank.load(k)
             target[torch.as_tensor(own)] = self.logits_of(model_k, indices[own]).to(target.dtype)
         moved = is_forget & ~own
         drawn = self.forget_targets(indices[is_forget])  # over every forget example: π_x does not depend on model k

@@ -42,6 +42,14 @@ bench() {  # bench NAME LIMIT_S SUITE [overrides...]
   cp "$RUNS/$name/bench.json" "$OUT/$name.json" 2>/dev/null || true
 }
 
+left() { local l=$(( ${DEADLINE:-540} - SECONDS )); echo $(( l > 1 ? l : 1 )); }  # $DEADLINE: s after the start
+# subset matching on the Fashion-MNIST 5,000-image subset, 10 % homogeneous removal, N = R = 32 (subsetfm, fmbanks)
+fm=(bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto 'bench.methods=[subset_matching]'
+    bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache" bench.progress=false)
+big=('bench.overrides=["data.subset.n_train=5000","attack.mode=batched","attack.chunk_size=64"]'
+     bench.forgetting.n_unlearned=32 bench.forgetting.n_retrained=32)
+hr=('bench.scenarios=[homogeneous_removal]')
+
 for stage in "$@"; do
   case $stage in
     env)
@@ -80,12 +88,6 @@ torch.cuda.get_device_name(0), 'lightning', lightning.__version__, 'timm', timm.
                # for the run: session u's four are given in docs/results.md) on
                # seed 0, the fastest `forgotten` of them on seed 1 (held out), then class removal of class 0;
                # $DEADLINE (s after the script's start) bounds the stages, the banks are shared through one cache
-      fm=(bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto 'bench.methods=[subset_matching]'
-          bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache" bench.progress=false)
-      big=('bench.overrides=["data.subset.n_train=5000","attack.mode=batched","attack.chunk_size=64"]'
-           bench.forgetting.n_unlearned=32 bench.forgetting.n_retrained=32)
-      hr=('bench.scenarios=[homogeneous_removal]')
-      left() { local l=$(( ${DEADLINE:-540} - SECONDS )); echo $(( l > 1 ? l : 1 )); }
       bench fm_smoke 120 compare "${fm[@]}" "${hr[@]}" 'bench.seeds=[0]' bench.forgetting.n_unlearned=3 \
         bench.forgetting.n_retrained=3 'bench.overrides=["data.subset.n_train=600","attack.mode=batched"]' \
         || true  # the default 320-model bank on 600 images: seconds on a GPU
@@ -118,11 +120,7 @@ PYEOF
               # the cache keys do not depend on the device). About 75 MB without the unlearning runs: more than one
               # call of the device tool brings back (64 MiB), so FMBANKS_PIECES (a glob of the pieces' suffixes,
               # e.g. 'a[e-z]') keeps only those, for a second call on the still-warm machine (session u did so)
-      bench fm_banks "${BANKS_LIMIT:-170}" compare bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto \
-        'bench.methods=[subset_matching]' bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache" \
-        bench.progress=false 'bench.overrides=["data.subset.n_train=5000","attack.mode=batched","attack.chunk_size=64"]' \
-        bench.forgetting.n_unlearned=32 bench.forgetting.n_retrained=32 'bench.scenarios=[homogeneous_removal]' \
-        'bench.seeds=[0,1]'
+      bench fm_banks "${BANKS_LIMIT:-170}" compare "${fm[@]}" "${big[@]}" "${hr[@]}" 'bench.seeds=[0,1]'
       du -sh "$RUNS/cache"
       tar cf - -C "$RUNS" --exclude=unlearned_sets cache | split -b 15m - "$OUT/fm_cache.tar."
       if [ -n "${FMBANKS_PIECES:-}" ]; then
@@ -135,23 +133,22 @@ PYEOF
             # the methods $FM60K_METHODS (default below; their tuned rows) while $DEADLINE (s after the script's
             # start, default 540) lasts; $FM60K_OVERRIDES adds bench.overrides entries (the smoke run uses a
             # 600-image subset, which also runs on a CPU: `FM60K_SMOKE_ONLY=1 scripts/bench_gpu.sh fm60k`)
-      left() { local l=$(( ${DEADLINE:-540} - SECONDS )); echo $(( l > 1 ? l : 1 )); }
       methods=${FM60K_METHODS:-duck,finetune,boundary_shrink,oracle_matching}
-      fm=(bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto "bench.methods=[$methods]"
-          bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache60k" bench.progress=false
-          bench.presets=tuned bench.default_rows=false)
+      f60=(bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto "bench.methods=[$methods]"
+           bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache60k" bench.progress=false
+           bench.presets=tuned bench.default_rows=false)
       extra=""; IFS=, read -ra more <<< "${FM60K_OVERRIDES:-}"
       for o in "${more[@]}"; do extra+=",\"$o\""; done
-      bench fm60k_smoke "${FM60K_SMOKE_LIMIT:-150}" compare "${fm[@]}" 'bench.classes=[0]' 'bench.seeds=[0]' \
+      bench fm60k_smoke "${FM60K_SMOKE_LIMIT:-150}" compare "${f60[@]}" 'bench.classes=[0]' 'bench.seeds=[0]' \
         'bench.scenarios=[class_removal,homogeneous_removal]' bench.forgetting.n_unlearned=3 \
         bench.forgetting.n_retrained=3 "bench.overrides=[\"data.subset.n_train=600\",\"attack.mode=batched\"$extra]" || true
       grep -q '"verdict"' "$OUT/fm60k_smoke.json" 2>/dev/null || { echo "smoke failed: stopping"; exit 1; }
       [ -n "${FM60K_SMOKE_ONLY:-}" ] && continue
-      big=("bench.overrides=[\"attack.mode=batched\",\"attack.chunk_size=32\"$extra]" bench.forgetting.n_unlearned=32
+      b60=("bench.overrides=[\"attack.mode=batched\",\"attack.chunk_size=32\"$extra]" bench.forgetting.n_unlearned=32
            bench.forgetting.n_retrained=32)
-      [ "$(left)" -gt 60 ] && bench fm60k_class0 "$(left)" compare "${fm[@]}" "${big[@]}" 'bench.classes=[0]' \
+      [ "$(left)" -gt 60 ] && bench fm60k_class0 "$(left)" compare "${f60[@]}" "${b60[@]}" 'bench.classes=[0]' \
         'bench.seeds=[0]' 'bench.scenarios=[class_removal]'
-      [ "$(left)" -gt 60 ] && bench fm60k_hr0 "$(left)" compare "${fm[@]}" "${big[@]}" 'bench.seeds=[0]' \
+      [ "$(left)" -gt 60 ] && bench fm60k_hr0 "$(left)" compare "${f60[@]}" "${b60[@]}" 'bench.seeds=[0]' \
         'bench.scenarios=[homogeneous_removal]' ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
