@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from baselines.common import BaselineUnlearner
+from baselines.margin_fit import MarginFit, fit_margins, fitted_modules, margins_of
 from duck.data.loaders import make_loader
 from duck.metrics import predict_logits
 from duck.schema import SEED, OneOf, option, settings
@@ -37,6 +38,9 @@ from duck.unlearn.config import COUNT, NON_NEGATIVE, POSITIVE, MethodSettings, P
 from duck.unlearn.registry import register_unlearner
 
 TARGETS = ("per_run", "mean")
+#: logits: the reference's fine-tuning (MSE on the full logits, a first-order optimiser); margins: a
+#: Levenberg-Marquardt fit of each example's margin (baselines/margin_fit.py)
+FITS = ("logits", "margins")
 
 
 def finetune_indices(forget: np.ndarray, retain: np.ndarray, forget_multiplier: float, retain_multiplier: float,
@@ -69,6 +73,8 @@ class MatchingUnlearner(BaselineUnlearner):
         indices = finetune_indices(forget, retain, float(self.hp["forget_multiplier"]),
                                    float(self.hp["retain_multiplier"]), rng)
         unique = np.unique(indices)
+        if str(self.hp["fit"]) == "margins":
+            return self.fit_margins(unique)
         table = torch.zeros(len(self.data.train), self.data.num_classes)
         table[torch.as_tensor(unique)] = self.targets(unique).float().cpu()
         self.target_table = table.to(self.trainer_device())
@@ -77,6 +83,25 @@ class MatchingUnlearner(BaselineUnlearner):
                              indices=indices)
         self.fit_phase(self.method_name, loader, epochs)
         return {"epochs": float(epochs), "reached_target": None, "matching_set": int(len(indices))}
+
+    def fit_margins(self, unique: np.ndarray) -> dict[str, Any]:
+        """``fit: margins``: the margins of the matching set's examples (each once) moved to the targets' margins
+        by Levenberg-Marquardt (baselines/margin_fit.py), the model in eval mode; no epochs."""
+        device = next(self.model.parameters()).device
+        xs, ys, idx = zip(*make_loader(self.data.train, 256, indices=unique), strict=True)
+        order = torch.as_tensor(np.argsort(torch.cat(idx).numpy(), kind="stable"))
+        x, y = torch.cat(xs)[order].to(device), torch.cat(ys)[order].to(device)
+        target = margins_of(self.targets(unique).float().to(device), y)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            fit = MarginFit(self.model, fitted_modules(self.model, int(self.hp["lm_max_params"])), x, y)
+            info = fit_margins(fit, target, int(self.hp["lm_iterations"]), float(self.hp["lm_damping"]),
+                               float(self.hp["lm_tol"]))
+        finally:
+            self.model.train(was_training)
+        return {"epochs": 0.0, "reached_target": None, "matching_set": int(len(unique)),
+                "fitted_parameters": fit.n_params, **info}
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, _, idx = batch  # no augmentation: the targets are the references' outputs on the stored images
@@ -96,6 +121,14 @@ class MatchingFitParams(MethodSettings):
     """The fit's hyperparameters of the matching methods (oracle, datamodel and subset matching; listed before each
     method's own); from the method's preset where null."""
 
+    fit: str = option("logits", OneOf(FITS),
+                      "logits: fine-tune with MSE on the full logits (the reference; optimizer, lr, epochs, batch_size "
+                      "apply); margins: Levenberg-Marquardt on each example's margin (the lm_ options apply)")
+    lm_iterations: int = option(8, COUNT, "fit=margins: Jacobians computed at most (one Levenberg-Marquardt step each)")
+    lm_damping: float = option(10.0, POSITIVE, "fit=margins: the first step's damping lambda (then /3 on success, x5 on failure)")
+    lm_tol: float = option(0.01, NON_NEGATIVE, "fit=margins: stop once the margins' RMS residual is below this (logits)")
+    lm_max_params: int = option(100_000, COUNT, "fit=margins: the trailing Conv2d/Linear layers fitted hold at most this "
+                                                "many parameters (at least the last layer)")
     optimizer: str = option("adam", OneOf(("sgd", "adam")), "sgd (with momentum) or adam")
     lr: float | None = option(None, Preset(POSITIVE), "learning rate")
     lr_gamma: float = option(0.95, POSITIVE, "ExponentialLR factor per epoch (the reference's)")
