@@ -87,11 +87,14 @@ def test_jacobian_equals_torch_func_per_example(net):
 def test_fitted_layers_are_the_trailing_ones_within_the_budget(net):
     assert mf.fitted_modules(net, 43) == [net.tok, net.fc]  # 25 + 18
     assert mf.fitted_modules(net, 42) == [net.fc]
+    assert mf.fitted_modules(net, 150) == [net.tok, net.fc]  # the budget counts every layer taken (43 + 108 > 150)
+    assert mf.fitted_modules(net, 151) == [net.c2, net.tok, net.fc]
     assert mf.fitted_modules(net, 1) == [net.fc]  # at least the last layer
     assert mf.fitted_modules(net, 10**6) == [net.c1, net.c2, net.tok, net.fc]  # batch norm never
     depthwise = nn.Sequential(nn.Conv2d(4, 4, 3, groups=4), nn.Conv2d(4, 2, 1))
     assert mf.fitted_modules(depthwise, 10**6) == [depthwise[1]]
-    with pytest.raises(DuckInputError, match="method.fit=margins needs a model with Linear or Conv2d"):
+    with pytest.raises(DuckInputError, match=r"^method.fit=margins needs a model with Linear or Conv2d \(groups=1\) layers to "
+                                             r"fit; use method.fit=logits$"):
         mf.fitted_modules(nn.Sequential(nn.Flatten(), nn.ReLU()), 100)
 
 
@@ -107,7 +110,7 @@ def test_one_step_is_the_damped_minimum_norm_gauss_newton_step(net):
                                                       r)).float()
     info = mf.fit_margins(fit, target, iterations=1, damping=2.0, tol=0.0)
     torch.testing.assert_close(fit.get(), want, rtol=1e-4, atol=1e-6)
-    assert info["iterations"] == 1 and info["damping"] == pytest.approx(2.0 / 3)
+    assert info["iterations"] == info["steps"] == 1 and info["damping"] == pytest.approx(2.0 / 3)
     assert info["residual_rms"] < info["residual_rms_start"] == pytest.approx(float(r.pow(2).mean().sqrt()), rel=1e-5)
     assert torch.equal(net.c1.weight, c1)  # an unfitted layer untouched
 
@@ -119,7 +122,7 @@ def test_fit_reaches_targets_and_leaves_other_weights_alone(net):
     target = fit.values() + torch.linspace(-1.5, 1.5, 12)
     info = mf.fit_margins(fit, target, iterations=30, damping=10.0, tol=1e-3)
     assert info["residual_rms"] < 1e-3 < info["residual_rms_start"]
-    assert info["iterations"] < 30  # stopped on the tolerance
+    assert 1 < info["iterations"] == info["steps"] < 30  # every step accepted; stopped on the tolerance
     torch.testing.assert_close(fit.values(), target, atol=3e-3, rtol=0)
     after = net.state_dict()
     for key in ("c1.weight", "c1.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"):
@@ -133,7 +136,7 @@ def test_no_iterations_or_a_met_tolerance_change_nothing(net):
     theta = fit.get()
     for iterations, tol in ((0, 0.0), (5, 10.0)):
         info = mf.fit_margins(fit, fit.values() + 0.5, iterations=iterations, damping=1.0, tol=tol)
-        assert info["iterations"] == 0 and torch.equal(fit.get(), theta)
+        assert info["iterations"] == info["steps"] == 0 and torch.equal(fit.get(), theta)
         assert info["residual_rms"] == info["residual_rms_start"] == pytest.approx(0.5)
 
 
@@ -151,18 +154,35 @@ def test_a_step_that_never_helps_is_undone(net, monkeypatch):
     monkeypatch.setattr(fit, "values", worse)
     info = mf.fit_margins(fit, real() + 1.0, iterations=3, damping=1.0, tol=0.0)
     assert torch.equal(fit.get(), theta) and len(calls) == 1 + mf.MAX_TRIES
-    assert info["iterations"] == 1 and info["damping"] == pytest.approx(5.0**mf.MAX_TRIES)
+    assert info["iterations"] == 1 and info["steps"] == 0 and info["damping"] == pytest.approx(5.0**mf.MAX_TRIES)
+
+
+def test_the_tolerance_is_strict_and_an_equal_residual_is_no_progress(net, monkeypatch):
+    x, y = _x()
+    fit = mf.MarginFit(net, [net.fc], x, y)
+    target = fit.values() + 0.5
+    rms = float((target - fit.values()).pow(2).mean().sqrt())
+    assert mf.fit_margins(fit, target, iterations=1, damping=1.0, tol=rms)["iterations"] == 1  # rms < tol only
+    fit.set(torch.zeros_like(fit.get()))
+    frozen = fit.values()
+    monkeypatch.setattr(fit, "values", lambda: frozen)  # every trial step leaves the residual exactly as it was
+    info = mf.fit_margins(fit, frozen + 1.0, iterations=2, damping=1.0, tol=0.0)
+    assert info["steps"] == 0 and torch.equal(fit.get(), torch.zeros_like(fit.get()))
 
 
 def test_refusals(net, monkeypatch):
     x, y = _x()
+    monkeypatch.setattr(mf, "MAX_JACOBIAN", 7 * 18)
+    assert mf.MarginFit(net, [net.fc], x, y).n_params == 18  # at the limit: allowed
     monkeypatch.setattr(mf, "MAX_JACOBIAN", 7 * 18 - 1)
-    with pytest.raises(DuckInputError, match=r"7 x 18 floats .*lower method.lm_max_params"):
+    with pytest.raises(DuckInputError, match=r"^the margin fit's Jacobian would hold 7 x 18 floats \(more than 125\); "
+                                             r"lower method.lm_max_params or the matching set \(method.retain_multiplier\)$"):
         mf.MarginFit(net, [net.fc], x, y)
     monkeypatch.undo()
     same = nn.Sequential(nn.Conv2d(2, 2, 3, padding="same"), nn.Flatten(), nn.Linear(128, 3)).eval()
     fit = mf.MarginFit(same, list(same)[::2], x, y)
-    with pytest.raises(DuckInputError, match="padding='same', padding_mode='zeros' is not supported"):
+    with pytest.raises(DuckInputError, match=r"padding='same', padding_mode='zeros' is not supported \(zero padding by "
+                                             r"numbers only\); use method.fit=logits$"):
         fit.jacobian()
     reflect = nn.Sequential(nn.Conv2d(2, 2, 3, padding=1, padding_mode="reflect"), nn.Flatten(), nn.Linear(128, 3))
     with pytest.raises(DuckInputError, match="padding_mode='reflect' is not supported"):
