@@ -131,12 +131,14 @@ PYEOF
     fm60k)  # issue 36's GPU target: the Fashion-MNIST forgetting tables on the full 60,000-image training set,
             # N = R = 32, banks batched: class removal of class 0, then 10 % homogeneous removal (seed 0), each with
             # the methods $FM60K_METHODS (default below; their tuned rows) while $DEADLINE (s after the script's
-            # start, default 540) lasts; $FM60K_OVERRIDES adds bench.overrides entries (the smoke run uses a
+            # start, default 540) lasts; $FM60K_OVERRIDES adds bench.overrides entries; $FM60K_PRESETS replaces
+            # bench.presets (default tuned), e.g. '{duck: tuned_fashion_mnist_duck, oracle_matching:
+            # oracle_matching_margins}' for oracle matching with the margin fit (session w) (the smoke run uses a
             # 600-image subset, which also runs on a CPU: `FM60K_SMOKE_ONLY=1 scripts/bench_gpu.sh fm60k`)
       methods=${FM60K_METHODS:-duck,finetune,boundary_shrink,oracle_matching}
       f60=(bench.data=fashion_mnist bench.model=smallcnn28 bench.trainer=auto "bench.methods=[$methods]"
            bench.forgetting.enabled=true "bench.cache_dir=$RUNS/cache60k" bench.progress=false
-           bench.presets=tuned bench.default_rows=false)
+           "bench.presets=${FM60K_PRESETS:-tuned}" bench.default_rows=false)
       extra=""; IFS=, read -ra more <<< "${FM60K_OVERRIDES:-}"
       for o in "${more[@]}"; do extra+=",\"$o\""; done
       bench fm60k_smoke "${FM60K_SMOKE_LIMIT:-150}" compare "${f60[@]}" 'bench.classes=[0]' 'bench.seeds=[0]' \
