@@ -88,9 +88,8 @@ class MatchingUnlearner(BaselineUnlearner):
         """``fit: margins``: the margins of the matching set's examples (each once) moved to the targets' margins
         by Levenberg-Marquardt (baselines/margin_fit.py), the model in eval mode; no epochs."""
         device = next(self.model.parameters()).device
-        xs, ys, idx = zip(*make_loader(self.data.train, 256, indices=unique), strict=True)
-        order = torch.as_tensor(np.argsort(torch.cat(idx).numpy(), kind="stable"))
-        x, y = torch.cat(xs)[order].to(device), torch.cat(ys)[order].to(device)
+        xs, ys, _ = zip(*make_loader(self.data.train, 256, indices=unique), strict=True)  # unshuffled: unique's order
+        x, y = torch.cat(xs).to(device), torch.cat(ys).to(device)
         target = margins_of(self.targets(unique).float().to(device), y)
         was_training = self.model.training
         self.model.eval()

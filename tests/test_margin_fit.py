@@ -212,4 +212,40 @@ def test_matching_with_fit_margins_puts_each_forget_margin_on_its_target(synthet
     want = -np.log(2 + np.exp(6.0))  # the forget class is 1
     np.testing.assert_allclose(lira_phi(after, labels).numpy(), want, atol=0.02)
     assert result.epochs == 0.0 and result.info["residual_rms"] < 1e-3 and result.info["iterations"] >= 1
+    assert result.reached_target is None and result.info["fitted_parameters"] == sum(
+        p.numel() for m in mf.fitted_modules(model, 100_000) for p in m.parameters())
+    assert set(result.info) == {"matching_set", "fitted_parameters", "iterations", "steps", "residual_rms_start",
+                                "residual_rms", "damping", "phases", "one_off_s"}
     assert result.info["matching_set"] == 2 * len(forget) and result.info["one_off_s"] == 7.0
+
+
+def test_each_matching_example_reaches_its_own_target(synthetic, setup, monkeypatch):  # noqa: F811
+    """Targets that differ per example (the example's own margin plus 0.1·(index mod 7) − 0.3): after the fit
+    each one sits at its own, so images, labels and targets stay aligned in the matching set's order."""
+    from baselines.subset_matching import SubsetMatching
+
+    model, models, keep, logits, offsets = setup
+    data, sc = _data(synthetic, model, _refs(models, keep, logits, offsets))
+    own, labels, idx = predict_logits(model, synthetic.train)
+    by_index = dict(zip(idx.tolist(), range(len(idx)), strict=True))
+
+    def targets(self, indices):
+        rows = own[[by_index[int(i)] for i in indices]].clone()
+        rows[torch.arange(len(indices)), labels[[by_index[int(i)] for i in indices]]] += torch.as_tensor(
+            0.1 * (np.asarray(indices) % 7) - 0.3, dtype=rows.dtype)
+        return rows
+
+    monkeypatch.setattr(SubsetMatching, "targets", targets)
+    hp = _hp("subset_matching", fit="margins", lm_iterations=20, lm_tol=1e-4, retain_multiplier=1.0)
+    unlearner = create_unlearner("subset_matching", model, data, hp, seed=0, trainer_cfg=CPU)
+    result = unlearner.unlearn()
+    after, after_labels, after_idx = predict_logits(result.model, synthetic.train)
+    matched = np.unique(np.concatenate([np.asarray(sc.forget_idx), np.flatnonzero(np.isin(
+        np.arange(len(synthetic.train)), np.asarray(sc.retain_idx)))]))
+    rows = [by_index[int(i)] for i in after_idx.tolist()]
+    assert np.array_equal(after_idx.numpy(), idx[rows].numpy())
+    phi0, phi1 = lira_phi(own, labels).numpy(), lira_phi(after, after_labels).numpy()
+    want = phi0 + 0.1 * (idx.numpy() % 7) - 0.3  # the shift of each example's true-class logit moves φ as much
+    fitted = np.isin(idx.numpy(), matched) & np.isin(idx.numpy(), np.asarray(sc.forget_idx))
+    np.testing.assert_allclose(phi1[fitted], want[fitted], atol=0.01)
+    assert result.info["matching_set"] == 2 * len(sc.forget_idx)
