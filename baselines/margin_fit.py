@@ -14,8 +14,12 @@ weights): with ``J`` the ``n × P`` Jacobian of the margins with respect to the 
 
 accepted when it lowers ``‖r‖`` (then ``λ ← λ / 3``), else retried with ``λ ← 5 λ`` (at most ``MAX_TRIES`` times).
 ``J`` comes from one backward pass of ``Σ_i φ_i`` per batch and layer hooks, as per-sample gradient libraries
-(Opacus's grad samplers) compute them: for a ``Linear`` layer ``∂φ_i/∂W = δ_i a_iᵀ``, for a ``Conv2d`` layer
-``δ_i`` (``C_out × L``) times the unfolded input patches (``L × C_in k²``). In eval mode the examples do not
+compute them: for a ``Linear`` layer ``∂φ_i/∂W = δ_i a_iᵀ``, for a ``Conv2d`` layer ``δ_i`` (``C_out × L``) times
+the unfolded input patches (``L × C_in k²``) — the formula of Opacus's ``compute_conv_grad_sample``
+(pytorch/opacus ``opacus/grad_sample/conv.py``: ``unfold2d``, then ``einsum("noq,npq->nop")``). Written here
+rather than taken from Opacus (a new dependency) because only a few trailing layers of the caller's unwrapped
+model are fitted, in eval mode; ``torch.func`` (``vmap(jacrev)``) gives the same Jacobian (the tests compare
+them) but took 2.4× as long on the Fashion-MNIST CNN (1.53 s against 0.64 s for 905 examples). In eval mode the examples do not
 interact (batch norm uses its running statistics), so each ``δ_i`` is example ``i``'s own.
 
 Fitted weights: the trailing ``Conv2d`` (``groups = 1``) and ``Linear`` modules, in module order, while their
