@@ -46,10 +46,15 @@ MAX_JACOBIAN = 2**28
 
 
 def margins_of(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """``φ = z_y − logsumexp_{y'≠y} z_{y'}`` row by row, in the logits' dtype (differentiable; float64 in
-    :func:`attacks.lira.lira_phi`)."""
+    """``φ = z_y − logsumexp_{y'≠y} z_{y'}`` row by row, in the logits' dtype, differentiable: the formula of
+    :func:`attacks.lira.lira_phi` (float64 there), which the layer contracts keep baselines from importing (the
+    tests compare the two)."""
     y = labels.long().view(-1, 1)
     return logits.gather(1, y)[:, 0] - torch.logsumexp(logits.scatter(1, y, float("-inf")), dim=1)
+
+
+def _rms(r: torch.Tensor) -> float:
+    return float(r.pow(2).mean().sqrt())
 
 
 def fitted_modules(model: nn.Module, max_params: int) -> list[nn.Module]:
@@ -164,10 +169,10 @@ def fit_margins(fit: MarginFit, target: torch.Tensor, iterations: int, damping: 
     over one step.)"""
     theta, lam = fit.get(), float(damping)
     r = target - fit.values()
-    rms0 = float(r.pow(2).mean().sqrt())
+    rms0 = _rms(r)
     done = steps = 0
     for _ in range(int(iterations)):
-        if float(r.pow(2).mean().sqrt()) < tol:
+        if _rms(r) < tol:
             break
         J = fit.jacobian()
         K = J @ J.T
@@ -186,4 +191,4 @@ def fit_margins(fit: MarginFit, target: torch.Tensor, iterations: int, damping: 
             fit.set(theta)
             break
     return {"iterations": done, "steps": steps, "residual_rms_start": rms0,
-            "residual_rms": float(r.pow(2).mean().sqrt()), "damping": lam}
+            "residual_rms": _rms(r), "damping": lam}

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from baselines.common import BaselineUnlearner
 from baselines.margin_fit import MarginFit, fit_margins, fitted_modules, margins_of
-from duck.data.loaders import make_loader
+from duck.data.loaders import make_loader, stack_dataset
 from duck.metrics import predict_logits
 from duck.schema import SEED, OneOf, option, settings
 from duck.unlearn.config import COUNT, NON_NEGATIVE, POSITIVE, MethodSettings, Preset
@@ -88,8 +88,8 @@ class MatchingUnlearner(BaselineUnlearner):
         """``fit: margins``: the margins of the matching set's examples (each once) moved to the targets' margins
         by Levenberg-Marquardt (baselines/margin_fit.py), the model in eval mode; no epochs."""
         device = next(self.model.parameters()).device
-        xs, ys, _ = zip(*make_loader(self.data.train, 256, indices=unique), strict=True)  # unshuffled: unique's order
-        x, y = torch.cat(xs).to(device), torch.cat(ys).to(device)
+        x, y, _ = stack_dataset(self.data.train, unique)  # in unique's order
+        x, y = x.to(device), y.to(device)
         target = margins_of(self.targets(unique).float().to(device), y)
         was_training = self.model.training
         self.model.eval()
