@@ -203,7 +203,7 @@ def _calibration_entry(ctx: AuditContext, name: str, sets: dict[str, dict[str, A
             "forget": ctx.scenario.forget_hash, "margin": opts["margin"], "replicates": opts["replicates"],
             "seed": opts["seed"], "examples": opts["calibration_examples"], "level": opts["ci_level"],
             "shifts": list(DEFAULT_SHIFTS)}
-    return Store(ctx.cache_dir).open(ArtifactSpec("forgetting_calibrations", 5, spec), label="verdict calibration")
+    return Store(ctx.cache_dir).open(ArtifactSpec("forgetting_calibrations", 6, spec), label="verdict calibration")
 
 
 def _load_calibration(path: Any) -> Calibration:

@@ -256,3 +256,21 @@ def test_duck_bench_verdict_writes_its_table(run_cli):
     (row,) = bench["simulation"][0]["rows"]  # the over-forgetting variant: one method set, f = -0.5
     assert row["f"] == -0.5 and row["P_forgotten"] == 0.0
     assert bench["speed"]["examples"] == 40 and "Scoring one set with its interval" in out
+
+
+def test_pooled_t_is_scipys_two_sample_t_and_welchs_at_equal_sizes():
+    """The location test's statistic against scipy's ``ttest_ind`` (an independent implementation): the pooled
+    variance t for unequal sides (4 against 9, one row per split), and at N = R also Welch's (the two coincide)."""
+    from scipy import stats
+
+    from attacks.equivalence import pooled_t
+
+    rng = np.random.default_rng(8)
+    a, b = rng.normal(0.3, 1.0, (5, 4)), rng.normal(0.0, 2.0, (5, 9))
+    np.testing.assert_allclose(pooled_t(a, b), stats.ttest_ind(a, b, axis=1, equal_var=True).statistic, rtol=1e-12)
+    assert not np.allclose(pooled_t(a, b), stats.ttest_ind(a, b, axis=1, equal_var=False).statistic)
+    c = rng.normal(0.0, 2.0, (5, 4))
+    np.testing.assert_allclose(pooled_t(a, c), stats.ttest_ind(a, c, axis=1, equal_var=False).statistic, rtol=1e-12)
+    # constant sides: the denominator's floor keeps it finite, and equal constants give 0
+    assert np.isfinite(pooled_t(np.ones((1, 3)), np.zeros((1, 3)))).all()
+    assert pooled_t(np.ones((1, 3)), np.ones((1, 3)))[0] == 0.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 
 import numpy as np
 import pytest
@@ -680,8 +681,10 @@ def _location_z_by_loop(tested, bank, shift, shifts, seed, max_examples):
     """The location test of ``calibrate`` written out one split at a time: the examples (all, or ``max_examples``
     drawn without replacement, sorted) and the 2000 splits from the generator seeded [seed, 0xCA1B], in that
     order; at each share f the pool (bank, then tested − f δ̂) standardised per example by its standard deviation
-    (ddof 1; floored at 1e-3 × the median sd); the statistic the mean over examples of the set-minus-bank
-    difference of means; z = (observed − the splits' mean) / the splits' standard deviation (ddof 1)."""
+    (ddof 1; floored at 1e-3 × the median sd); each model's score its mean over the examples; the statistic the
+    two-sample t of the set's scores against the bank's, (mean − mean) / √(s_p² (1/N + 1/R)) with the pooled
+    variance s_p² = ((N − 1) var + (R − 1) var) / (N + R − 2) (ddof 1); z = (observed − the splits' mean) / the
+    splits' standard deviation (ddof 1)."""
     rng = np.random.default_rng([seed, 0xCA1B])
     n = bank.shape[1]
     cols = np.arange(n) if n <= max_examples else np.sort(rng.choice(n, max_examples, replace=False))
@@ -696,7 +699,11 @@ def _location_z_by_loop(tested, bank, shift, shifts, seed, max_examples):
         std = pool / sd
 
         def stat(rows_t, rows_b):
-            return float(np.mean([std[rows_t, j].mean() - std[rows_b, j].mean() for j in range(std.shape[1])]))
+            score_t = [std[i].mean() for i in rows_t]  # each model's mean over the examples
+            score_b = [std[i].mean() for i in rows_b]
+            n_a, n_b = len(score_t), len(score_b)
+            pooled = ((n_a - 1) * statistics.variance(score_t) + (n_b - 1) * statistics.variance(score_b)) / (n_a + n_b - 2)
+            return (statistics.fmean(score_t) - statistics.fmean(score_b)) / math.sqrt(pooled * (1 / n_a + 1 / n_b))
 
         observed = stat(np.arange(r, r + n_t), np.arange(r))
         null = np.array([stat(p[:n_t], p[n_t:]) for p in perms])
