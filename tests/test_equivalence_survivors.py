@@ -757,6 +757,22 @@ def test_calibrates_location_z_equals_a_direct_loop(n_examples, max_examples, se
     np.testing.assert_allclose(cal.f_shifts, eq.f_points(x, inside, zx), atol=1e-9)
 
 
+def test_location_z_at_24_a_side_where_the_splits_t_spreads_less_than_1():
+    """The pooled t's permutation spread is about 1 (E[T²] ≥ 1 over splits: Jensen on T² = df·w/(1 − w)), and at
+    24 models a side the 2,000 splits' sample spread dips below 1 at some shares (seed 7: 0.979 at f = −1): the
+    location z divides by that spread itself, floored only at 1e-12 (a floor near 1 would change it), as the
+    direct loop computes it."""
+    rng = np.random.default_rng(11)
+    scale = np.linspace(0.5, 3.0, 6)
+    bank = rng.standard_normal((24, 6)) * scale
+    shift = np.linspace(1.0, 2.0, 6)
+    tested = rng.standard_normal((24, 6)) * scale + 0.6 * shift
+    shifts = (-1.0, 0.0, 0.6, 1.0)
+    cal = eq.calibrate(tested, bank, shift, shifts=shifts, replicates=2, seed=7)
+    expected, _, _ = _location_z_by_loop(tested, bank, shift, shifts, 7, 10)
+    np.testing.assert_allclose(cal.location_z, expected, rtol=1e-9, atol=1e-9)
+
+
 def test_calibrate_floors_a_zero_spread_at_a_share_where_most_pools_are_constant():
     """Three of five examples: every retrained model gives 1.0, every tested model 1.0 + 0.6 δ̂. At the share 0.6
     their pools are constant (sd 0), so the median sd is 0 and the floor 1e-3 × median + 1e-12 = 1e-12 keeps the
