@@ -51,11 +51,11 @@ import numpy as np
 from attacks.epsilon import epsilon_points, epsilons
 from duck.errors import DuckInputError
 
-#: the shares of the original's shift tested: negative ones move the set past the retrained models (over-forgetting),
-#: finer near 0 where the margin lies
-#: the shares the location test runs at: every 0.05 from -1 to 1, then ±1.25 and ±1.5 (its z is interpolated between
-#: them; on the former grid, 0.05 apart only up to ±0.3, the interval at f = 0.5 was 2.5x the estimate's Monte-Carlo
-#: spread, 1.15x on this one; the location test is cheap, F's test runs at a few shares only)
+#: the shares of the original's shift the location test runs at (negative ones move the set past the retrained
+#: models: over-forgetting): every 0.05 from -1 to 1, then ±1.25 and ±1.5, its z interpolated between them (with the
+#: former statistic, a difference of means, the former grid, 0.05 apart only up to ±0.3, gave an interval at f = 0.5
+#: of 2.5x the estimate's Monte-Carlo spread, this one 1.15x; the location test is cheap, F's test runs at a few
+#: shares only)
 DEFAULT_SHIFTS = (-1.5, -1.25, *(round(0.05 * k, 2) for k in range(-20, 21)), 1.25, 1.5)
 DEFAULT_MARGIN = 0.25
 DEFAULT_LEVEL = 0.95
