@@ -74,6 +74,22 @@ def test_the_sweep_page_shows_the_verdicts_plot_and_per_class_rows(sweep: Path):
     assert "<td>50 % [40 %, 60 %]</td>" in page or "<td>60 % [50 %, 70 %]</td>" in page  # finetune: its interval
 
 
+def test_a_retrain_jobs_unlearned_row_is_a_method_with_its_verdict_not_the_reference(tmp_path: Path):
+    """``method=retrain`` (the retrain control run as a method): its unlearned row also says ``method: retrain``;
+    its ``model`` label tells it from the job's retrained reference, so the sweep shows its verdict."""
+    s = tmp_path / "sweep"
+    write_job(s, "0", "retrain", 3, 0, forgetting("forgotten", -0.01, 1.0))
+    write_job(s, "1", "none", 3, 0, forgetting("not_forgotten", 1.0, 0.0))
+    out = summarize_sweep(s)
+    by = {r["method"]: r for r in out["summary"]}
+    assert set(by) == {"original", "retrain", "retrain (as the method)", "none"}
+    assert by["retrain (as the method)"]["verdicts"] == ["forgotten"] and by["retrain"]["verdicts"] == []
+    assert by["retrain"]["n"] == 1 and by["retrain"]["time_s"]["mean"] == 8.0  # the reference, once per forget set
+    assert by["retrain (as the method)"]["time_ratio"]["mean"] == pytest.approx(2 / 8)
+    assert by["retrain (as the method)"]["imprint_kept_ci"] == pytest.approx([-0.11, 0.09])
+    assert "<strong>1 forgotten, 1 not forgotten</strong> among 2 audited run(s) of 2 method(s)" in out["page"].read_text()
+
+
 def test_controls_are_reference_points_by_definition_of_the_scales():
     rows = [{"method": "original", "A_t": 0.9}, {"method": "original", "A_t": 0.8}, {"method": "retrain", "A_t": 0.85},
             {"method": "duck", "A_t": 0.5}]

@@ -36,6 +36,19 @@ HEADERS = {"A_t": "A_t", "A_f": "A_f", "AUS": "AUS", "time_s": "time (s)", "lira
 #: per-job fields a one-job summary row carries over (the job's intervals)
 INTERVALS = ("imprint_kept_ci", "F_normalised_ci", "F_ci", "margin")
 _AUDIT_DIR = {"original": "original", "retrain": "retrained"}  # the unlearned row's audit is in unlearned/
+#: a summary row's ``model`` label -> the reference it is (any other label is the unlearned model)
+_REFERENCE_LABELS = {"original": "original", "retrained": "retrain"}
+#: the name a sweep gives the unlearned row of a method named like a reference (``method=retrain``, the control)
+AS_METHOD = "{} (as the method)"
+
+
+def reference_of(row: dict[str, Any]) -> str | None:
+    """``"original"`` or ``"retrain"`` for a job's reference rows, None for its unlearned model, by the row's
+    ``model`` label: the unlearned row of ``method=retrain`` says ``method: retrain`` too (its label is
+    ``unlearned (retrain)``). Rows without a label (older summaries) go by their method."""
+    if "model" in row:
+        return _REFERENCE_LABELS.get(str(row["model"]))
+    return str(row["method"]) if row.get("method") in _AUDIT_DIR else None
 
 
 #: override keys that place a job in the protocol or change nothing it reports (not part of its setup)
@@ -76,23 +89,29 @@ def _job_rows(summary_path: Path) -> list[dict[str, Any]]:
     job = json.loads(summary_path.read_text())
     sc = job["scenario"]
     setup, reference = job_setup(summary_path.parent)
-    retrain_s = next((r.get("time_s") for r in job["rows"] if r["method"] == "retrain"), None)
+    retrain_s = next((r.get("time_s") for r in job["rows"] if reference_of(r) == "retrain"), None)
     names = sc.get("forget_class_names") or sc.get("forget_classes")
     forget = ",".join(map(str, names)) if names else f"{sc.get('n_forget')} samples"
     rows = []
     for r in job["rows"]:
-        audit_path = summary_path.parent / _AUDIT_DIR.get(r["method"], "unlearned") / "audit.json"
+        ref = reference_of(r)
+        audit_path = summary_path.parent / (_AUDIT_DIR[ref] if ref else "unlearned") / "audit.json"
         audit = json.loads(audit_path.read_text()) if audit_path.is_file() else {}
         row = {**r, "scenario": sc.get("scenario"), "forget_hash": sc.get("forget_hash"), "forget": forget,
                "seed": sc.get("seed"), "job": summary_path.parent.name, "lira_auc": (audit.get("lira") or {}).get("auc"),
-               "setup": reference if r["method"] in _AUDIT_DIR else setup}
-        if r["method"] not in _AUDIT_DIR:
+               "setup": reference if ref else setup, "method": ref or _method_name(str(r["method"]))}
+        if not ref:
             if audit.get("forgetting"):  # the forgetting audit of the unlearned model: verdict, F, q, intervals
                 row.update(forgetting_fields(audit["forgetting"]))
             if retrain_s and r.get("time_s") is not None:
                 row["time_ratio"] = float(r["time_s"]) / float(retrain_s)
         rows.append(row)
     return rows
+
+
+def _method_name(method: str) -> str:
+    """The sweep's name for an unlearning method: its own, unless a reference row has it (``retrain``)."""
+    return AS_METHOD.format(method) if method in _AUDIT_DIR else method
 
 
 def collect(sweep_dir: Path) -> list[dict[str, Any]]:
