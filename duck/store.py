@@ -239,6 +239,20 @@ def check_cache_dir(cache_dir: str | os.PathLike) -> Path:
     return path
 
 
+def check_cache_writable(cache_dir: Path, setting: str = "cache_dir") -> None:
+    """Refuse, before any work, a cache directory this process cannot write (a read-only file system, no
+    permission): every entry takes a lock file, even one only read, so such a cache would fail the job only
+    after its first stages. Checked on the directory or, where it does not exist yet, its nearest existing
+    parent (which it will be made in)."""
+    for p in (cache_dir, *cache_dir.parents):
+        if p.exists():
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise DuckInputError(f"{setting}={str(cache_dir)!r} cannot be written here ({p} is read-only or not "
+                                     "yours): the cache takes lock files even to read; point cache_dir= (or "
+                                     "DUCK_CACHE_DIR) at a writable folder")
+            return
+
+
 @dataclass(frozen=True)
 class Codec(Generic[T]):
     """How a value is stored in one file: ``load(path) -> value`` (raising one of :data:`CORRUPT_ERRORS` on a

@@ -166,6 +166,17 @@ def test_a_near_chance_original_is_refused_before_any_unlearning(user_setup):
     assert r.metrics["original_acc"]["test"] == pytest.approx(1 / 3, abs=1e-4)
 
 
+def test_a_collapsed_unlearned_model_is_refused_unless_min_acc_factor_is_0(user_setup):
+    """NegGrad at lr 1e3 keeps finite weights but predicts one retained class for everything: its retained test
+    accuracy 0.5 is below 1.5 / 2 retained classes, so it is refused as an untrusted result, naming the step."""
+    model, train, test, _ = user_setup
+    with pytest.raises(DuckInputError, match=r"neggrad collapsed the model: test_retain accuracy 0\.5000 < "
+                       r"min_acc_factor/2 retained classes = 0\.7500 \(the original: 1\.0000\).*keywords lr="):
+        duck.unlearn(model, train, test=test, forget_classes=[1], method="neggrad", lr=1e3)
+    r = duck.unlearn(model, train, test=test, forget_classes=[1], method="neggrad", lr=1e3, min_acc_factor=0)
+    assert r.metrics["acc"]["test_retain"] == pytest.approx(0.5, abs=1e-4)
+
+
 def test_expect_acc_catches_data_prepared_differently(user_setup):
     """The user measured 0.95+ in their own pipeline; here the inputs are scaled differently (another
     normalisation): refused before any unlearning, naming the transforms (input_check=False: the BatchNorm check

@@ -181,6 +181,22 @@ def test_a_near_chance_original_is_refused_before_anything_is_written(run_cli, u
     assert "data.mean / data.std" in err and written_files(run_dir) == set()
 
 
+def test_an_unknown_out_format_is_refused_before_any_work(run_cli, user_package, trained):
+    path, _ = trained
+    code, out, err, run_dir = run_cli("unlearn", *DATA, "model=custom", f"model._target_={user_package}.TinyCNN",
+                                      f"ckpt={path}", "scenario.forget_classes=[1]", "out_format=bogus")
+    assert code == 2 and "out_format='bogus'; choose one of ['safetensors', 'pt']" in err, err
+    assert "original:" not in out and written_files(run_dir) == set()
+
+
+def test_a_collapsed_unlearned_model_is_refused_and_nothing_is_written(run_cli, user_package, trained):
+    path, _ = trained
+    code, _, err, run_dir = run_cli("unlearn", *DATA, "model=custom", f"model._target_={user_package}.TinyCNN",
+                                    f"ckpt={path}", "scenario.forget_classes=[1]", "method=neggrad", "method.lr=1000")
+    assert code == 2 and "unlearning with neggrad collapsed the model: test_retain accuracy" in err, err
+    assert "(method.lr, method.epochs), or pass min_acc_factor=0" in err and written_files(run_dir) == set()
+
+
 def test_expect_acc_refuses_a_model_measuring_otherwise(run_cli, user_package, trained):
     path, _ = trained
     code, _, err, run_dir = run_cli("unlearn", *DATA, "model=custom", f"model._target_={user_package}.TinyCNN",

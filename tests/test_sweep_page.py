@@ -63,6 +63,11 @@ def test_forgetting_columns_are_aggregated_per_method(sweep: Path):
     assert by["original"]["n"] == 2 and by["retrain"]["n"] == 2  # once per forget set
     assert "| duck | 2 | 1 forgotten, 1 inconclusive |" in out["table"]
     assert "| scrub | 1 | — |" in out["table"]
+    import csv
+
+    rows = {r["method"]: r for r in csv.DictReader((sweep / "sweep_summary.csv").open())}
+    assert (rows["duck"]["n_forgotten"], rows["duck"]["n_inconclusive"], rows["duck"]["n_not_forgotten"]) == ("1", "1", "0")
+    assert rows["finetune"]["n_not_forgotten"] == "1" and rows["scrub"]["n_forgotten"] == "0"
 
 
 def test_the_sweep_page_shows_the_verdicts_plot_and_per_class_rows(sweep: Path):

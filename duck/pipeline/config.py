@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 
 from duck.errors import DuckInputError
-from duck.schema import Check, Either, Flag, Integer, Real, Settings, option, settings
+from duck.schema import Check, Either, Flag, Integer, OneOf, Real, Settings, option, settings
 from duck.utils import JOB_SEED_MAX
 
 #: the Python package that holds the config tree (the repository's top-level ``conf/``, shipped as package
@@ -89,6 +89,9 @@ class JobSettings(Settings):
     progress: Any = option("auto", Either(("auto",), Flag()), "progress bars (auto: only on a terminal)")
     input_check: bool = option(True, Flag(), "refuse data prepared differently from the original's training")
     threads: Any = option("auto", THREADS, "torch intra-op threads (auto: 1 on machines with at most 4 cores)")
+    out_format: str = option("safetensors", OneOf(("safetensors", "pt")),
+                             "duck-unlearn's output: unlearned.safetensors (manifest in its metadata) or "
+                             "unlearned.pt (a plain state dict)")
     cache_dir: Any = option(None, Either((None,), Check(_cache_dir, "a directory path, not a file")),
                             "where originals, oracles and banks are cached (the configs: $DUCK_CACHE_DIR or "
                             "~/.cache/duck-unlearn)")
@@ -97,13 +100,16 @@ class JobSettings(Settings):
 @settings
 class Trust(Settings):
     """When an original model is too broken to unlearn or audit (issue 24 item 5): its test accuracy must be
-    at least ``min_acc_factor / num_classes`` (1.5x chance by default) and, with ``expect_acc`` (the accuracy
+    at least ``min_acc_factor / num_classes`` (1.5x chance by default; the unlearned model's retained accuracy
+    likewise over the classes it keeps) and, with ``expect_acc`` (the accuracy
     the user measured in their own pipeline), within ``expect_acc_tol`` of it."""
 
     open_keys: ClassVar[bool] = True
 
     min_acc_factor: float = option(1.5, Real(0.0, False), "the original's test accuracy must be at least this "
-                                                          "times chance (0: no check)")
+                                                          "times chance, and the unlearned model's retained "
+                                                          "accuracy this times chance among the classes it keeps "
+                                                          "(0: no check)")
     expect_acc: float | None = option(None, Either((None,), Real(0.0, False, 1.0)),
                                       "the test accuracy you measured for the original in your own pipeline")
     expect_acc_tol: float = option(0.02, Real(0.0, False, 1.0), "how far the measured accuracy may be from it")

@@ -45,10 +45,12 @@ SCENARIO_KINDS = "scenario=class_removal|homogeneous_removal|custom|targeted"
 HINTS = {
     "cli": {"prep": "the normalisation (data.mean / data.std), data.in_chans and data.img_size, and the model "
                     "settings (model.cifar_stem for a ResNet-style model, or the model / checkpoint itself)",
-            "input_check": "input_check=false", "min_acc": "min_acc_factor=0"},
+            "input_check": "input_check=false", "min_acc": "min_acc_factor=0",
+            "step": "the method's step size or length (method.lr, method.epochs)"},
     "python": {"prep": "the transforms of the data sets you pass (Normalize, Resize, Grayscale / channels: the ones "
                        "the model was trained with, for train and test alike) and the model you pass",
-               "input_check": "input_check=False", "min_acc": "min_acc_factor=0"},
+               "input_check": "input_check=False", "min_acc": "min_acc_factor=0",
+               "step": "the method's step size or length (its keywords lr=..., epochs=...)"},
 }
 
 
@@ -193,6 +195,12 @@ class Job:
                                      "oracles would be the very models the method is judged against; pick another "
                                      "oracle_seed")
             check_audit_against_data(job)
+        uses_cache = attack_settings is not None or command == "run" or (
+            method is not None and bool(get_unlearner_class(method).needs))
+        if job.cache_dir is not None and uses_cache:
+            from duck.store import check_cache_writable
+
+            check_cache_writable(job.cache_dir)
         return job
 
 

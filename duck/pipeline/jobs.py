@@ -8,6 +8,8 @@ stage; its stages are timed and their training curves logged by a :class:`~duck.
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +250,30 @@ def run_command(command: str, cfg: Any, out: Path) -> float | None:
     is resolved into a :class:`Job` (every setting checked before any work), the job runs; a trial of a search
     (``duck-run -m +tune=METHOD``) returns its objective (the Optuna sweeper reads it), other jobs None (nothing
     travels back to a sweep's launcher: joblib / submitit would pickle the models)."""
+    before = set(os.listdir(out)) if out.is_dir() else set()
+    try:
+        return _run_tracked(command, cfg, out)
+    except DuckInputError:  # refused: nothing of the job's but Hydra's .hydra/ and log stays in its directory
+        take_back(out, before)
+        raise
+
+
+def take_back(out: Path, before: set[str]) -> None:
+    """Remove what a refused job wrote in its run directory ``out``: the entries that were not there when it
+    started (``before``: Hydra's ``.hydra/`` and log, or a user's files in a directory given with
+    ``hydra.run.dir=``), so that a refusal after the unlearned model or ``metrics.json`` were written (a cache
+    the audit cannot write, a full disk) leaves no result that looks finished."""
+    if not out.is_dir():
+        return
+    for name in sorted(set(os.listdir(out)) - before):
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _run_tracked(command: str, cfg: Any, out: Path) -> float | None:
     with tracked(cfg, command, out) as tracker:
         if command == "audit" and cfg.get("margins") is not None:  # the verdict from margin arrays: no model
             from duck.pipeline.margins import audit_margins

@@ -91,6 +91,26 @@ def check_original(job: Job, acc: dict[str, float], what: str = "the original") 
             "skip")
 
 
+def check_unlearned(job: Job, acc: dict[str, float], original_acc: dict[str, float]) -> None:
+    """Refuse an unlearned model that collapsed (finite weights, predictions no better than a constant): its
+    retained accuracy (``test_retain`` for class removal, else ``test``; ``train_retain`` without a test set)
+    below ``min_acc_factor / k`` for the k classes that data holds, as :func:`check_original` refuses such an
+    original. Nothing is written; the message names the method's settings and the way to keep it."""
+    split = next((s for s in (("test_retain",) if job.scenario.is_class_removal else ()) + ("test", "train_retain")
+                  if s in acc), None)
+    kept = job.data.num_classes - (len(job.scenario.forget_classes or ())
+                                   if job.scenario.is_class_removal and split != "test" else 0)
+    if split is None or kept < 2 or job.trust.min_acc_factor <= 0:
+        return
+    value, threshold = float(acc[split]), job.trust.min_acc_factor / kept
+    before = float(original_acc.get(split, float("nan")))
+    if value < threshold:
+        raise DuckInputError(
+            f"unlearning with {job.method} collapsed the model: {split} accuracy {value:.4f} < min_acc_factor/{kept} "
+            f"retained classes = {threshold:.4f} (the original: {before:.4f}); nothing was written. Lower "
+            f"{job.hint('step')}, or pass {job.hint('min_acc')} to keep it")
+
+
 #: refuse when the first BatchNorm layer sees inputs whose per-channel statistics differ from its running
 #: statistics by more than this (mean |mean shift| in running std, or mean |log variance ratio|): measured on
 #: Fashion-MNIST, the right preparation gives 0.002 / 0.04, ImageNet's normalisation instead of the data's
@@ -200,6 +220,7 @@ def unlearn_model(job: Job, model: Classifier, original_acc: dict[str, float], e
     result = unlearner.unlearn()
     result.model.to(job.device)
     acc = evaluate(job, result.model)
+    check_unlearned(job, acc, original_acc)
     target = unlearner.forget_target(float(unlearner.hp.get("tolerance", 0.01)))
     forget_acc = acc.get("train_forget")
     met = None if forget_acc is None else forget_target_met(forget_acc, target)

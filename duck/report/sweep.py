@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.errors import DuckInputError
-from duck.report.sweep_page import forgetting_fields, verdict_counts, write_sweep_page
+from duck.report.sweep_page import VERDICTS, forgetting_fields, verdict_counts, write_sweep_page
 from duck.report.tables import fmt_mean_std, markdown_table, mean_std
 from duck.training import PLACEMENT_TRAINER_KEYS
 
@@ -213,9 +213,11 @@ def summarize_sweep(sweep_dir: str | Path) -> dict[str, Any]:
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["setup", "scenario", "method", "method_overrides", "jobs",
+                     *([f"n_{v}" for v in VERDICTS] if judged else []),
                      *(f"{m}_{s}" for m in present for s in ("mean", "std"))])
     for s in summary:
         writer.writerow([s["setup"], s["scenario"], s["method"], s["method_overrides"], s["n"],
+                         *([s["verdicts"].count(v) for v in VERDICTS] if judged else []),
                          *(v for m in present for v in ((round(s[m]["mean"], 6), round(s[m]["std"], 6))
                                                         if m in s else ("", "")))])
     atomic_write_text(sweep_dir / "sweep_summary.md", table)
