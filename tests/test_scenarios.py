@@ -321,3 +321,19 @@ def test_a_job_refuses_a_bad_scenario_before_loading_the_data(monkeypatch):
     cfg = compose("run", ["scenario=class_removal", "scenario.forget_classes=[1]", "+scenario.fraction=0.5"])
     with pytest.raises(DuckInputError, match="does not use scenario.fraction"):
         job_module.Job.from_cfg(cfg, "run")
+
+
+def test_an_id_that_is_another_classs_name_is_ambiguous():
+    """An ImageFolder of numbered folders sorts '10' < '2' < '3': forget class 2 would silently be folder '3'. The
+    integer is refused, naming both readings; the quoted name and a name that is its own id are accepted."""
+    names, y = ["10", "2", "3"], np.repeat(np.arange(3), 4)
+    with pytest.raises(DuckInputError, match=r"forget class 2 is ambiguous: id 2 is the class named '3', but a class "
+                                             r"is named '2' \(id 1\); .*scenario.forget_classes=\[\"2\"\]"):
+        build_scenario("class_removal", y, y, 3, forget_classes=[2], class_names=names)
+    with pytest.raises(DuckInputError, match=r"forget class 10 is ambiguous: id 10 is no class, but a class is named "
+                                             r"'10' \(id 0\)"):
+        build_scenario("class_removal", y, y, 3, forget_classes=[10], class_names=names)
+    assert build_scenario("class_removal", y, y, 3, forget_classes=["2"], class_names=names).forget_classes == [1]
+    digits = [str(i) for i in range(10)]  # digits' names are their ids: no ambiguity
+    y10 = np.repeat(np.arange(10), 2)
+    assert build_scenario("class_removal", y10, y10, 10, forget_classes=[3], class_names=digits).forget_classes == [3]

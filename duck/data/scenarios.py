@@ -242,13 +242,19 @@ def class_id(name: str, class_names: list[str] | None, what: str) -> int:
 def _check_class(c: int | str, num_classes: int, labels: np.ndarray, what: str,
                  class_names: list[str] | None = None) -> int:
     """Class ``c`` (an id, or a name resolved by :func:`class_id`) as an id present in ``labels``."""
-    shown = f"{c!r}"
-    if isinstance(c, str):
+    shown, by_name = f"{c!r}", isinstance(c, str)
+    if by_name:
         c = class_id(c, class_names, what)
         shown += f" (id {c})"
     if not isinstance(c, (int, np.integer)) or isinstance(c, bool):
         raise DuckInputError(f"{what} {c!r} is not an integer class id or a class name")
     c = int(c)
+    named = class_names.index(str(c)) if class_names and not by_name and str(c) in class_names else None
+    if named is not None and named != c:  # an ImageFolder of numbered folders: '10' < '2' in its sorted order
+        at = f"the class named {class_names[c]!r}" if 0 <= c < len(class_names) else "no class"
+        raise DuckInputError(f"{what} {c} is ambiguous: id {c} is {at}, but a class is named '{c}' (id {named}); for "
+                             f"that class give its name as a string, quoted (on the command line "
+                             f"'scenario.forget_classes=[\"{c}\"]'), for id {c} its name")
     if c < 0 or c >= num_classes:
         raise DuckInputError(f"{what} {shown} is not a class of this data set (classes are 0..{num_classes - 1})")
     if not (labels == c).any():
