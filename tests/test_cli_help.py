@@ -27,6 +27,8 @@ def test_help_shows_multi_line_comments_whole(run_cli):
     _, out, _, _ = run_cli("unlearn", "--help")
     assert "# as a reference) with the cached shadow bank" in out  # the audit setting's second comment line
     assert "forget_classes=???" in out  # a deletion request must name its forget set
+    # DUCK's nulls are its preset's values for the scenario and data set, not None
+    assert "lambda_fgt=(preset) lambda_ret=(preset)" in out and "lambda_fgt=None" not in out
 
 
 def test_bench_help_lists_the_suites_and_a_suites_settings(run_cli):

@@ -216,6 +216,23 @@ def test_duck_audit_margins_writes_the_verdict_and_refuses_a_damaged_file(run_cl
     assert code == 2 and err.startswith("error: margins=") and written_files(run_dir) == set(), err
 
 
+def test_duck_audit_margins_runs_under_outputs_audit_margins(tmp_path, monkeypatch, capsys):
+    """Without hydra.run.dir, margins= writes under outputs/audit/margins/, not under the default data set and
+    scenario (digits_class_removal) the margins have nothing to do with."""
+    import sys
+
+    from duck.cli import audit as cli_audit
+
+    path = tmp_path / "margins.npz"
+    _save_margins(path, np.random.default_rng(5), f=0.0)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["duck-audit", f"margins={path}", "attack.forgetting.replicates=20"])
+    cli_audit.main()
+    written = sorted(p.relative_to(tmp_path).parts[:3] for p in tmp_path.glob("outputs/*/*/*/audit.json"))
+    assert written == [("outputs", "audit", "margins")], written
+    assert "outputs/audit/margins/" in capsys.readouterr().out
+
+
 def test_operating_characteristics_fast():
     """A small version of the shipped simulation (the full table is the slow test below): a method keeping the
     whole shift is never called forgotten, a retrained-like one mostly is, and the interval covers."""

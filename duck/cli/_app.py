@@ -199,7 +199,9 @@ def _group_keys(path: Path, width: int = 110) -> str:
     from omegaconf import OmegaConf
 
     node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    items = [f"{k}={v}" for k, v in node.items() if k not in ("name", "defaults", "presets") and not isinstance(v, dict)]
+    preset = "presets" in node  # a null there is the preset's value for the scenario and data set (a method's file)
+    items = [f"{k}={'(preset)' if v is None and preset else v}" for k, v in node.items()
+             if k not in ("name", "defaults", "presets") and not isinstance(v, dict)]
     text = " ".join(items)
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -218,7 +220,8 @@ def help_text(command: str, config_name: str, about: str, root: Path) -> str:
             chosen.update({str(group): str(choice) for group, choice in d.items()})
     lines = [f"{command}: {about}", "", f"usage: {command} [group=choice ...] [key=value ...]    "
              "(-m with comma-separated values runs a sweep)", "", "config groups (group=choice; * the default) and "
-             "the default choice's settings (group.key=value):"]
+             "the default choice's settings (group.key=value; (preset): the method's preset for the scenario and data "
+             "set):"]
     example = None
     for group, choice in chosen.items():
         folder = root / group
