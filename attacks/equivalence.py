@@ -432,8 +432,8 @@ def _check_margin_level(margin: Any, level: Any) -> tuple[float, float]:
     except (TypeError, ValueError):
         raise DuckInputError(f"margin and level must be numbers, got {margin!r} and {level!r}") from None
     if not 0 < m < 1:
-        raise DuckInputError(f"attack.forgetting.margin must be in (0, 1) (the share of the original's shift a "
-                             f"forgotten method may keep), got {margin}")
+        raise DuckInputError(f"the margin (margin=, attack.forgetting.margin) must be in (0, 1) (the share of the "
+                             f"original's shift a forgotten method may keep), got {margin}")
     if not 0.5 <= lv < 1:
         raise DuckInputError(f"the interval level must be in [0.5, 1), got {level}")
     return m, lv

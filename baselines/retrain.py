@@ -31,8 +31,9 @@ class Retrain(BaselineUnlearner):
 
     def run(self) -> dict[str, Any]:
         if self.data.recipe is None or self.data.model_factory is None:
-            raise DuckInputError("retrain needs the original's training recipe and a model factory "
-                                 "(UnlearnData.recipe / model_factory); duck-unlearn and duck-run provide them")
+            raise DuckInputError("retrain needs the original's training recipe and a model factory: in Python pass "
+                                 "recipe=NAME to duck.unlearn (a packaged recipe, e.g. recipe='digits'); duck-unlearn "
+                                 "and duck-run take recipe= from their config (UnlearnData.recipe / model_factory)")
         recipe = self.data.recipe
         with torch.random.fork_rng():
             torch.manual_seed(self.seed)  # the fresh model's initialisation

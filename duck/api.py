@@ -170,7 +170,7 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
         raise DuckInputError(f"{'forget_fraction' if scenario.kind == 'homogeneous_removal' else 'forget_ids'}= needs "
                              "test=: the forget set should end as accurate as unseen data, the original's test accuracy")
     cfg = _presets(method, device, hparams, recipe)
-    torch_device = resolve_accelerator(str(cfg["trainer"]["accelerator"]))
+    torch_device = resolve_accelerator(str(cfg["trainer"]["accelerator"]), device)
     name, method_cfg = method_settings(cfg)
     hp = resolve_method_cfg(method_cfg, data.name, scenario.kind, name)
     trust = Trust.parse({"min_acc_factor": min_acc_factor, "expect_acc": expect_acc, "expect_acc_tol": expect_acc_tol})
@@ -239,6 +239,6 @@ def audit(model: nn.Module, train: Any, test: Any, *, forget_classes: Sequence[i
     audits = audit_models(settings, setup.data, setup.scenario, models, recipe=Recipe.from_cfg(preset("recipe", recipe)),
                           model_factory=setup.factory, augment=setup.data.augment,
                           cache_dir=cache_dir or str(default_cache_dir()),
-                          device=resolve_accelerator(str(trainer_cfg["accelerator"])), seed=setup.seed,
+                          device=resolve_accelerator(str(trainer_cfg["accelerator"]), device), seed=setup.seed,
                           trainer_cfg=trainer_cfg, progress=bool(progress))
     return audits["unlearned"]

@@ -617,8 +617,9 @@ def test_retrain_trains_with_the_jobs_recipe_augmentation_trainer_and_progress(s
         setattr(broken, missing, None)
         with pytest.raises(DuckInputError) as e:
             create_unlearner("retrain", copy.deepcopy(synthetic_model), broken, {}, seed=0).unlearn()
-        assert str(e.value) == ("retrain needs the original's training recipe and a model factory "
-                                "(UnlearnData.recipe / model_factory); duck-unlearn and duck-run provide them")
+        assert str(e.value) == ("retrain needs the original's training recipe and a model factory: in Python pass "
+                                "recipe=NAME to duck.unlearn (a packaged recipe, e.g. recipe='digits'); duck-unlearn "
+                                "and duck-run take recipe= from their config (UnlearnData.recipe / model_factory)")
 
 
 def test_scrub_losses_schedule_batches_and_record(synthetic, synthetic_model):

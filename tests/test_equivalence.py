@@ -157,7 +157,7 @@ def test_bad_inputs_are_refused():
         forgetting_verdict(ok, ok, ok, ok[:, :3])
     with pytest.raises(DuckInputError, match="NaN"):
         forgetting_verdict(np.full((4, 5), np.nan), ok, ok, ok)
-    with pytest.raises(DuckInputError, match="margin must be in"):
+    with pytest.raises(DuckInputError, match=r"margin=, attack\.forgetting\.margin\) must be in"):
         forgetting_verdict(ok, ok, ok, ok, margin=1.0)
     with pytest.raises(DuckInputError, match="replicates must be >= 20"):
         forgetting_verdict(ok, ok, ok, ok, replicates=5)

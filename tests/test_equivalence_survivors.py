@@ -638,10 +638,10 @@ def test_the_rule_says_which_accuracy_forgetting_cost_beyond_the_allowed_loss(re
 @pytest.mark.parametrize(("margin", "level", "message"), [
     ("x", 0.95, "margin and level must be numbers, got 'x' and 0.95"),
     (0.25, None, "margin and level must be numbers, got 0.25 and None"),
-    (0.0, 0.95, "attack.forgetting.margin must be in (0, 1) (the share of the original's shift a forgotten method "
-                "may keep), got 0.0"),
-    (1.0, 0.95, "attack.forgetting.margin must be in (0, 1) (the share of the original's shift a forgotten method "
-                "may keep), got 1.0"),
+    (0.0, 0.95, "the margin (margin=, attack.forgetting.margin) must be in (0, 1) (the share of the original's "
+                "shift a forgotten method may keep), got 0.0"),
+    (1.0, 0.95, "the margin (margin=, attack.forgetting.margin) must be in (0, 1) (the share of the original's "
+                "shift a forgotten method may keep), got 1.0"),
     (0.25, 1.0, "the interval level must be in [0.5, 1), got 1.0"),
     (0.25, 1.5, "the interval level must be in [0.5, 1), got 1.5"),
     (0.25, 0.49, "the interval level must be in [0.5, 1), got 0.49"),

@@ -295,10 +295,14 @@ def device_of(cfg: DictConfig) -> torch.device:
     return resolve_accelerator(str(cfg.trainer.get("accelerator", "auto")))
 
 
-def resolve_accelerator(acc: str) -> torch.device:
+def resolve_accelerator(acc: str, device: str | None = None) -> torch.device:
+    """``cuda`` or ``cpu`` for an accelerator choice; ``device``: the Python API's ``device=`` it came from,
+    which the message then names."""
     if acc in ("gpu", "cuda") or (acc == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise DuckInputError(f"trainer.accelerator={acc} but CUDA is not available; use trainer=cpu or trainer=auto")
+            raise DuckInputError(f"device={device!r} but CUDA is not available; pass device='cpu' or device='auto'"
+                                 if device is not None else f"trainer.accelerator={acc} but CUDA is not available; use "
+                                 "trainer=cpu or trainer=auto")
         return torch.device("cuda")
     return torch.device("cpu")
 
