@@ -177,3 +177,16 @@ def test_tradeoff_plot_tick_labels_never_overlap(spread: float):
                         if label.get_visible() and label.get_text()), key=lambda b: b.x0)
         assert len(boxes) >= 2
         assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), [(b.x0, b.x1) for b in boxes]
+
+
+def test_a_method_at_a_controls_point_is_drawn_over_the_control():
+    """A method that did nothing sits at q = 0 with the none control: its marker is drawn above the control's
+    black cross (a lower zorder for the controls), so it stays visible."""
+    from duck.report.plots import tradeoff_figure
+
+    fig = tradeoff_figure([dict(method="finetune", A_t=0.99, F_normalised=0.0, imprint_kept=1.0, time_ratio=0.1)],
+                          [dict(label="none control (original)", A_t=0.99, q=0.0, imprint=1.0)], 0.25)
+    for ax in fig.axes:
+        z = {c.get_label(): c.get_zorder() for c in ax.collections if c.get_label() in ("finetune",
+                                                                                          "none control (original)")}
+        assert z["finetune"] > z["none control (original)"], z

@@ -197,7 +197,8 @@ def tradeoff_figure(points: Sequence[Mapping[str, Any]], references: Sequence[Ma
         ref_key = "q" if key == "F_normalised" else "imprint"
         for r, marker in zip(references, ("X", "*", "P", "D"), strict=False):
             if r.get(ref_key) is not None and r.get("A_t") is not None:
-                ax.scatter([r["A_t"]], [r[ref_key]], s=90, marker=marker, color="black", label=r["label"], zorder=4)
+                # beneath the methods' markers: a method at a control's point (q = 0, or A_t alike) stays visible
+                ax.scatter([r["A_t"]], [r[ref_key]], s=110, marker=marker, color="black", label=r["label"], zorder=2)
         ax.set_xlabel("retained test accuracy A_t")
         ax.xaxis.set_major_locator(MaxNLocator(nbins=4, min_n_ticks=2))  # close accuracies: a few readable ticks
         ax.set_ylabel(label, fontsize=8)
