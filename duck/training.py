@@ -311,7 +311,8 @@ def check_torch_target(spec: Mapping[str, Any], name: str, package: str, base: t
         if key in _HYDRA_KEYS:
             continue
         if key not in params:
-            raise DuckInputError(f"{name}.{key} is not an argument of {target}; its arguments: {sorted(params)}")
+            raise DuckInputError(f"{name}.{key} is not an argument of {target}; its arguments: {sorted(params)} "
+                                 f"(left from the recipe's own {name.rsplit('.', 1)[-1]}? drop it with ~{name}.{key})")
         if isinstance(value, Mapping):
             raise DuckInputError(f"{name}.{key} holds a mapping ({dict(value)!r}); give a plain value")
 

@@ -313,6 +313,8 @@ def test_auditing_a_plain_state_dict_records_the_recipe_warning(run_cli, user_pa
                                     "report.analysis.enabled=false", "recipe=synthetic", "recipe.epochs=2")
     assert code == 0, err
     assert "warning: the audited model's original was trained outside this toolkit" in err, err
+    # the recipe was given (recipe=synthetic recipe.epochs=2): the warning records it, not asks for it again
+    assert "with the recipe you set (Adam lr 0.003, 2 epochs" in err and "pass recipe=NAME" not in err, err
     audit = json.loads((run_dir / "audit.json").read_text())
     assert any("outside this toolkit" in w for w in audit["warnings"])
     report = (run_dir / "report.md").read_text()

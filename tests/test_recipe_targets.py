@@ -19,6 +19,8 @@ BASE = {"epochs": 1, "batch_size": 8, "optimizer": {"_target_": "torch.optim.SGD
     ({"_target_": "torch.optim.SGD", "lr": 0.1, "foo": 1}, r"recipe.optimizer.foo is not an argument of torch.optim.SGD"),
     ({"_target_": "torch.optim.SGD", "lr": 0.1, "momentum": {"_target_": "pathlib.Path.unlink"}}, "holds a mapping"),
     ({"_target_": "torch.optim.SGD", "lr": 0.1, "_recursive_": True}, r"_recursive_ is not an argument"),
+    ({"_target_": "torch.optim.Adam", "lr": 0.1, "momentum": 0.9},  # an SGD recipe switched to Adam
+     r"recipe.optimizer.momentum is not an argument of torch.optim.Adam; .*drop it with ~recipe.optimizer.momentum\)"),
 ])
 def test_bad_optimizers_are_refused(optimizer, match):
     with pytest.raises(DuckInputError, match=match):

@@ -56,14 +56,27 @@ def check_recorded_recipes(manifests: dict[str, dict[str, Any] | None], requeste
         opt = requested.get("optimizer") or {}
         name = str(opt.get("_target_", "?")).rsplit(".", 1)[-1] if isinstance(opt, dict) else "?"
         lr = opt.get("lr") if isinstance(opt, dict) else None
+        used = f"({name} lr {lr}, {requested.get('epochs')} epochs, batch {requested.get('batch_size')})"
         out.append("the audited model's original was trained outside this toolkit (a plain state dict records no "
-                   f"training recipe): the shadow and retrained models are trained with the configured one ({name} "
-                   f"lr {lr}, {requested.get('epochs')} epochs, batch {requested.get('batch_size')}); pass "
-                   "recipe=NAME or recipe.* settings (recipe.optimizer._target_, recipe.optimizer.lr, recipe.epochs) "
-                   "matching how it was trained, else the audit compares it with differently trained models")
+                   "training recipe): the shadow and retrained models are trained with "
+                   + (f"the recipe you set {used}, which the audit takes to be how it was trained" if recipe_given()
+                      else f"the configured one {used}; pass recipe=NAME or recipe.* settings "
+                           "(recipe.optimizer._target_, recipe.optimizer.lr, recipe.epochs) matching how it was "
+                           "trained, else the audit compares it with differently trained models"))
     for text in out:
         warn_line(text)
     return out
+
+
+def recipe_given() -> bool:
+    """Did the command line set the recipe (``recipe=NAME`` or any ``recipe.*`` override)? Then the user has said
+    how the original was trained, and the warning that asks them to is not repeated. False outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    keys = (str(o).split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task)
+    return any(k == "recipe" or k.startswith("recipe.") for k in keys)
 
 
 def recorded_recipe(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
