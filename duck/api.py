@@ -71,6 +71,18 @@ class _UserSetup:
     seed: int
 
 
+#: the command line's scenario keys -> the Python API's keywords, in messages
+_PYTHON_WORDS = {"scenario.forget_classes": "forget_classes", "scenario.forget_ids": "forget_ids",
+                 "scenario.fraction": "forget_fraction"}
+
+
+def in_python_words(message: str) -> str:
+    """``message`` with the command line's scenario keys replaced by the Python API's keywords."""
+    for cli, py in _PYTHON_WORDS.items():
+        message = message.replace(cli, py)
+    return message
+
+
 def _user_setup(model: nn.Module, train: Any, test: Any, forget_classes: Any, forget_ids: Any, forget_fraction: Any,
                 *, head: str | None, seed: int, threads: Any, normalization: Any) -> _UserSetup:
     """Check and wrap the user's model and data sets, build the scenario of the one ``forget_*`` keyword."""
@@ -94,8 +106,11 @@ def _user_setup(model: nn.Module, train: Any, test: Any, forget_classes: Any, fo
     if classifier.num_classes != data.num_classes:
         raise DuckInputError(f"the model outputs {classifier.num_classes} classes but the data set has "
                              f"{data.num_classes}; pass the data set the model was trained on")
-    scenario = build_scenario(kind, data.train.labels, None if data.test is None else data.test.labels,
-                              data.num_classes, class_names=data.class_names or None, seed=seed, **scenario_kw)
+    try:
+        scenario = build_scenario(kind, data.train.labels, None if data.test is None else data.test.labels,
+                                  data.num_classes, class_names=data.class_names or None, seed=seed, **scenario_kw)
+    except DuckInputError as e:  # the scenario's messages name the command line's keys: say the keywords
+        raise DuckInputError(in_python_words(str(e))) from None
 
     def factory() -> Classifier:
         net = classifier.net if user_module else classifier

@@ -142,6 +142,8 @@ def test_without_a_test_set_the_training_splits_are_measured(user_setup):
     ({"forget_classes": [7]}, "forget class 7"),
     ({"forget_classes": ["seven"]}, "seven"),
     ({"device": "tpu"}, "device='tpu'"),
+    ({"forget_classes": None, "forget_fraction": 1.0}, "forget_fraction=1.0 must be in (0, 1)"),
+    ({"forget_classes": None, "forget_ids": "nofile.txt"}, "pass forget_ids=PATH to a .txt/.npy/.csv file"),
     *([({"device": "cuda"}, "device='cuda' but CUDA is not available; pass device='cpu' or device='auto'")]
       if not torch.cuda.is_available() else []),
     ({"threads": 0}, "threads=0 must be auto, null or an integer >= 1"),
