@@ -175,7 +175,7 @@ def test_a_collapsed_unlearned_model_is_refused_unless_min_acc_factor_is_0(user_
     accuracy 0.5 is below 1.5 / 2 retained classes, so it is refused as an untrusted result, naming the step."""
     model, train, test, _ = user_setup
     with pytest.raises(DuckInputError, match=r"neggrad collapsed the model: test_retain accuracy 0\.5000 < "
-                       r"min_acc_factor/2 retained classes = 0\.7500 \(the original: 1\.0000\).*keywords lr="):
+                       r"min_acc_factor/2 retained classes = 0\.7500 \(the original: (1\.0000|0\.9\d{3})\).*keywords lr="):
         duck.unlearn(model, train, test=test, forget_classes=[1], method="neggrad", lr=1e3)
     r = duck.unlearn(model, train, test=test, forget_classes=[1], method="neggrad", lr=1e3, min_acc_factor=0)
     assert r.metrics["acc"]["test_retain"] == pytest.approx(0.5, abs=1e-4)

@@ -136,7 +136,9 @@ def test_method_runs_changes_the_model_and_writes_valid_metrics(name, kind, synt
     from duck.pipeline.job import Job
     from duck.pipeline.stages import unlearn_model
 
-    cfg = compose(f"method={name}", f"scenario={kind}")
+    # the mechanics of each method on a tiny model, not its quality: ERM-KTP's fresh backbone can end at chance
+    # here, which a job refuses (check_unlearned, tested in test_api.py)
+    cfg = compose(f"method={name}", f"scenario={kind}", "min_acc_factor=0")
     sc = scenario_of(synthetic, kind)
     original_acc = split_accuracies(synthetic_model, synthetic, sc)
     model = copy.deepcopy(synthetic_model)

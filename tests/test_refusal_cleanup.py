@@ -63,3 +63,28 @@ def test_the_nearest_existing_parent_decides_for_a_cache_not_made_yet(tmp_path: 
     with pytest.raises(DuckInputError, match=r"ro is read-only or not yours"):
         check_cache_writable(parent / "a" / "b")
     check_cache_writable(tmp_path / "fine" / "cache")  # a writable parent: accepted
+
+
+def test_a_collapsed_model_is_one_near_chance_and_worse_than_its_original():
+    """check_unlearned: refused below min_acc_factor over the classes kept (1.5 / 3 retained = 0.5 here) only when
+    unlearning made it so; a model no worse than its original, or min_acc_factor=0, passes."""
+    from types import SimpleNamespace
+
+    from duck.pipeline.job import HINTS
+    from duck.pipeline.stages import check_unlearned
+
+    def job(factor: float = 1.5, kind: str = "class_removal"):
+        return SimpleNamespace(scenario=SimpleNamespace(is_class_removal=kind == "class_removal", forget_classes=[0]),
+                               data=SimpleNamespace(num_classes=4), trust=SimpleNamespace(min_acc_factor=factor),
+                               method="m", hint=lambda topic: HINTS["cli"][topic])
+
+    with pytest.raises(DuckInputError, match=r"test_retain accuracy 0\.4900 < min_acc_factor/3 retained classes = "
+                                             r"0\.5000 \(the original: 0\.9000\)"):
+        check_unlearned(job(), {"test_retain": 0.49, "test": 0.4}, {"test_retain": 0.9})
+    check_unlearned(job(), {"test_retain": 0.49}, {"test_retain": 0.28})  # no worse than its original
+    check_unlearned(job(), {"test_retain": 0.5}, {"test_retain": 0.9})  # at the threshold
+    check_unlearned(job(0.0), {"test_retain": 0.1}, {"test_retain": 0.9})
+    with pytest.raises(DuckInputError, match=r"test accuracy 0\.3000 < min_acc_factor/4 retained classes = 0\.3750"):
+        check_unlearned(job(kind="homogeneous_removal"), {"test": 0.3}, {"test": 0.9})  # every class kept
+    with pytest.raises(DuckInputError, match=r"train_retain accuracy 0\.2000 < min_acc_factor/3"):
+        check_unlearned(job(), {"train_retain": 0.2}, {"train_retain": 0.9})  # no test split
