@@ -166,8 +166,8 @@ def unlearn(model: nn.Module, train: Any, *, forget_classes: Sequence[int | str]
     ``min_acc_factor / num_classes`` or, with ``expect_acc``, off by more than ``expect_acc_tol`` from it, and when its first
     BatchNorm layer shows that the data are prepared differently from its training data (another
     normalisation, scale or channels; ``input_check=False`` skips that). The unlearned model is refused the same
-    way when its retained accuracy falls below ``min_acc_factor`` over the number of classes it keeps (a
-    collapsed model). Returns an
+    way when its retained accuracy falls below ``min_acc_factor`` over the number of classes it keeps, and below
+    the original's (a collapsed model). Returns an
     :class:`~duck.unlearn.UnlearnResult`: ``.model`` (the unlearned copy, of the input's own type),
     ``.metrics`` (the ``metrics.json`` record: ``acc``, ``aus``, ``time_s``, ``reached_target``, ...) and
     ``.state_dict()`` (the input model's own key names)."""
