@@ -73,6 +73,10 @@ def _cache_dir(value: Any, key: str) -> str:
     return str(check_cache_dir(value))  # ~ expanded
 
 
+#: ``out_format`` choices of duck-unlearn: the file the unlearned weights are written to
+OUT_FORMATS = {"safetensors": "unlearned.safetensors", "pt": "unlearned.pt"}
+
+
 @settings
 class JobSettings(Settings):
     """The top-level settings every job config shares (``conf/{train,unlearn,audit,run}.yaml``); the other
@@ -89,7 +93,7 @@ class JobSettings(Settings):
     progress: Any = option("auto", Either(("auto",), Flag()), "progress bars (auto: only on a terminal)")
     input_check: bool = option(True, Flag(), "refuse data prepared differently from the original's training")
     threads: Any = option("auto", THREADS, "torch intra-op threads (auto: 1 on machines with at most 4 cores)")
-    out_format: str = option("safetensors", OneOf(("safetensors", "pt")),
+    out_format: str = option("safetensors", OneOf(tuple(OUT_FORMATS)),
                              "duck-unlearn's output: unlearned.safetensors (manifest in its metadata) or "
                              "unlearned.pt (a plain state dict)")
     cache_dir: Any = option(None, Either((None,), Check(_cache_dir, "a directory path, not a file")),

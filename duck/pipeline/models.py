@@ -8,6 +8,7 @@ from typing import Any
 
 from duck.checkpoint import check_forget_set, check_manifest, load_checkpoint, load_into
 from duck.models import Classifier
+from duck.pipeline.config import OUT_FORMATS
 from duck.pipeline.job import Job
 
 
@@ -26,18 +27,10 @@ def load_model(job: Job, path: str | Path, *, check_forget: bool = False
     return model, manifest, rule
 
 
-#: ``out_format`` choices of duck-unlearn: the file the unlearned weights are written to
-OUT_FORMATS = {"safetensors": "unlearned.safetensors", "pt": "unlearned.pt"}
-
-
 def unlearned_path(out: Path, job: Job) -> Path:
-    """``out/unlearned.safetensors`` (default) or ``out/unlearned.pt`` (``out_format=pt``)."""
-    from duck.errors import DuckInputError
-
-    fmt = job.config.get("out_format", "safetensors")
-    if fmt not in OUT_FORMATS:
-        raise DuckInputError(f"out_format={fmt!r}; choose one of {', '.join(OUT_FORMATS)}")
-    return out / OUT_FORMATS[fmt]
+    """``out/unlearned.safetensors`` (default) or ``out/unlearned.pt`` (``out_format=pt``; checked with the job's
+    other settings, :class:`~duck.pipeline.config.JobSettings`)."""
+    return out / OUT_FORMATS[job.config.get("out_format", "safetensors")]
 
 
 def plain_state_dict(model: Classifier, rule: Any = None) -> dict[str, Any]:
