@@ -55,3 +55,23 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
     monkeypatch.setattr(sys, "stderr", _Stream(tty=True))
     assert resolve_progress("auto") is True
     assert resolve_progress(False) is False and resolve_progress(True) is True
+
+
+@pytest.mark.parametrize("args,code", [(["duck.cli.run", "--help"], 0), (["duck.cli.bench", "compare", "--help"], 0),
+                                       (["duck.cli.bench"], 2)])
+def test_help_into_a_closed_pipe_ends_quietly(args, code):
+    """``duck-run --help | head``: the reader has gone before the text is written; the command ends with its own
+    exit code and no BrokenPipeError traceback (the pipe's read end is closed before the command starts, so
+    every write fails, not only one that loses a race)."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", *args], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == code and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -3,6 +3,7 @@ text, clean error exits, and the entry point that turns a composed config into a
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,22 @@ from duck.pipeline.config import (
 def fail(message: str, code: int = 2) -> None:
     """Print one clear error line and exit non-zero."""
     print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def print_and_exit(text: str, code: int = 0) -> None:
+    """Print ``text`` (help, a listing) on stdout and exit with ``code``.
+
+    A reader that stops early (``duck-run --help | head``) closes the pipe; the write then fails with
+    :class:`BrokenPipeError`, which ends the command quietly with the same code instead of a traceback. As the
+    Python documentation's note on SIGPIPE advises, stdout is pointed at ``os.devnull`` first, so that the
+    interpreter's last flush at exit cannot raise again.
+    """
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
     raise SystemExit(code)
 
 
@@ -266,8 +283,7 @@ def hydra_entry(config_name: str, task: Callable[[Any], Any], about: str = "") -
             fail(str(e))
         args = sys.argv[1:]
         if any(a in ("-h", "--help") for a in args):
-            print(help_text(Path(sys.argv[0]).name, config_name, about, root))
-            raise SystemExit(0)
+            print_and_exit(help_text(Path(sys.argv[0]).name, config_name, about, root))
         check_key_lengths(args)
         check_tune_plugin(args)
         check_group_choices(args, root)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from duck.cli._app import fail, hydra_entry
+from duck.cli._app import fail, hydra_entry, print_and_exit
 from duck.pipeline.config import conf_dir
 
 
@@ -64,15 +64,13 @@ def main() -> None:
             first = next((ln.lstrip("# ").strip() for ln in (conf_dir() / "bench" / f"{name}.yaml").read_text()
                           .splitlines() if ln.startswith("#")), "")
             lines.append(f"  {name:<8} {first}")
-        print("\n".join(lines))
-        raise SystemExit(0 if args and args[0] in ("-h", "--help") else 2)
+        print_and_exit("\n".join(lines), 0 if args and args[0] in ("-h", "--help") else 2)
     suite, rest = args[0], args[1:]
     if suite not in suites:
         fail(f"unknown benchmark suite {suite!r}; choose one of: {', '.join(suites)}")
     if any(a in ("-h", "--help") for a in rest):  # the suite's settings, with their comments
-        print(f"duck-bench {suite} [bench.KEY=VALUE ...]; its settings (conf/bench/{suite}.yaml):\n")
-        print((conf_dir() / "bench" / f"{suite}.yaml").read_text())
-        raise SystemExit(0)
+        print_and_exit(f"duck-bench {suite} [bench.KEY=VALUE ...]; its settings (conf/bench/{suite}.yaml):\n\n"
+                       + (conf_dir() / "bench" / f"{suite}.yaml").read_text())
     sys.argv = [sys.argv[0], f"bench={suite}", *rest]
     _hydra_main()
 
