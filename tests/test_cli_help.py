@@ -4,6 +4,9 @@ config groups and settings; progress bars only on a terminal."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -48,8 +51,6 @@ class _Stream(io.StringIO):
 
 
 def test_progress_bars_only_on_a_terminal(monkeypatch):
-    import sys
-
     monkeypatch.setattr(sys, "stderr", _Stream(tty=False))
     assert resolve_progress("auto") is False  # a log file: one line per stage, no bar redraws
     monkeypatch.setattr(sys, "stderr", _Stream(tty=True))
@@ -63,10 +64,6 @@ def test_help_into_a_closed_pipe_ends_quietly(args, code):
     """``duck-run --help | head``: the reader has gone before the text is written; the command ends with its own
     exit code and no BrokenPipeError traceback (the pipe's read end is closed before the command starts, so
     every write fails, not only one that loses a race)."""
-    import os
-    import subprocess
-    import sys
-
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
