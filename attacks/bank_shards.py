@@ -1,6 +1,7 @@
 """Banks built as array jobs (``attack.num_shards=N attack.shard=I``): the job trains only slice ``I`` of every
 bank its audit needs (the LiRA shadow bank; with the forgetting audit the retrain bank and the controls'
-banks; with U-LiRA the shadow pairs' retrains) into the shared cache, then stops. The slices run side by side
+banks; with U-LiRA the shadow pairs' retrains) and of the bank its method learns from (oracle, datamodel and
+subset matching's references) into the shared cache, then stops. The slices run side by side
 (:meth:`attacks.shadow.ShadowBank.train_slice`); once all have finished, the same job without
 ``attack.num_shards`` finds every bank complete and trains nothing::
 
@@ -12,6 +13,7 @@ banks; with U-LiRA the shadow pairs' retrains) into the shared cache, then stops
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +37,21 @@ def banks_of(ctx: AuditContext) -> dict[str, Any]:
     return banks
 
 
-def train_bank_slices(ctx: AuditContext, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train slice ``attack.shard`` of ``attack.num_shards`` of every bank (:func:`banks_of`); write
-    ``shard.json`` (what this slice trained) into ``out``. The job's models are not trained or audited."""
+def train_bank_slices(ctx: AuditContext, out: Path, method_banks: Mapping[str, Any] | None = None
+                      ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train slice ``attack.shard`` of ``attack.num_shards`` of every bank (:func:`banks_of`) and of the banks
+    the method learns from (``method_banks``: its oracles, shadow or subset bank, built by the pipeline as its
+    runs will ask for them; one the audit also needs is trained once); write ``shard.json`` (what this slice
+    trained) into ``out``. The job's models are not trained or audited."""
     a = ctx.attack
     t0 = time.perf_counter()
     done: dict[str, Any] = {}
     print(f"[shard {a.shard + 1}/{a.num_shards}] training slice {a.shard} of {a.num_shards} of the audit's banks "
           "into the shared cache")
-    for name, bank in banks_of(ctx).items():
+    banks = banks_of(ctx)
+    seen = {bank.dir for bank in banks.values()}
+    banks.update({name: bank for name, bank in (method_banks or {}).items() if bank.dir not in seen})
+    for name, bank in banks.items():
         info = bank.train_slice(a.shard, a.num_shards)
         done[name] = {"dir": str(bank.dir), "n_models": bank.n_shadow, "trained": info["trained"],
                       "seconds": round(info["seconds"], 2), "missing_after": len(bank.missing())}

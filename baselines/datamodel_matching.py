@@ -22,7 +22,8 @@ then per request E shadow forward passes over the matching set and the fine-tuni
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -80,9 +81,14 @@ class DatamodelMatching(MatchingUnlearner):
     needs = ("shadows",)
     params = DatamodelMatchingParams
 
+    @classmethod
+    def reference_requests(cls, hp: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+        """The shadow bank: ``n_shadow`` models on random halves, seeds from ``shadow_seed``."""
+        return {"shadows": (int(hp["n_shadow"]), int(hp["shadow_seed"]))}
+
     def prepare(self) -> float:
         """The shadow bank (``n_shadow`` models on random halves, ``shadow_seed``), trained once and cached."""
-        self.bank = self.data.references.shadows(int(self.hp["n_shadow"]), int(self.hp["shadow_seed"]))
+        self.bank = self.reference("shadows")
         return self.bank.one_off_s
 
     def targets(self, indices: np.ndarray) -> torch.Tensor:

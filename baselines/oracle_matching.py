@@ -23,6 +23,7 @@ forgetting audit's banks: the method is the ceiling of output matching and a dia
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -165,6 +166,11 @@ class OracleMatching(MatchingUnlearner):
     needs = ("oracle",)
     params = OracleMatchingParams
 
+    @classmethod
+    def reference_requests(cls, hp: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+        """The oracle bank: ``num_oracles`` models retrained on the retain set, seeds from ``oracle_seed``."""
+        return {"oracle": (int(hp["oracle_seed"]), int(hp["num_oracles"]))}
+
     def oracle_ids(self) -> list[int]:
         mode, pool = str(self.hp["targets"]), int(self.hp["num_oracles"])
         return [self.seed % pool] if mode == "per_run" else list(range(pool))
@@ -172,9 +178,9 @@ class OracleMatching(MatchingUnlearner):
     def prepare(self) -> float:
         """The oracles this run matches (model ``seed mod num_oracles`` of the bank, or all of them), trained on
         first use and cached; returns what the bank's training has cost so far (once per forget set)."""
-        self.oracles = self.data.references.oracle(int(self.hp["oracle_seed"]), int(self.hp["num_oracles"]))
+        self.oracles = self.reference("oracle")
         self.models = {k: self.oracles.load(k) for k in self.oracle_ids()}
-        return self.data.references.oracle(int(self.hp["oracle_seed"]), int(self.hp["num_oracles"])).one_off_s
+        return self.reference("oracle").one_off_s
 
     def targets(self, indices: np.ndarray) -> torch.Tensor:
         return torch.stack([self.logits_of(self.models[k], indices) for k in self.oracle_ids()]).mean(dim=0)

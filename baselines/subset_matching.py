@@ -27,7 +27,8 @@ request), then per request the fine-tuning.
 from __future__ import annotations
 
 import copy
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -81,11 +82,15 @@ class SubsetMatching(MatchingUnlearner):
     needs = ("subsets",)
     params = SubsetMatchingParams
 
+    @classmethod
+    def reference_requests(cls, hp: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+        """The subset bank: ``n_models`` models on random ``keep_fraction`` shares, seeds from ``bank_seed``."""
+        return {"subsets": (int(hp["n_models"]), float(hp["keep_fraction"]), int(hp["bank_seed"]))}
+
     def prepare(self) -> float:
         """The subset bank and its OUT logits (trained and computed once, cached); with ``start: bank`` the run's
         model becomes bank model ``s mod n_models`` (the original is kept for its outputs)."""
-        self.bank = self.data.references.subsets(int(self.hp["n_models"]), float(self.hp["keep_fraction"]),
-                                                 int(self.hp["bank_seed"]))
+        self.bank = self.reference("subsets")
         self.original = self.model
         if self.starts_from_bank:
             self.original = copy.deepcopy(self.model)

@@ -279,3 +279,31 @@ def test_fit_moves_forget_outputs_to_the_runs_targets(synthetic, setup):
     target = torch.tensor([0.0, 0.0, 6.0, 0.0])
     assert ((after - target) ** 2).mean() < 0.25 * ((before - target) ** 2).mean()
     assert result.info["one_off_s"] == 7.0
+
+
+@pytest.mark.slow  # a promise (sharded banks, 30 s): run by make test's second pass
+def test_array_tasks_build_the_methods_subset_bank_and_the_run_trains_none_of_it(run_cli, tmp_path):
+    """attack.num_shards=2 with method=subset_matching: each task also trains its slice (k mod 2) of the
+    subset bank the method's runs will ask for (the same key); the run afterwards trains none of its models."""
+    import json
+
+    from conftest import SYNTH_ARGS
+
+    args = [*SYNTH_ARGS, "recipe.epochs=1", "scenario=homogeneous_removal", "scenario.fraction=0.25",
+            "method=subset_matching", "method.n_models=8", "method.keep_fraction=0.25", "method.epochs=1",
+            "attack.n_shadow=4", "attack.svm_mia.enabled=false", "attack.forgetting.enabled=false",
+            "report.shareable.enabled=false", "report.analysis.enabled=false", f"cache_dir={tmp_path / 'cache'}"]
+    got = {}
+    for i in range(2):
+        code, _, err, out = run_cli("run", *args, "attack.num_shards=2", f"attack.shard={i}")
+        assert code == 0, err
+        got[i] = json.loads((out / "shard.json").read_text())["banks"]["subset_matching: subset bank"]
+        assert got[i]["n_models"] == 8 and got[i]["trained"] == list(range(i, 8, 2))
+    assert got[1]["missing_after"] == 0
+    shadows = sorted((tmp_path / "cache").rglob("subset_banks/*/shadows/*"))
+    assert len(shadows) == 8
+    stamps = [p.stat().st_mtime_ns for p in shadows]
+    code, _, err, out = run_cli("run", *args)
+    assert code == 0, err
+    assert [p.stat().st_mtime_ns for p in shadows] == stamps  # no subset-bank model trained again
+    assert json.loads((out / "unlearned" / "metrics.json").read_text())["method"] == "subset_matching"

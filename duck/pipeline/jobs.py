@@ -32,6 +32,7 @@ from duck.pipeline.cache import train_or_reuse
 from duck.pipeline.config import container
 from duck.pipeline.job import Job, method_settings
 from duck.pipeline.models import load_model, unlearned_path, write_unlearned
+from duck.pipeline.references import reference_banks
 from duck.pipeline.stages import (
     audit_context,
     check_inputs,
@@ -115,7 +116,9 @@ def audit(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, 
     (``original_ckpt``, ``retrained_ckpt``) audited with the same bank; ``audit.json``, the report."""
     if job.audit.attack.num_shards > 1:  # an array task building its slice of the banks
         with tracker.stage("banks", training=False):
-            return train_bank_slices(audit_context(job), out)
+            # the method's own banks only where the forgetting audit will run the method
+            method_banks = reference_banks(job) if job.audit.attack.forgetting["enabled"] else {}
+            return train_bank_slices(audit_context(job), out, method_banks)
     ckpt = job.inputs["ckpt"]
     # a checkpoint unlearned or retrained for another forget set is refused: its audit would test the
     # wrong members
@@ -196,7 +199,7 @@ def run(job: Job, out: Path, tracker: Tracker = UNTRACKED) -> tuple[dict[str, An
     the audit of all three with one shadow bank and the report."""
     if job.audit is not None and job.audit.attack.num_shards > 1:  # an array task building its slice of the banks
         with tracker.stage("banks", training=False):
-            return train_bank_slices(audit_context(job), out)
+            return train_bank_slices(audit_context(job), out, reference_banks(job))
     scenario, name = job.scenario, job.method
     stages = 4 if job.audit is not None else 3
     print(f"[1/{stages}] original {job.model_name} on {job.data.describe()}")

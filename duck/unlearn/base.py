@@ -414,6 +414,18 @@ class Unlearner(L.LightningModule):
         and cached); returns their one-off training cost in seconds. Not part of the timed unlearning."""
         return 0.0
 
+    @classmethod
+    def reference_requests(cls, hp: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+        """The reference banks a run with parameters ``hp`` asks for: ``{need: the arguments of
+        ReferenceModels.<need>}``, one entry per name in :attr:`needs`. :meth:`reference` fetches them; the
+        pipeline builds the same banks ahead of the runs when they are trained as array jobs
+        (``attack.num_shards``, :func:`duck.pipeline.references.reference_banks`)."""
+        return {}
+
+    def reference(self, need: str) -> ModelBank:
+        """The bank :meth:`reference_requests` names for ``need``, from :attr:`UnlearnData.references`."""
+        return getattr(self.data.references, need)(*self.reference_requests(self.hp)[need])
+
     def unlearn(self) -> UnlearnResult:
         """Run the method and time it (unlearning wall time only: no evaluation, no I/O; the reference models'
         one-off cost, :meth:`prepare`, is reported apart as ``info["one_off_s"]``)."""
