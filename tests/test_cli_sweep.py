@@ -186,3 +186,25 @@ def test_group_choices_are_also_looked_up_in_the_search_path(tmp_path):
     message = unknown_group_choice(["+preset=tuned_y", f"hydra.searchpath=['file://{tmp_path}']"], root)
     assert "unknown preset 'tuned_y'" in message and "tuned_x" in message and "tuned_digits_salun" in message
     assert search_roots(["hydra.searchpath=[pkg://elsewhere.conf]"], root) is None  # left to Hydra
+
+
+def test_a_sweep_of_array_tasks_says_what_to_run_next(tmp_path, capsys):
+    """attack.num_shards sweeps write shard.json, no summary: the end of the multirun says so and what to run
+    next, not a warning; a sweep with neither still warns."""
+    from types import SimpleNamespace
+
+    from duck.report.sweep import SweepSummary
+
+    def end(sweep_dir):
+        SweepSummary().on_multirun_end(SimpleNamespace(hydra=SimpleNamespace(sweep=SimpleNamespace(dir=sweep_dir))))
+        return capsys.readouterr()
+
+    for i in range(2):
+        (tmp_path / "sweep" / f"{i}_subset_matching").mkdir(parents=True)
+        (tmp_path / "sweep" / f"{i}_subset_matching" / "shard.json").write_text("{}")
+    out = end(tmp_path / "sweep")
+    assert "2 array task(s) built their slice of the banks" in out.out and "without attack.num_shards" in out.out
+    assert "warning" not in out.err
+    (tmp_path / "empty").mkdir()
+    out = end(tmp_path / "empty")
+    assert out.err.startswith("warning: no sweep summary:") and "array task" not in out.out

@@ -258,7 +258,13 @@ class SweepSummary(SweepStatus):
         try:
             out = summarize_sweep(sweep_dir)
         except DuckInputError as e:
-            print(f"warning: no sweep summary: {e}", file=sys.stderr)
+            shards = sorted(sweep_dir.glob("*/shard.json"))
+            if shards:  # a sweep of array tasks (attack.num_shards) builds banks and writes no summary
+                print(f"\n{len(shards)} array task(s) built their slice of the banks ({sweep_dir}/*/shard.json); "
+                      "run the same command without attack.num_shards / attack.shard to unlearn and audit: it "
+                      "trains no bank model")
+            else:
+                print(f"warning: no sweep summary: {e}", file=sys.stderr)
             return
         print("\n" + out["table"] + f"sweep summary: {sweep_dir / 'sweep_summary.md'}; page: {out['page']}")
 
