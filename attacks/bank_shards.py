@@ -13,7 +13,7 @@ subset matching's references) into the shared cache, then stops. The slices run 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,26 +37,32 @@ def banks_of(ctx: AuditContext) -> dict[str, Any]:
     return banks
 
 
-def train_bank_slices(ctx: AuditContext, out: Path, method_banks: Mapping[str, Any] | None = None
+def train_bank_slices(ctx: AuditContext, out: Path,
+                      method_banks: Mapping[str, tuple[Any, Collection[int] | None]] | None = None
                       ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train slice ``attack.shard`` of ``attack.num_shards`` of every bank (:func:`banks_of`) and of the banks
-    the method learns from (``method_banks``: its oracles, shadow or subset bank, built by the pipeline as its
-    runs will ask for them; one the audit also needs is trained once); write ``shard.json`` (what this slice
-    trained) into ``out``. The job's models are not trained or audited."""
+    the method learns from (``method_banks``: name → (its oracles, shadow or subset bank, built by the pipeline
+    as the runs will ask for it; the models they will load, None for all); one the audit also needs is trained
+    once); write ``shard.json`` (what this slice trained) into ``out``. The job's models are not trained or
+    audited."""
     a = ctx.attack
     t0 = time.perf_counter()
     done: dict[str, Any] = {}
     print(f"[shard {a.shard + 1}/{a.num_shards}] training slice {a.shard} of {a.num_shards} of the audit's banks "
           "into the shared cache")
-    banks = banks_of(ctx)
-    seen = {bank.dir for bank in banks.values()}
-    banks.update({name: bank for name, bank in (method_banks or {}).items() if bank.dir not in seen})
-    for name, bank in banks.items():
-        info = bank.train_slice(a.shard, a.num_shards)
+    banks: dict[str, tuple[Any, Collection[int] | None]] = {name: (bank, None) for name, bank in banks_of(ctx).items()}
+    seen = {bank.dir for bank, _ in banks.values()}
+    banks.update({name: entry for name, entry in (method_banks or {}).items() if entry[0].dir not in seen})
+    for name, (bank, models) in banks.items():
+        info = bank.train_slice(a.shard, a.num_shards, models)
+        wanted = range(bank.n_shadow) if models is None else sorted(models)
+        missing = sorted(set(bank.missing()) & set(wanted))
         done[name] = {"dir": str(bank.dir), "n_models": bank.n_shadow, "trained": info["trained"],
-                      "seconds": round(info["seconds"], 2), "missing_after": len(bank.missing())}
-        print(f"      {name} {bank.key[:8]}: trained {len(info['trained'])} model(s) of slice {a.shard} "
-              f"({done[name]['missing_after']} of {bank.n_shadow} still missing in the bank)")
+                      "seconds": round(info["seconds"], 2), "missing_after": len(missing),
+                      **({} if models is None else {"models_used": list(wanted)})}
+        used = "" if models is None else f" (its runs use {len(wanted)} of its {bank.n_shadow} models)"
+        print(f"      {name} {bank.key[:8]}: trained {len(info['trained'])} model(s) of slice {a.shard}{used} "
+              f"({len(missing)} of {len(wanted)} still missing)")
     result = {"shard": a.shard, "num_shards": a.num_shards, "banks": done,
               "time_s": round(time.perf_counter() - t0, 2)}
     atomic_save_json(out / "shard.json", result)

@@ -29,7 +29,7 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -370,15 +370,17 @@ class ShadowBank(BankScoring):
         with self.cache.lock():
             return self._train_unlocked(lambda k: k in wanted)
 
-    def train_slice(self, shard: int, num_shards: int) -> dict[str, Any]:
+    def train_slice(self, shard: int, num_shards: int, models: Collection[int] | None = None) -> dict[str, Any]:
         """Train only slice ``shard`` of ``num_shards`` (the missing models ``k`` with ``k % num_shards ==
-        shard``), for array jobs that build one bank together: the slices hold the bank's lock *shared* (they
-        train disjoint models, every file written atomically), so they run side by side while a whole-bank
-        :meth:`train` waits for all of them and then finds the bank complete."""
+        shard``, among ``models`` when given: a bank whose models are used one at a time), for array jobs that
+        build one bank together: the slices hold the bank's lock *shared* (they train disjoint models, every
+        file written atomically), so they run side by side while a whole-bank :meth:`train` waits for all of
+        them and then finds the bank complete."""
         if not 0 <= shard < num_shards:
             raise DuckInputError(f"attack.shard={shard} must be in 0..{num_shards - 1}")
+        wanted = None if models is None else {int(k) for k in models}
         with self.cache.lock(shared=True):
-            return self._train_unlocked(lambda k: k % num_shards == shard)
+            return self._train_unlocked(lambda k: k % num_shards == shard and (wanted is None or k in wanted))
 
     #: may model k be taken from a bank of the same setup with another number of models? Only where model k's
     #: training set and seed do not depend on the number of models (every model trains on the same set:

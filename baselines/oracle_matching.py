@@ -23,7 +23,7 @@ forgetting audit's banks: the method is the ceiling of output matching and a dia
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -171,9 +171,19 @@ class OracleMatching(MatchingUnlearner):
         """The oracle bank: ``num_oracles`` models retrained on the retain set, seeds from ``oracle_seed``."""
         return {"oracle": (int(hp["oracle_seed"]), int(hp["num_oracles"]))}
 
+    @classmethod
+    def reference_models_used(cls, hp: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, list[int]]:
+        """The oracles the runs with these seeds match (:meth:`oracles_of`), not the whole pool."""
+        return {"oracle": sorted({k for seed in seeds for k in cls.oracles_of(hp, seed)})}
+
+    @staticmethod
+    def oracles_of(hp: Mapping[str, Any], seed: int) -> list[int]:
+        """The oracles run ``seed`` matches: ``seed mod num_oracles`` (per_run) or all of them (mean)."""
+        mode, pool = str(hp["targets"]), int(hp["num_oracles"])
+        return [int(seed) % pool] if mode == "per_run" else list(range(pool))
+
     def oracle_ids(self) -> list[int]:
-        mode, pool = str(self.hp["targets"]), int(self.hp["num_oracles"])
-        return [self.seed % pool] if mode == "per_run" else list(range(pool))
+        return self.oracles_of(self.hp, self.seed)
 
     def prepare(self) -> float:
         """The oracles this run matches (model ``seed mod num_oracles`` of the bank, or all of them), trained on

@@ -86,11 +86,13 @@ def subset_bank(job: Job, n: int, keep_fraction: float, seed: int) -> Any:
                       keep_fraction=float(keep_fraction), seed=int(seed), **_bank_settings(job))
 
 
-def reference_banks(job: Job) -> dict[str, Any]:
+def reference_banks(job: Job) -> dict[str, tuple[Any, list[int] | None]]:
     """The banks the job's method will ask for (:meth:`duck.unlearn.Unlearner.reference_requests` with the
-    job's parameters), untrained and keyed as the runs will key them, for array tasks that build them ahead of
-    the runs (``attack.num_shards``, :func:`attacks.bank_shards.train_bank_slices`); ``{}`` for a method that
-    learns from none."""
+    job's parameters), untrained and keyed as the runs will key them, each with the models its runs will load
+    (None: all; :meth:`~duck.unlearn.Unlearner.reference_models_used` for the job's run and the forgetting
+    audit's N runs, seeds ``seed .. seed + N − 1``), for array tasks that build them ahead of the runs
+    (``attack.num_shards``, :func:`attacks.bank_shards.train_bank_slices`); ``{}`` for a method that learns
+    from none."""
     if job.method is None or job.scenario is None:
         return {}
     cls = get_unlearner_class(job.method)
@@ -99,10 +101,14 @@ def reference_banks(job: Job) -> dict[str, Any]:
     _check_recipe(job)
     hp = cls.params.resolve(job.hparams, job.data.name, job.scenario.kind)
     retain = np.asarray(job.scenario.retain_idx)
+    f = job.audit.attack.forgetting if job.audit is not None else None
+    runs = int(f["n_unlearned"]) if f is not None and f["enabled"] else 1
+    used = cls.reference_models_used(hp, [job.seed + i for i in range(runs)])
     build = {"oracle": lambda seed, pool: oracle_bank(job, retain, seed, pool), "shadows": lambda n, seed:
              shadow_bank(job, n, seed), "subsets": lambda n, kf, seed: subset_bank(job, n, kf, seed)}
     names = {"oracle": "oracles", "shadows": "shadow bank", "subsets": "subset bank"}
-    return {f"{job.method}: {names[need]}": build[need](*args) for need, args in cls.reference_requests(hp).items()}
+    return {f"{job.method}: {names[need]}": (build[need](*args), used.get(need))
+            for need, args in cls.reference_requests(hp).items()}
 
 
 def reference_models(job: Job, retain_idx: np.ndarray | None = None) -> ReferenceModels | None:

@@ -422,6 +422,12 @@ class Unlearner(L.LightningModule):
         (``attack.num_shards``, :func:`duck.pipeline.references.reference_banks`)."""
         return {}
 
+    @classmethod
+    def reference_models_used(cls, hp: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, list[int]]:
+        """``{need: the models of that bank the runs with these seeds load}`` for a bank whose models are used
+        one at a time (a need absent here: the runs use the whole bank); array tasks train only those."""
+        return {}
+
     def reference(self, need: str) -> ModelBank:
         """The bank :meth:`reference_requests` names for ``need``, from :attr:`UnlearnData.references`."""
         return getattr(self.data.references, need)(*self.reference_requests(self.hp)[need])
