@@ -212,7 +212,8 @@ class AuditSettings(Settings):
     forgetting: ForgettingSettings = option(ForgettingSettings(), Group(ForgettingSettings), "the forgetting audit")
     save_stats: bool = option(True, Flag(), "write lira_stats.npz beside audit.json")
     eval_batch_size: int = option(1024, Integer(1), "batch size of the bank's evaluation")
-    num_shards: int = option(1, Integer(1), "> 1: the job trains only slice `shard` of its banks, then stops")
+    num_shards: int = option(1, Integer(1),
+                             "> 1: the job trains only slice `shard` of its banks (the audit's and the method's), then stops")
     shard: int = option(0, Integer(0), "the slice this job trains (0 .. num_shards - 1)")
 
     def __post_init__(self) -> None:
