@@ -48,11 +48,12 @@ def train_bank_slices(ctx: AuditContext, out: Path,
     a = ctx.attack
     t0 = time.perf_counter()
     done: dict[str, Any] = {}
-    print(f"[shard {a.shard + 1}/{a.num_shards}] training slice {a.shard} of {a.num_shards} of the audit's banks "
-          "into the shared cache")
     banks: dict[str, tuple[Any, Collection[int] | None]] = {name: (bank, None) for name, bank in banks_of(ctx).items()}
     seen = {bank.dir for bank, _ in banks.values()}
     banks.update({name: entry for name, entry in (method_banks or {}).items() if entry[0].dir not in seen})
+    whose = "the audit's and the method's" if method_banks else "the audit's"
+    print(f"[shard {a.shard + 1}/{a.num_shards}] training slice {a.shard} of {a.num_shards} of {whose} banks "
+          "into the shared cache")
     for name, (bank, models) in banks.items():
         info = bank.train_slice(a.shard, a.num_shards, models)
         wanted = range(bank.n_shadow) if models is None else sorted(models)

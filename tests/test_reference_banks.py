@@ -57,9 +57,9 @@ def test_methods_without_references_ask_for_none(tmp_path):
     assert reference_banks(job_of(tmp_path, "method=finetune")) == {}
 
 
-def test_a_slice_trains_a_bank_the_method_shares_with_the_audit_once(tmp_path, monkeypatch):
+def test_a_slice_trains_a_bank_the_method_shares_with_the_audit_once(tmp_path, monkeypatch, capsys):
     """datamodel matching's default shadow bank is the LiRA audit's own: the slice trains it once; with other
-    settings the method's bank is a second one, sliced too."""
+    settings the method's bank is a second one, sliced too. The heading names whose banks the slice trains."""
     calls: list = []
 
     def train_slice(self, shard, num_shards, models=None):
@@ -74,6 +74,9 @@ def test_a_slice_trains_a_bank_the_method_shares_with_the_audit_once(tmp_path, m
     assert [b.dir for b, _ in method_banks.values()] == [lira_bank(ctx).dir]
     result, _ = bank_shards.train_bank_slices(ctx, tmp_path / "out", method_banks)
     assert calls == [(lira_bank(ctx).dir, 1, 2)] and list(result["banks"]) == ["shadow bank"]
+    assert "slice 1 of 2 of the audit's and the method's banks" in capsys.readouterr().out
+    bank_shards.train_bank_slices(ctx, tmp_path / "out1", {})
+    assert "slice 1 of 2 of the audit's banks" in capsys.readouterr().out
 
     calls.clear()
     job = job_of(tmp_path, "method=datamodel_matching", "method.shadow_seed=7", "attack.forgetting.enabled=false",
